@@ -1,0 +1,19 @@
+"""`make bench`: every benchmark in turn; each records its table in BENCHMARKS.md."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = ["bench.direct_bench", "bench.ring_bench"]
+
+
+def main() -> int:
+    status = 0
+    for name in BENCHMARKS:
+        print(f"== {name}", flush=True)
+        status |= importlib.import_module(name).main() or 0
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""What the example tools share: the -c flag, logging, and stopping cleanly on SIGINT/SIGTERM."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+
+from router.um.config import ConfigError
+from router.um.context import Context
+
+
+def add_context_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--config", action="append", default=[], metavar="CFG",
+                        help="UM configuration file (plain text); may be given more than once")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the library does")
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def open_context(args: argparse.Namespace) -> Context:
+    """A context from the -c files (later files override earlier ones); exits 2 on a config error."""
+    from router.um.config import UMConfig, load_file
+    config = UMConfig()
+    try:
+        for path in args.config:
+            config = load_file(path, into=config)
+        return Context(config=config)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as err:
+        print(f"error: cannot open the context: {err}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def stop_event_on_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM: the tools finish their summary instead of dying."""
+    stop = threading.Event()
+
+    def handler(signum, frame) -> None:
+        stop.set()
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def print_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,131 @@
+"""Delivery statistics for the example receivers: loss, duplicates, reordering, rate, latency.
+
+The JSON summary this produces is how tests and benchmarks see delivery (DESIGN.md §4).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from router.cli.payload import HEADER
+
+_unpack = HEADER.unpack_from
+_MAX_LATENCY_SAMPLES = 5_000_000
+
+
+class _PerSource:
+    __slots__ = ("received", "unique", "duplicates", "out_of_order", "next_expected", "missing",
+                 "first_seq", "last_seq", "topics", "gap_events")
+
+    def __init__(self, seq: int):
+        self.received = self.unique = self.duplicates = self.out_of_order = self.gap_events = 0
+        self.next_expected = seq
+        self.first_seq = seq
+        self.last_seq = seq
+        self.missing: set[int] = set()
+        self.topics: set[str] = set()
+
+
+class ReceiveStats:
+    def __init__(self):
+        self.sources: dict[int, _PerSource] = {}
+        self.received = 0
+        self.malformed = 0
+        self.eos = 0
+        self.bos = 0
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+        self.latencies_ns: list[int] = []
+        self.um_sources: set[str] = set()
+
+    def on_message(self, message) -> None:
+        self.on_batch((message,))
+
+    def on_batch(self, messages) -> None:
+        """Account for messages that arrived together (one clock reading for the batch)."""
+        now_ns = time.time_ns()
+        if self.first_time is None:
+            self.first_time = now_ns
+        self.last_time = now_ns
+        sources = self.sources
+        latencies = self.latencies_ns
+        sample = len(latencies) < _MAX_LATENCY_SAMPLES
+        for message in messages:
+            data = message.data
+            if len(data) < 20:
+                self.malformed += 1
+                continue
+            source_id, seq, sent_ns = _unpack(data)
+            if sample:
+                latencies.append(now_ns - sent_ns)
+            state = sources.get(source_id)
+            if state is None:
+                state = sources[source_id] = _PerSource(seq)
+                self.um_sources.add(message.source)
+            state.received += 1
+            if seq == state.next_expected:
+                state.unique += 1
+                state.next_expected = seq + 1
+                state.last_seq = seq
+            else:
+                self._out_of_line(state, seq)
+            if message.topic not in state.topics:
+                state.topics.add(message.topic)
+        self.received += len(messages)
+
+    @staticmethod
+    def _out_of_line(state: "_PerSource", seq: int) -> None:
+        expected = state.next_expected
+        if seq > expected:
+            state.unique += 1
+            state.gap_events += 1
+            state.missing.update(range(expected, seq))
+            state.next_expected = seq + 1
+            state.last_seq = seq
+        elif seq in state.missing:
+            state.missing.discard(seq)
+            state.unique += 1
+            state.out_of_order += 1
+        else:
+            state.duplicates += 1
+
+    def on_event(self, event) -> None:
+        if event.kind == "EOS":
+            self.eos += 1
+        elif event.kind == "BOS":
+            self.bos += 1
+            self.um_sources.add(event.source)
+
+    @property
+    def unique(self) -> int:
+        return sum(s.unique for s in self.sources.values())
+
+    def summary(self) -> dict:
+        latencies = np.asarray(self.latencies_ns, dtype=np.int64) / 1000.0
+        elapsed = ((self.last_time or 0) - (self.first_time or 0)) / 1e9
+        rate = (self.received - 1) / elapsed if elapsed > 0 and self.received > 1 else 0.0
+        per_source = {
+            f"{source_id:08x}": {"received": s.received, "unique": s.unique, "duplicates": s.duplicates,
+                                 "gaps": len(s.missing), "gap_events": s.gap_events,
+                                 "out_of_order": s.out_of_order, "first_seq": s.first_seq,
+                                 "last_seq": s.last_seq, "topics": sorted(s.topics)}
+            for source_id, s in self.sources.items()}
+        return {
+            "received": self.received,
+            "unique": self.unique,
+            "duplicates": sum(s.duplicates for s in self.sources.values()),
+            "gaps": sum(len(s.missing) for s in self.sources.values()),
+            "out_of_order": sum(s.out_of_order for s in self.sources.values()),
+            "malformed": self.malformed,
+            "rate_msgs_per_s": round(rate, 1),
+            "latency_us": {
+                "p50": round(float(np.percentile(latencies, 50)), 1) if latencies.size else None,
+                "p99": round(float(np.percentile(latencies, 99)), 1) if latencies.size else None,
+                "max": round(float(latencies.max()), 1) if latencies.size else None,
+            },
+            "per_source": per_source,
+            "um_sources": sorted(self.um_sources),
+            "bos": self.bos,
+            "eos": self.eos,
+        }

@@ -1,0 +1,92 @@
+"""tnwgd: the router daemon (UM Dynamic Routing Option), as in the DRO's own man page.
+
+    tnwgd [-d|--dump-dtd] [-v|--validate] [-f|--detach] [-u|--use-utc] [-h] CONFIG.xml
+
+Exit status: 0 success; 2 invalid configuration (the message names file, line and element);
+3 a portal could not start; 1 anything else.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from router.config import ConfigError, dump_dtd, load_gateway_config, validate_structure
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tnwgd", description="UM router daemon (Dynamic Routing Option).")
+    parser.add_argument("-d", "--dump-dtd", action="store_true", help="print the configuration DTD and exit")
+    parser.add_argument("-v", "--validate", action="store_true",
+                        help="validate the configuration file and exit (0 = valid)")
+    parser.add_argument("-f", "--detach", action="store_true", help="run in the background (daemonize)")
+    parser.add_argument("-u", "--use-utc", action="store_true", help="log timestamps in UTC")
+    parser.add_argument("configfile", nargs="?")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.dump_dtd:
+        sys.stdout.write(dump_dtd())
+        return 0
+    if not args.configfile:
+        print("tnwgd: a configuration file is required (tnwgd -h for help)", file=sys.stderr)
+        return 2
+    try:
+        if args.validate:
+            validate_structure(args.configfile)
+            load_gateway_config(args.configfile)       # semantics too: a valid file must run
+            print(f"{args.configfile}: valid")
+            return 0
+        config = load_gateway_config(args.configfile)
+    except ConfigError as err:
+        print(f"tnwgd: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"tnwgd: {args.configfile}: {err.strerror}", file=sys.stderr)
+        return 2
+    from router.eventlog import configure_logging
+    log_config = config.daemon.log
+    configure_logging(log_config.type, log_config.path, args.use_utc)
+    if args.detach:
+        _daemonize(config.daemon.pidfile)
+    elif config.daemon.pidfile:
+        _write_pidfile(config.daemon.pidfile)
+    from router.supervisor import Supervisor
+    try:
+        supervisor = Supervisor(args.configfile, utc=args.use_utc)
+    except ConfigError as err:
+        print(f"tnwgd: {err}", file=sys.stderr)
+        return 2
+    try:
+        return supervisor.run()
+    finally:
+        if config.daemon.pidfile:
+            try:
+                os.unlink(config.daemon.pidfile)
+            except OSError:
+                pass
+
+
+def _daemonize(pidfile: str | None) -> None:
+    """Classic double fork: the parent returns to the shell, the daemon has no terminal."""
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):            # console logging is lost when detached: use <log type="file">
+        os.dup2(devnull, fd)
+    if pidfile:
+        _write_pidfile(pidfile)
+
+
+def _write_pidfile(path: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(f"{os.getpid()}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

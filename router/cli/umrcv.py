@@ -1,0 +1,67 @@
+"""umrcv: receive a topic and report delivery: loss, duplicates, order, rate, latency (after lbmrcv)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from router.cli.common import add_context_arguments, open_context, print_json, setup_logging, stop_event_on_signals
+from router.cli.receive_stats import ReceiveStats
+
+
+def add_receive_arguments(parser: argparse.ArgumentParser) -> None:
+    add_context_arguments(parser)
+    parser.add_argument("-C", "--count", type=int, default=0, metavar="COUNT",
+                        help="exit after this many messages (0: run until stopped)")
+    parser.add_argument("--timeout", type=float, default=0, metavar="S",
+                        help="exit after S seconds whatever was received (0: no limit)")
+    parser.add_argument("-E", "--exit-on-eos", action="store_true",
+                        help="exit when a joined source ends (after at least one message)")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
+
+
+def run_receiver(args, subscribe) -> int:
+    """Open the context, subscribe with `subscribe(context, on_batch, on_event)`, wait, report."""
+    setup_logging(args.verbose)
+    stop = stop_event_on_signals()
+    stats = ReceiveStats()
+    context = open_context(args)
+    done_count = args.count
+
+    def on_batch(messages) -> None:
+        stats.on_batch(messages)
+        if done_count and stats.received >= done_count:
+            stop.set()
+
+    def on_event(event) -> None:
+        stats.on_event(event)
+        # UM's sample receivers report each transport session's start and end like this.
+        what = "Beginning of Transport Session" if event.kind == "BOS" else "End of Transport Session"
+        print(f"[{event.topic}][{event.source}], {what}", file=sys.stderr, flush=True)
+        if args.exit_on_eos and event.kind == "EOS" and stats.received:
+            stop.set()
+
+    try:
+        subscribe(context, on_batch, on_event)
+        stop.wait(args.timeout or None)
+    finally:
+        context.close()
+    summary = stats.summary()
+    if args.json:
+        print_json(summary)
+    else:
+        print(f"received {summary['received']} messages ({summary['unique']} unique, {summary['gaps']} missing, "
+              f"{summary['duplicates']} duplicates) at {summary['rate_msgs_per_s']:.0f} msgs/s; "
+              f"latency p50 {summary['latency_us']['p50']} us p99 {summary['latency_us']['p99']} us")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="umrcv", description=__doc__)
+    add_receive_arguments(parser)
+    parser.add_argument("topic")
+    args = parser.parse_args(argv)
+    return run_receiver(args, lambda ctx, on_batch, on_event: ctx.receiver(args.topic, on_event=on_event, on_batch=on_batch))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""umsrc: publish numbered, timestamped messages on a topic (after UM's lbmsrc sample)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from router.cli import payload
+from router.cli.common import add_context_arguments, open_context, print_json, setup_logging, stop_event_on_signals
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="umsrc", description=__doc__)
+    add_context_arguments(parser)
+    parser.add_argument("-M", "--messages", type=int, default=10_000, metavar="COUNT", help="messages to send")
+    parser.add_argument("-l", "--length", type=int, default=64, metavar="LEN", help="message length in bytes")
+    parser.add_argument("-P", "--rate", type=float, default=0, metavar="MSGS_PER_SEC",
+                        help="pace sending at this many messages per second (0: as fast as possible)")
+    parser.add_argument("-T", "--transport", choices=("tcp", "lbtipc"), default=None)
+    parser.add_argument("-W", "--wait-receivers", type=int, default=1, metavar="N",
+                        help="wait until N receivers have joined before sending (0: do not wait)")
+    parser.add_argument("--wait-timeout", type=float, default=60.0, metavar="S")
+    parser.add_argument("--start-on-stdin", action="store_true",
+                        help="after receivers joined, wait for a line on standard input before sending "
+                             "(scripts use it to start when a receiver behind a router reports BOS)")
+    parser.add_argument("-L", "--linger", type=float, default=0.5, metavar="S",
+                        help="seconds to keep the source open after the last message")
+    parser.add_argument("-F", "--flush", action="store_true", help="flush every message (lowest latency)")
+    parser.add_argument("-i", "--source-id", type=lambda s: int(s, 0), default=None,
+                        help="source id carried in each payload (default: random)")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
+    parser.add_argument("topic")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        buffer = payload.make_buffer(args.length)
+    except ValueError as err:
+        print(f"umsrc: {err}", file=sys.stderr)
+        return 2
+    stop = stop_event_on_signals()
+    context = open_context(args)
+    source_id = args.source_id if args.source_id is not None else int.from_bytes(os.urandom(4), "big")
+    try:
+        source = context.source(args.topic, transport=args.transport)
+        deadline = time.monotonic() + args.wait_timeout
+        while source.receiver_count < args.wait_receivers and not stop.is_set():
+            if time.monotonic() > deadline:
+                print(f"umsrc: no receiver joined within {args.wait_timeout} s", file=sys.stderr)
+                return 1
+            stop.wait(0.01)
+        if args.start_on_stdin:
+            print("umsrc: waiting for a line on standard input", file=sys.stderr, flush=True)
+            sys.stdin.readline()
+        started = time.monotonic()
+        sent = _send(source, buffer, source_id, args, stop)
+        source.flush()
+        elapsed = time.monotonic() - started
+        stop.wait(args.linger)
+        source.close()
+    finally:
+        context.close()
+    if args.json:
+        print_json({"sent": sent, "bytes": sent * args.length, "elapsed_s": round(elapsed, 6),
+                    "rate_msgs_per_s": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
+                    "source_id": f"{source_id:08x}"})
+    return 0
+
+
+def _send(source, buffer: bytearray, source_id: int, args, stop) -> int:
+    pack_into, send, time_ns = payload.pack_into, source.send, time.time_ns
+    flush = args.flush
+    if args.rate <= 0:
+        for seq in range(args.messages):
+            pack_into(buffer, 0, source_id, seq, time_ns())
+            send(buffer, flush)
+            if not seq & 0x3FFF and stop.is_set():
+                return seq + 1
+        return args.messages
+    interval = 1.0 / args.rate
+    next_send = time.perf_counter()
+    for seq in range(args.messages):
+        now = time.perf_counter()
+        if next_send > now:
+            time.sleep(next_send - now)
+        next_send += interval
+        pack_into(buffer, 0, source_id, seq, time_ns())
+        send(buffer, flush)
+        if stop.is_set():
+            return seq + 1
+    return args.messages
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""<daemon> → DaemonConfig: log, identity, monitoring, routing timers, the admin endpoint."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from lxml import etree
+
+from router.config.model import (DaemonConfig, HashMapConfig, LogConfig, MonitorConfig, RouteInfo,
+                                 RouteRecalculation, WebMonitorConfig)
+from router.config.reader import INT32_MAX, UINT32_MAX, ElementReader
+
+MAX_NAME_LENGTH = 256                   # TNWG_DSTAT_MAX_GATEWAY_NAME_LEN
+MAX_LOG_SIZE = 4000                     # millions of bytes (spec/dro.md §1.3)
+TRANSPORT_MODULES = ("lbm", "lbmsnmp", "udp")
+FORMAT_MODULES = ("csv", "pb", "parquet")   # parquet: umrouter's Parquet sink (DESIGN.md §5)
+LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
+
+
+def build_daemon(reader: ElementReader, element: etree._Element | None, config_path: Path) -> DaemonConfig:
+    daemon = DaemonConfig(name=config_path.stem)
+    if element is None:
+        return daemon
+    daemon.line, daemon.locations = element.sourceline, reader.locations(element)
+    daemon.name = build_name(reader, reader.child(element, "name"), config_path.stem)
+    daemon.log = _log(reader, reader.child(element, "log"))
+    for tag in ("uid", "gid"):
+        if reader.child(element, tag) is not None:
+            setattr(daemon, tag, reader.child_int(element, tag, 0, 0, UINT32_MAX))
+    daemon.pidfile = reader.child_path(element, "pidfile")
+    daemon.lbm_license_file = reader.child_path(element, "lbm-license-file")
+    daemon.topicmap = _hash_map(reader, reader.child(element, "topicmap"))
+    daemon.patternmap = _hash_map(reader, reader.child(element, "patternmap"))
+    daemon.monitor = _monitor(reader, reader.child(element, "monitor"))
+    daemon.web_monitor = _web_monitor(reader, reader.child(element, "web-monitor"))
+    for tag, why in (("daemon-monitor", "deprecated binary daemon statistics are not implemented"),
+                     ("propagation-delay", "eliminated")):
+        if reader.child(element, tag) is not None:
+            reader.warn(reader.child(element, tag), f"element has been deprecated and will be ignored ({why})")
+    daemon.xml_config = reader.child_path(element, "xml-config")
+    daemon.route_info = _route_info(reader, reader.child(element, "route-info"))
+    daemon.route_recalculation = _route_recalculation(reader, reader.child(element, "route-recalculation"))
+    daemon.admin = _admin(reader, reader.child(element, "admin"))
+    return daemon
+
+
+def build_name(reader: ElementReader, element: etree._Element | None, default: str) -> str:
+    if element is None:
+        return default
+    name = reader.text(element)
+    if not name:
+        reader.fail(element, "a name must not be empty")
+    if len(name.encode()) > MAX_NAME_LENGTH:
+        reader.fail(element, f"a name is at most {MAX_NAME_LENGTH} bytes long")
+    return name
+
+
+def _log(reader: ElementReader, element: etree._Element | None) -> LogConfig:
+    if element is None:
+        return LogConfig()
+    log = LogConfig(type=element.get("type", "console"), frequency=element.get("frequency", "disable"),
+                    size=reader.attr_int(element, "size", 0, 0, MAX_LOG_SIZE))
+    if log.type == "file":
+        if not reader.text(element):
+            reader.fail(element, 'type="file" needs the log file path as the element text')
+        log.path = reader.path(element)
+    elif log.frequency != "disable" or log.size:
+        reader.warn(element, "frequency and size apply only to type=\"file\"; ignored")
+    return log
+
+
+def _hash_map(reader: ElementReader, element: etree._Element | None) -> HashMapConfig:
+    if element is None:
+        return HashMapConfig()
+    return HashMapConfig(element.get("hash-function", "murmur2"),
+                         reader.attr_int(element, "size", 131111, 1, INT32_MAX))
+
+
+def _monitor(reader: ElementReader, element: etree._Element | None) -> MonitorConfig:
+    monitor = MonitorConfig()
+    if element is None:
+        return monitor
+    monitor.interval = reader.attr_int(element, "interval", 0, 0, INT32_MAX)
+    transport = reader.child(element, "transport-module")
+    if transport is not None:
+        monitor.transport_module = _module(reader, transport, "lbm", TRANSPORT_MODULES)
+        monitor.transport_options = _resolved(reader, reader.key_values(transport, "options"), "config")
+    formatter = reader.child(element, "format-module")
+    if formatter is not None:
+        monitor.format_module = _module(reader, formatter, "csv", FORMAT_MODULES)
+        monitor.format_options = _resolved(reader, reader.key_values(formatter, "options"), "dir")
+    return monitor
+
+
+def _module(reader: ElementReader, element: etree._Element, default: str, known: tuple[str, ...]) -> str:
+    module = element.get("module", default)
+    if module not in known:
+        reader.fail(element, f"module must be {' | '.join(known)}, got '{module}'")
+    return module
+
+
+def _resolved(reader: ElementReader, options: dict[str, str], path_key: str) -> dict[str, str]:
+    """A file or directory named in module options is relative to the configuration file too."""
+    if options.get(path_key):
+        options[path_key] = str((reader.base_dir / options[path_key]).resolve())
+    return options
+
+
+def _web_monitor(reader: ElementReader, element: etree._Element | None) -> WebMonitorConfig | None:
+    if element is None:
+        return None
+    text = reader.text(element)
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        reader.fail(element, f"expected 'interface:port' such as '*:15304', got '{text}'")
+    number = reader.integer(element, port, "the port", 1, 65535)
+    return WebMonitorConfig("0.0.0.0" if host == "*" else host.strip("[]"), number)
+
+
+def _route_info(reader: ElementReader, element: etree._Element | None) -> RouteInfo:
+    if element is None:
+        return RouteInfo()
+    return RouteInfo(reader.attr_int(element, "propagation-interval", 1000, 1),
+                     reader.attr_int(element, "check-interval", 750, 1),
+                     reader.attr_int(element, "timeout", 4000, 1),
+                     reader.attr_int(element, "max-hop-count", 100, 1, 255))
+
+
+def _route_recalculation(reader: ElementReader, element: etree._Element | None) -> RouteRecalculation:
+    if element is None:
+        return RouteRecalculation()
+    result = RouteRecalculation(reader.attr_int(element, "backoff-interval", 5000),
+                                reader.attr_int(element, "warning-interval", 10000))
+    if result.backoff_interval > result.warning_interval:
+        reader.fail(element, f"backoff-interval ({result.backoff_interval}) must not exceed "
+                             f"warning-interval ({result.warning_interval})")
+    return result
+
+
+def _admin(reader: ElementReader, element: etree._Element | None) -> str | None:
+    """ipc://PATH (relative to the configuration file) or tcp:// on loopback: the admin socket
+    accepts commands without authentication, so it must not be reachable from the network."""
+    if element is None:
+        return None
+    text = reader.text(element)
+    if text.startswith("ipc://"):
+        path = text[len("ipc://"):]
+        if not path:
+            reader.fail(element, "ipc:// needs a path")
+        if path.startswith("@") or path.startswith("/"):
+            return text
+        return f"ipc://{(reader.base_dir / path).resolve()}"
+    if text.startswith("tcp://"):
+        host = text[len("tcp://"):].rpartition(":")[0]
+        if not (host.startswith("127.") or host in LOOPBACK_HOSTS):
+            reader.fail(element, f"tcp:// admin endpoints must be on loopback (127.0.0.1, ::1), got '{host}'")
+        return text
+    reader.fail(element, f"expected an ipc:// or tcp:// endpoint, got '{text}'")

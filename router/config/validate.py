@@ -1,0 +1,104 @@
+"""Checks that need more than one element: names, domains, files on disk, the UM options of portals.
+
+Values inside one element were range-checked while the model was built (build_*.py); what remains
+here is what the DRO rejects across the file (spec/dro.md §1.5, §2.5): duplicate portal names, two
+endpoints on one domain, two domain-ids for one domain, one domain-id for two domains, and every UM
+configuration file a portal names. Each failure is a ConfigError naming file, line and element.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+from router.config.model import DaemonConfig, EndpointConfig, GatewayConfig, PeerConfig
+from router.config.portal_um import describe_resolver, portal_um_configs, same_domain
+from router.um.config import ConfigError
+from router.um.xml_config import check_xml_config
+
+Portal = EndpointConfig | PeerConfig
+log = logging.getLogger("router.config")
+
+
+def validate_gateway(config: GatewayConfig) -> None:
+    """Raise the first cross-element mistake; fill in each portal's effective UM options."""
+    _check_portal_count(config)
+    _check_unique_names(config)
+    for peer in config.peers:
+        _check_link(peer)
+    _check_xml_config(config.daemon)
+    for portal in config.portals:
+        portal.source_um, portal.receiver_um = portal_um_configs(portal, config.daemon)
+    _check_domains(config.endpoints)
+
+
+def _check_portal_count(config: GatewayConfig) -> None:
+    if len(config.portals) < 2:
+        log.warning("%s: only one portal; a router forwards between two or more", config.path)
+
+
+def _check_unique_names(config: GatewayConfig) -> None:
+    seen: dict[str, Portal] = {}
+    for portal in config.portals:
+        first = seen.get(portal.name)
+        if first is not None:
+            raise ConfigError(f"portal name '{portal.name}' is already used by the {first.kind} "
+                              f"at {_at(first, portal, 'name')}; portal names must be unique",
+                              *portal.where("name"), "name")
+        seen[portal.name] = portal
+
+
+def _check_link(peer: PeerConfig) -> None:
+    link = peer.link
+    if link.initiator is None and link.acceptor is None:
+        raise ConfigError(f"peer '{peer.name}' needs an <initiator> or an <acceptor>",
+                          *peer.where("single-tcp"), "single-tcp")
+    if link.tls is not None:
+        for path in (link.tls.certificate, link.tls.certificate_key, link.tls.trusted_certificates):
+            if path is not None and not path.is_file():
+                raise ConfigError(f"peer '{peer.name}': TLS file '{path}' does not exist",
+                                  *peer.where("single-tcp" if not link.dual else "tcp"), "tls")
+
+
+def _check_xml_config(daemon: DaemonConfig) -> None:
+    if daemon.xml_config is None:
+        return
+    where = daemon.locations.get("xml-config", (None, daemon.line))
+    if not daemon.xml_config.is_file():
+        raise ConfigError(f"cannot read xml-config file '{daemon.xml_config}': no such file",
+                          *where, "xml-config")
+    check_xml_config(daemon.xml_config)
+    daemon.xml_config_digest = hashlib.sha256(Path(daemon.xml_config).read_bytes()).hexdigest()
+
+
+def _check_domains(endpoints: list[EndpointConfig]) -> None:
+    """One router, one endpoint per domain; one domain, one domain-id (spec/dro.md §1.5, §2.5)."""
+    for index, endpoint in enumerate(endpoints):
+        for other in endpoints[:index]:
+            shared = same_domain(other.receiver_um, endpoint.receiver_um)
+            if not shared and other.domain_id != endpoint.domain_id:
+                continue
+            raise ConfigError(_domain_conflict(other, endpoint, shared),
+                              *endpoint.where("domain-id"), "domain-id")
+
+
+def _domain_conflict(first: EndpointConfig, second: EndpointConfig, shared: bool) -> str:
+    where = _at(first, second, "endpoint")
+    mine, theirs = describe_resolver(second.receiver_um), describe_resolver(first.receiver_um)
+    if shared and first.domain_id == second.domain_id:
+        return (f"endpoints '{first.name}' ({where}) and '{second.name}' are both on domain "
+                f"{second.domain_id} ({mine}); a router may have only one endpoint per topic "
+                f"resolution domain")
+    if shared:
+        return (f"domain-id {second.domain_id} differs from domain-id {first.domain_id} of endpoint "
+                f"'{first.name}' ({where}), which is on the same topic resolution domain ({mine}); "
+                f"one domain has one domain-id")
+    return (f"domain-id {second.domain_id} is already used by endpoint '{first.name}' ({where}) for "
+            f"another topic resolution domain ({theirs}, here {mine}); each domain needs its own "
+            f"domain-id")
+
+
+def _at(first: Portal, second: Portal, element: str) -> str:
+    """'line 12', or 'file.xml:12' when the two come from different (included) files."""
+    path, line = first.where(element)
+    return f"line {line}" if path == second.where(element)[0] else f"{path}:{line}"

@@ -1,0 +1,87 @@
+"""Lifecycle log lines with stable message ids, the way DRO operators grep their logs.
+
+    [2026-11-22 04:15:00.123456] [information] UMR-2001-1: portal LAN1: proxy source created: ...
+
+Ids never change meaning once released; alerting rules key on them. `configure_logging` sets up
+the `<log>` destination (console, file, syslog) for the supervisor and its workers.
+"""
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+import time
+
+log = logging.getLogger("router")
+
+MESSAGE_IDS: dict[str, tuple[str, int]] = {
+    # id, severity
+    "router-started": ("UMR-1001-1", logging.INFO),
+    "router-stopping": ("UMR-1001-2", logging.INFO),
+    "router-stopped": ("UMR-1001-3", logging.INFO),
+    "config-reloaded": ("UMR-1002-1", logging.INFO),
+    "config-rejected": ("UMR-1002-2", logging.ERROR),
+    "portal-up": ("UMR-1101-1", logging.INFO),
+    "portal-down": ("UMR-1101-2", logging.WARNING),
+    "portal-restarting": ("UMR-1101-3", logging.WARNING),
+    "portal-hung": ("UMR-1101-4", logging.ERROR),
+    "portal-crash-loop": ("UMR-1101-5", logging.CRITICAL),
+    "portal-stopped": ("UMR-1101-6", logging.INFO),
+    "interest-added": ("UMR-2001-1", logging.INFO),
+    "interest-removed": ("UMR-2001-2", logging.INFO),
+    "proxy-receiver-created": ("UMR-2002-1", logging.INFO),
+    "proxy-receiver-deleted": ("UMR-2002-2", logging.INFO),
+    "proxy-wildcard-receiver-created": ("UMR-2002-3", logging.INFO),
+    "proxy-source-created": ("UMR-2003-1", logging.INFO),
+    "proxy-source-deleted": ("UMR-2003-2", logging.INFO),
+    "drops-would-block": ("UMR-3001-1", logging.WARNING),
+    "drops-size-error": ("UMR-3001-2", logging.WARNING),
+    "drops-queue-failure": ("UMR-3001-3", logging.WARNING),
+    "ring-full": ("UMR-3002-1", logging.WARNING),
+    "malformed-input": ("UMR-3003-1", logging.WARNING),
+}
+
+
+class _DroFormatter(logging.Formatter):
+    """`[YYYY-MM-DD HH:MM:SS.uuuuuu] [severity] text`, local time or UTC (`tnwgd -u`)."""
+
+    def __init__(self, utc: bool = False):
+        super().__init__()
+        self.convert = time.gmtime if utc else time.localtime
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", self.convert(record.created))
+        micros = int((record.created % 1) * 1_000_000)
+        severity = {logging.INFO: "information", logging.WARNING: "WARNING", logging.ERROR: "ERROR",
+                    logging.CRITICAL: "CRITICAL", logging.DEBUG: "debug"}.get(record.levelno, record.levelname)
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return f"[{stamp}.{micros:06d}] [{severity}] {text}"
+
+
+def configure_logging(log_type: str = "console", path: str | None = None, utc: bool = False,
+                      verbose: bool = False) -> None:
+    if log_type == "file" and path:
+        handler: logging.Handler = logging.FileHandler(path)          # appended, never overwritten
+    elif log_type == "syslog":
+        handler = logging.handlers.SysLogHandler(address="/dev/log")
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_DroFormatter(utc))
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def event(name: str, text: str, portal: str | None = None) -> None:
+    message_id, level = MESSAGE_IDS[name]
+    prefix = f"portal {portal}: " if portal else ""
+    log.log(level, "%s: %s%s", message_id, prefix, text)
+
+
+def portal_logger(portal: str):
+    """`log_event(name, text)` for one portal's worker."""
+    return lambda name, text: event(name, text, portal)

@@ -1,0 +1,144 @@
+"""Shared-memory segment lifecycle: naming, create/attach, unmap, unlink, stale-segment removal.
+
+Segments are POSIX shared memory (``/dev/shm``) named ``/umr.<owner>.<pid>.<name>``: ``owner`` is the
+router name, ``pid`` the owner's process id. Only the owner creates (``O_CREAT | O_EXCL``) and
+unlinks; everyone else attaches read-write. Because the owner's pid is in the name, a segment
+whose owner is gone is recognisable and ``remove_stale`` deletes it at the next start.
+
+A mapping cannot be closed while memoryviews over it are alive: ``close()`` releases its own view
+and tells you, with a clear error, if something else (a ring, a handler keeping a payload view)
+still holds one. Close rings before their segment.
+"""
+from __future__ import annotations
+
+import atexit
+import gc
+import mmap
+import os
+import re
+
+import posix_ipc
+
+PREFIX = "umr"
+_SHM_DIRECTORY = "/dev/shm"
+_NAME_PART = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def segment_name(owner: str, name: str, pid: int | None = None) -> str:
+    """``/umr.<owner>.<pid>.<name>``; owner and name are letters, digits, '_' and '-'."""
+    for label, part in (("owner", owner), ("name", name)):
+        if not _NAME_PART.match(part):
+            raise ValueError(f"shared-memory {label} {part!r} must be letters, digits, '_' or '-'")
+    return f"/{PREFIX}.{owner}.{os.getpid() if pid is None else pid}.{name}"
+
+
+class SharedSegment:
+    """One mapped POSIX shared-memory segment. Use ``create`` (owner) or ``attach``."""
+
+    def __init__(self, name: str, memory: mmap.mmap, *, owner_pid: int | None):
+        self.name = name
+        self.size = len(memory)
+        self._mmap = memory
+        self._owner_pid = owner_pid
+        self.memory: memoryview = memoryview(memory)
+        if owner_pid is not None:
+            atexit.register(self.close)
+
+    @classmethod
+    def create(cls, owner: str, name: str, size: int) -> "SharedSegment":
+        """Create a new zero-filled segment; fails if the name exists. The caller owns it."""
+        full_name = segment_name(owner, name)
+        shm = posix_ipc.SharedMemory(full_name, posix_ipc.O_CREX, mode=0o600, size=size)
+        try:
+            memory = mmap.mmap(shm.fd, size)
+        except BaseException:
+            shm.unlink()
+            raise
+        finally:
+            shm.close_fd()
+        return cls(full_name, memory, owner_pid=os.getpid())
+
+    @classmethod
+    def attach(cls, full_name: str) -> "SharedSegment":
+        """Map an existing segment read-write; this process may not unlink it."""
+        shm = posix_ipc.SharedMemory(full_name)
+        try:
+            memory = mmap.mmap(shm.fd, shm.size)
+        finally:
+            shm.close_fd()
+        return cls(full_name, memory, owner_pid=None)
+
+    @property
+    def is_owner(self) -> bool:
+        # A forked child inherits the object but not the ownership.
+        return self._owner_pid == os.getpid()
+
+    def unlink(self) -> None:
+        """Remove the name (existing mappings stay valid). Only the owner may."""
+        if not self.is_owner:
+            raise PermissionError(f"only the owner (pid {self._owner_pid}) may unlink {self.name}")
+        try:
+            posix_ipc.unlink_shared_memory(self.name)
+        except posix_ipc.ExistentialError:
+            pass
+
+    def close(self) -> None:
+        """Unmap (and, for the owner, unlink). Raises BufferError if views are still alive."""
+        if self.is_owner:
+            self.unlink()
+            self._owner_pid = None
+            atexit.unregister(self.close)
+        if self._mmap.closed:
+            return
+        self.memory.release()
+        try:
+            self._mmap.close()
+        except BufferError:
+            gc.collect()  # views caught in reference cycles
+            try:
+                self._mmap.close()
+            except BufferError:
+                raise BufferError(
+                    f"cannot unmap {self.name}: memoryviews over it are still alive "
+                    "(close rings first; handlers must not keep payload views)"
+                ) from None
+
+    def __enter__(self) -> "SharedSegment":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, belongs to someone else
+        return True
+    return True
+
+
+def remove_stale(prefix: str = PREFIX) -> list[str]:
+    """Unlink segments (and wakeup FIFOs) named ``<prefix>...`` whose owner pid is not alive.
+
+    ``prefix`` is ``umr`` or ``umr.<owner>`` to limit the sweep to one router. A pid that has been
+    reused by an unrelated live process keeps its segments: removal errs on the safe side.
+    Returns the names removed.
+    """
+    removed = []
+    for entry in sorted(os.listdir(_SHM_DIRECTORY)):
+        if not entry.startswith(prefix + ".") and entry != prefix:
+            continue
+        fields = entry.split(".")
+        if len(fields) < 4 or fields[0] != PREFIX or not fields[2].isdigit():
+            continue
+        if pid_alive(int(fields[2])):
+            continue
+        try:
+            os.unlink(os.path.join(_SHM_DIRECTORY, entry))
+        except FileNotFoundError:
+            continue
+        removed.append("/" + entry)
+    return removed

@@ -1,0 +1,86 @@
+"""Per-portal counters: one int64 array per portal in shared memory, written only by its worker.
+
+The names follow the DRO's statistics (spec/dro.md §3.2, the seed's web-monitor pages) so an
+operator who knows the DRO reads them without a glossary. The supervisor, the admin socket, the
+web monitor and the Parquet sink all read the same array; a worker restart keeps it (the segment
+belongs to the supervisor), which is why `worker_restarts` can be reported next to the totals.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# Order is the layout of the shared array: append only (the Parquet schema is versioned with it).
+ENDPOINT_COUNTERS = (
+    # receive side: data arriving from this portal's domain for other portals
+    "transport_topic_fragments_rcvd", "transport_topic_fragment_bytes_rcvd",
+    "transport_topic_fragments_rcvd_unknown", "transport_topic_fragment_bytes_rcvd_unknown",
+    # send side: data from other portals into this domain
+    "transport_topic_fragments_forwarded", "transport_topic_fragment_bytes_forwarded",
+    "transport_topic_fragments_sent", "transport_topic_fragment_bytes_sent",
+    "transport_topic_fragments_dropped_would_block", "transport_topic_fragment_bytes_dropped_would_block",
+    "transport_topic_fragments_dropped_error", "transport_topic_fragment_bytes_dropped_error",
+    "transport_topic_fragments_dropped_size_error", "transport_topic_fragment_bytes_dropped_size_error",
+    "transport_topic_fragments_dropped_queue_failure", "transport_topic_fragment_bytes_dropped_queue_failure",
+    "data_bytes_enqueued", "data_bytes_enqueued_max", "data_bytes_enqueued_limit",
+    # proxies and interest
+    "proxy_receivers", "proxy_sources", "proxy_sources_created", "proxy_sources_deleted",
+    "receiver_topics", "receiver_pcre_patterns", "receiver_regex_patterns",
+    "local_interest_topics", "local_interest_pcre_patterns", "local_interest_regex_patterns",
+    "remote_interest_topics", "remote_interest_pcre_patterns", "remote_interest_regex_patterns",
+    "streams_in", "streams_out",
+    # topic resolution and the router's own plumbing
+    "lbmr_packets_rcvd", "lbmr_packets_sent", "lbmr_malformed",
+    "use_queries_sent", "topic_resolution_requests_sent",
+    "ring_full_events", "ring_records_malformed", "bus_messages_malformed",
+    "heartbeat_ns", "worker_pid", "worker_started_ns",
+)
+
+PEER_COUNTERS = (
+    "data_msgs_rcvd", "data_msg_bytes_rcvd", "gateway_cntl_msgs_rcvd", "gateway_cntl_msg_bytes_rcvd",
+    "data_fragments_forwarded", "data_fragment_bytes_forwarded",
+    "data_fragments_sent", "data_fragment_bytes_sent",
+    "data_fragments_dropped_would_block", "data_fragment_bytes_dropped_would_block",
+    "data_fragments_dropped_not_operational", "data_fragment_bytes_dropped_not_operational",
+    "data_fragments_dropped_queue_failure", "data_fragment_bytes_dropped_queue_failure",
+    "gateway_cntl_msgs", "gateway_cntl_msgs_sent",
+    "batches", "data_bytes_enqueued", "data_bytes_enqueued_max", "data_bytes_enqueued_limit",
+    "rtt_samples", "rtt_min", "rtt_mean", "rtt_max", "last_ka_time",
+    "link_connects", "link_disconnects", "link_malformed",
+)
+
+# One layout for every portal (a peer's names follow the endpoint's) keeps the Parquet schema
+# and the shared segments uniform; counters a kind never touches stay zero.
+COUNTER_NAMES = ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
+INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
+SIZE = len(COUNTER_NAMES)
+SEGMENT_BYTES = SIZE * 8
+
+
+class PortalCounters:
+    """A view of one portal's counters over `buffer` (shared memory, or a private array)."""
+
+    def __init__(self, buffer=None):
+        self.values = np.ndarray((SIZE,), dtype=np.int64, buffer=buffer) if buffer is not None \
+            else np.zeros(SIZE, dtype=np.int64)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        self.values[INDEX[name]] += amount
+
+    def add_pair(self, name: str, bytes_name: str, count: int, size: int) -> None:
+        values = self.values
+        values[INDEX[name]] += count
+        values[INDEX[bytes_name]] += size
+
+    def set(self, name: str, value: int) -> None:
+        self.values[INDEX[name]] = value
+
+    def set_max(self, name: str, value: int) -> None:
+        index = INDEX[name]
+        if value > self.values[index]:
+            self.values[index] = value
+
+    def get(self, name: str) -> int:
+        return int(self.values[INDEX[name]])
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(zip(COUNTER_NAMES, self.values.tolist()))

@@ -1,0 +1,114 @@
+"""The egress side of a portal: one proxy source per originating source, keyed by OTID.
+
+A stream advertisement from another portal creates (or re-points) the proxy source for that OTID;
+its TIRs carry the original OTID, the cost so far plus this portal's cost, one more hop, and the
+origin's domain id. Data records become frames on the proxy source with the origin's sequence
+numbers and fragmentation. When the stream ends the proxy source waits `source-deletion-delay`,
+then sends final advertisements and goes away.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+from router.worker.records import StreamAdvert
+
+log = logging.getLogger(__name__)
+
+FINAL_ADVERTISEMENTS = 3
+
+
+@dataclass(slots=True)
+class ProxySource:
+    advert: StreamAdvert
+    source: object                        # router.um.source.Source
+    streams: set = field(default_factory=set)    # (ring index, stream id) feeding it
+    deletion_timer: object | None = None
+
+
+class ProxySourceTable:
+    def __init__(self, context, portal_cost: int, domain_id: int, max_queue: int,
+                 deletion_delay: float, counters, log_event: Callable[[str, str], None]):
+        self.context = context
+        self.portal_cost = portal_cost
+        self.domain_id = domain_id
+        self.max_queue = max_queue
+        self.deletion_delay = deletion_delay
+        self.counters = counters
+        self.log_event = log_event
+        self.by_otid: dict[bytes, ProxySource] = {}
+        self.by_stream: dict[tuple[int, int], ProxySource] = {}
+
+    def advertise(self, ring: int, advert: StreamAdvert) -> ProxySource | None:
+        """A stream was announced to this portal; returns its proxy source (None: not for us)."""
+        if advert.origin_domain_id == self.domain_id:
+            return None          # it came from this portal's own domain: never send it back
+        proxy = self.by_otid.get(advert.otid)
+        if proxy is None:
+            source = self.context.source(
+                advert.topic, otid=advert.otid, cost=advert.cost + self.portal_cost,
+                hop_count=advert.hop_count + 1, domain_id=advert.origin_domain_id,
+                overflow="drop", max_queue=self.max_queue, final_advertisements=FINAL_ADVERTISEMENTS)
+            proxy = self.by_otid[advert.otid] = ProxySource(advert, source)
+            self.counters.add("proxy_sources_created")
+            self.counters.set("proxy_sources", len(self.by_otid))
+            self.log_event("proxy-source-created", f"topic {advert.topic} for {advert.source} "
+                           f"(cost {advert.cost + self.portal_cost}, hop {advert.hop_count + 1})")
+        elif proxy.deletion_timer is not None:
+            proxy.deletion_timer.cancel()        # the source came back (or a new path): keep it
+            proxy.deletion_timer = None
+        proxy.streams.add((ring, advert.stream_id))
+        self.by_stream[(ring, advert.stream_id)] = proxy
+        return proxy
+
+    def proxy_for(self, ring: int, stream_id: int) -> ProxySource | None:
+        return self.by_stream.get((ring, stream_id))
+
+    def end_stream(self, ring: int, stream_id: int) -> None:
+        proxy = self.by_stream.pop((ring, stream_id), None)
+        if proxy is None:
+            return
+        proxy.streams.discard((ring, stream_id))
+        if not proxy.streams and proxy.deletion_timer is None:
+            proxy.deletion_timer = self.context.loop.call_later(self.deletion_delay, self._delete, proxy)
+
+    def end_streams_of_ring(self, ring: int) -> None:
+        """A portal's worker died: its streams end (it re-announces them when it is back)."""
+        for key in [k for k in self.by_stream if k[0] == ring]:
+            self.end_stream(*key)
+
+    def drop_topic(self, topic: str) -> None:
+        """No receiver for `topic` remains in this domain: its proxy sources go now."""
+        for proxy in [p for p in self.by_otid.values() if p.advert.topic == topic]:
+            self._delete(proxy)
+
+    def _delete(self, proxy: ProxySource) -> None:
+        if self.by_otid.get(proxy.advert.otid) is not proxy:
+            return
+        del self.by_otid[proxy.advert.otid]
+        for key in list(proxy.streams):
+            self.by_stream.pop(key, None)
+        if proxy.deletion_timer is not None:
+            proxy.deletion_timer.cancel()
+        proxy.source.close()
+        self.counters.add("proxy_sources_deleted")
+        self.counters.set("proxy_sources", len(self.by_otid))
+        self.log_event("proxy-source-deleted", f"topic {proxy.advert.topic} for {proxy.advert.source}")
+
+    def set_cost(self, cost: int) -> None:
+        """A reload changed this portal's cost: every proxy source re-advertises."""
+        self.portal_cost = cost
+        for proxy in self.by_otid.values():
+            proxy.source.set_cost(proxy.advert.cost + cost, proxy.advert.hop_count + 1)
+
+    def sessions(self) -> list:
+        """The transport sessions the proxy sources share (usually one per portal)."""
+        return list({id(p.source.session): p.source.session for p in self.by_otid.values()}.values())
+
+    def topics(self) -> set[str]:
+        return {p.advert.topic for p in self.by_otid.values()}
+
+    def close(self) -> None:
+        for proxy in list(self.by_otid.values()):
+            self._delete(proxy)

@@ -1,0 +1,366 @@
+"""The supervisor (`tnwgd`): reconciles the configuration with the workers that run it.
+
+After gunicorn's arbiter: signal handlers only enqueue; the main loop dispatches `handle_<sig>`,
+then reaps dead workers, restarts them with backoff, kills hung ones (TERM, then KILL), and tells
+systemd how things are. It owns everything that must outlive a worker: the ring and counter
+segments, the wakeup eventfds, the control-bus hub. SIGHUP, `routerctl reload` and systemd's
+ExecReload all call one diff-based `reload()`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import multiprocess
+import zmq
+
+from router import systemd_notify
+from router.config import ConfigError, diff_configs, load_gateway_config
+from router.eventlog import event
+from router.ipc import bus_messages as bm
+from router.ipc.bus import BusHub
+from router.ipc.shm import SharedSegment, remove_stale
+from router.monitor.counters import SEGMENT_BYTES, PortalCounters
+from router.runtime import bus_endpoints, runtime_dir
+from router.um.loop import EventLoop
+from router.worker.datapath import DataPathSpec, RingSet
+from router.worker.process import EXIT_BOOT_ERROR, WorkerSpec, worker_main
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_TIMEOUT = 5.0          # a worker whose loop has not beaten for this long is hung
+KILL_GRACE = 2.0                 # between TERM and KILL
+BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
+STABLE_AFTER = 60.0              # a worker up this long has its backoff reset
+STOP_TIMEOUT = 10.0
+
+EXIT_CONFIG_ERROR = 2
+EXIT_BOOT_FAILED = 3
+
+
+@dataclass
+class Worker:
+    config: object
+    index: int
+    counters: PortalCounters
+    segment: SharedSegment
+    process: object = None
+    generation: int = 0
+    restarts: int = 0
+    started: float = 0.0
+    backoff: float = BACKOFF_FIRST
+    restart_at: float | None = None
+    term_sent: float | None = None
+    ready: bool = False
+    retired: bool = False                 # removed by reload: do not restart
+    boot_failures: int = 0
+    history: list = field(default_factory=list)
+
+
+class Supervisor:
+    SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
+
+    def __init__(self, config_path: str, utc: bool = False):
+        self.config_path = config_path
+        self.config = load_gateway_config(config_path)
+        self.name = self.config.daemon.name
+        self.utc = utc
+        self.pid = os.getpid()
+        self.loop = EventLoop("supervisor")
+        self.signals: deque[int] = deque()
+        self.stopping = False
+        self.ready_sent = False
+        self.started = time.time()
+        self.workers: dict[str, Worker] = {}
+        self.free_indexes = list(range(64))
+        self.runtime = runtime_dir()
+        self.zmq = zmq.Context()
+        self.hub = BusHub(self.zmq, *bus_endpoints(self.name, self.pid, self.runtime), self.loop)
+        self.hub.on_message = self._on_bus
+        self.rings = RingSet(self.name)
+        self.extensions: list = []        # admin socket, web monitor, parquet sink (later issues)
+        self.last_watchdog = 0.0
+
+    # -- start ---------------------------------------------------------------------------------
+    def run(self) -> int:
+        removed = remove_stale(f"umr.{self.name}")
+        if removed:
+            log.info("removed %d shared-memory segments of a crashed run", len(removed))
+        self._install_signals()
+        event("router-started", f"router {self.name} (pid {self.pid}) starting {len(self.config.portals)} portals")
+        for portal in self.config.portals:
+            self._add_worker(portal)
+        systemd_notify.notify(f"STATUS=starting {len(self.workers)} portals")
+        try:
+            while not self.stopping:
+                self.loop.run_once(0.1)
+                self._dispatch_signals()
+                self._reap()
+                self._check_heartbeats()
+                self._manage()
+                self._notify()
+                if self._boot_failed():
+                    log.critical("a portal cannot start; stopping (see the errors above)")
+                    self.stop()
+                    return EXIT_BOOT_FAILED
+        finally:
+            self._shutdown()
+        return 0
+
+    def _install_signals(self) -> None:
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        self._signal_pipe = (reader, writer)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self.loop.add_reader(reader.fileno(), lambda: _drain_socket(reader))
+        for sig in self.SIGNALS:
+            signal.signal(sig, self._enqueue_signal)
+
+    def _enqueue_signal(self, signum, frame) -> None:
+        self.signals.append(signum)          # nothing else here: no logging in a handler
+
+    def _dispatch_signals(self) -> None:
+        while self.signals:
+            signum = self.signals.popleft()
+            handler = getattr(self, f"handle_{signal.Signals(signum).name[3:].lower()}", None)
+            if handler is not None:
+                handler()
+
+    def handle_hup(self) -> None:
+        self.reload()
+
+    def handle_term(self) -> None:
+        self.stop()
+
+    def handle_int(self) -> None:
+        self.stop()
+
+    def handle_chld(self) -> None:
+        self._reap()
+
+    # -- workers -------------------------------------------------------------------------------
+    def _add_worker(self, portal) -> Worker:
+        index = self.free_indexes.pop(0)
+        segment = SharedSegment.create(self.name, f"counters{index}", SEGMENT_BYTES)
+        worker = Worker(portal, index, PortalCounters(segment.memory[:SEGMENT_BYTES]), segment)
+        self.rings.create(index)
+        self.workers[portal.name] = worker
+        self._spawn(worker)
+        return worker
+
+    def _spawn(self, worker: Worker) -> None:
+        worker.generation += 1
+        worker.ready = False
+        worker.term_sent = None
+        worker.restart_at = None
+        worker.counters.set("heartbeat_ns", time.monotonic_ns())
+        spec = WorkerSpec(portal=worker.config, index=worker.index, portal_indexes=self.portal_indexes(),
+                          generation=worker.generation, bus_endpoints=self.hub.endpoints,
+                          counters_segment=worker.segment,
+                          datapath=DataPathSpec(self.rings, self.portal_indexes()),
+                          log_type=self.config.daemon.log.type, log_path=self.config.daemon.log.path,
+                          utc=self.utc)
+        process = multiprocess.get_context("fork").Process(target=worker_main, args=(spec,),
+                                                           name=f"tnwgd-{worker.config.name}", daemon=False)
+        process.start()
+        worker.process = process
+        worker.started = time.monotonic()
+
+    def portal_indexes(self) -> dict[str, int]:
+        return {name: w.index for name, w in self.workers.items() if not w.retired}
+
+    def _on_bus(self, identity: str, message) -> None:
+        if isinstance(message, bm.Hello):
+            worker = self.workers.get(message.portal)
+            if worker is not None and worker.process is not None and message.pid == worker.process.pid:
+                worker.ready = True
+                self.hub.portal_up(message.portal, worker.index, worker.generation)
+
+    def _reap(self) -> None:
+        for name, worker in list(self.workers.items()):
+            process = worker.process
+            if process is None or process.is_alive():
+                continue
+            code = process.exitcode
+            process.join(0)
+            worker.process = None
+            self.hub.portal_down(name, worker.index)
+            if worker.retired or self.stopping:
+                continue
+            uptime = time.monotonic() - worker.started
+            if code == EXIT_BOOT_ERROR:
+                worker.boot_failures += 1
+            if uptime >= STABLE_AFTER:
+                worker.backoff = BACKOFF_FIRST
+            worker.restarts += 1
+            worker.restart_at = time.monotonic() + worker.backoff
+            event("portal-down", f"worker pid {process.pid} exited with {_describe_exit(code)} after "
+                  f"{uptime:.1f} s; restarting in {worker.backoff:.1f} s (restart {worker.restarts})", name)
+            worker.backoff = min(worker.backoff * 2, BACKOFF_MAX)
+
+    def _check_heartbeats(self) -> None:
+        now_ns = time.monotonic_ns()
+        for name, worker in self.workers.items():
+            process = worker.process
+            if process is None or not process.is_alive():
+                continue
+            silent = (now_ns - worker.counters.get("heartbeat_ns")) / 1e9
+            if worker.term_sent is None and silent > HEARTBEAT_TIMEOUT:
+                event("portal-hung", f"worker pid {process.pid} missed heartbeats for {silent:.1f} s; "
+                      "sending TERM", name)
+                worker.term_sent = time.monotonic()
+                _kill(process.pid, signal.SIGTERM)
+            elif worker.term_sent is not None and time.monotonic() - worker.term_sent > KILL_GRACE:
+                _kill(process.pid, signal.SIGKILL)
+
+    def _manage(self) -> None:
+        now = time.monotonic()
+        for worker in self.workers.values():
+            if worker.process is None and not worker.retired and worker.restart_at is not None \
+                    and now >= worker.restart_at and not self.stopping:
+                event("portal-restarting", f"starting generation {worker.generation + 1}", worker.config.name)
+                self._spawn(worker)
+
+    def _boot_failed(self) -> bool:
+        """A worker that cannot even boot before the router is ready is a configuration problem."""
+        return not self.ready_sent and any(w.boot_failures for w in self.workers.values())
+
+    def _notify(self) -> None:
+        if not self.ready_sent and self.workers and all(w.ready for w in self.workers.values()):
+            self.ready_sent = True
+            systemd_notify.notify("READY=1", f"STATUS=routing: {len(self.workers)} portals up")
+            log.info("all %d portals are up", len(self.workers))
+        interval = systemd_notify.watchdog_interval()
+        if interval and time.monotonic() - self.last_watchdog >= interval:
+            self.last_watchdog = time.monotonic()
+            systemd_notify.notify("WATCHDOG=1")
+
+    # -- reload --------------------------------------------------------------------------------
+    def reload(self) -> dict:
+        """Apply the configuration file as it is now; only portals whose configuration changed
+        restart. An invalid file changes nothing."""
+        systemd_notify.reloading()
+        try:
+            new = load_gateway_config(self.config_path)
+        except (ConfigError, OSError) as err:
+            event("config-rejected", f"configuration not reloaded, the old one keeps running: {err}")
+            systemd_notify.notify("READY=1", "STATUS=reload rejected: configuration invalid")
+            return {"ok": False, "error": str(err)}
+        diff = diff_configs(self.config, new)
+        cost_only = []
+        for name in diff.removed:
+            self._retire(name)
+        for name in diff.changed:
+            old_portal, new_portal = self.workers[name].config, new.portal(name)
+            worker = self.workers[name]
+            worker.config = new_portal
+            if dataclasses.replace(old_portal, cost=new_portal.cost) == new_portal:
+                cost_only.append(name)
+                self.hub.send_to(name, bm.SetCost(name, new_portal.cost))
+            elif worker.process is not None:
+                worker.restart_at = time.monotonic()
+                worker.backoff = BACKOFF_FIRST
+                _kill(worker.process.pid, signal.SIGTERM)
+                worker.restarts -= 1       # a requested restart is not a failure
+        for name in diff.added:
+            self._add_worker(new.portal(name))
+        self.config = new
+        summary = {"ok": True, "added": diff.added, "removed": diff.removed, "changed": diff.changed,
+                   "kept": diff.kept, "cost_only": cost_only}
+        event("config-reloaded", f"added {diff.added}, removed {diff.removed}, changed {diff.changed}, "
+              f"kept {diff.kept}")
+        systemd_notify.notify("READY=1", f"STATUS=routing: {len(self.workers)} portals up")
+        return summary
+
+    def _retire(self, name: str) -> None:
+        worker = self.workers.pop(name)
+        worker.retired = True
+        if worker.process is not None:
+            _kill(worker.process.pid, signal.SIGTERM)
+            worker.process.join(STOP_TIMEOUT)
+            if worker.process.is_alive():
+                _kill(worker.process.pid, signal.SIGKILL)
+                worker.process.join(2)
+        self.hub.forget_portal(name)
+        self.hub.publish(bm.PortalRemoved(name, worker.index))
+        self.rings.remove(worker.index)
+        worker.segment.close()
+        self.free_indexes.append(worker.index)
+
+    # -- stop ----------------------------------------------------------------------------------
+    def stop(self) -> None:
+        self.stopping = True
+
+    def _shutdown(self) -> None:
+        event("router-stopping", f"router {self.name} stopping")
+        systemd_notify.notify("STOPPING=1")
+        for worker in self.workers.values():
+            if worker.process is not None and worker.process.is_alive():
+                _kill(worker.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for worker in self.workers.values():
+            if worker.process is not None:
+                worker.process.join(max(0.0, deadline - time.monotonic()))
+                if worker.process.is_alive():
+                    _kill(worker.process.pid, signal.SIGKILL)
+                    worker.process.join(2)
+        for extension in self.extensions:
+            extension.close()
+        self.hub.close()
+        self.zmq.term()
+        for worker in self.workers.values():
+            worker.counters = None
+            worker.segment.close()
+        self.rings.close()
+        for path in self.runtime.glob(f"{self.name}.{self.pid}.bus*"):
+            path.unlink(missing_ok=True)
+        event("router-stopped", f"router {self.name} stopped")
+
+    # -- what the admin socket and monitors read -----------------------------------------------
+    def status(self) -> dict:
+        now_ns = time.monotonic_ns()
+        portals = []
+        for name, worker in self.workers.items():
+            counters = worker.counters.snapshot()
+            alive = worker.process is not None and worker.process.is_alive()
+            portals.append({
+                "name": name, "kind": worker.config.kind, "domain_id": getattr(worker.config, "domain_id", None),
+                "cost": worker.config.cost, "pid": worker.process.pid if alive else None,
+                "uptime_s": round(time.monotonic() - worker.started, 3) if alive else 0.0,
+                "restarts": worker.restarts, "generation": worker.generation,
+                "heartbeat_age_s": round((now_ns - counters["heartbeat_ns"]) / 1e9, 3),
+                "proxy_receivers": counters["proxy_receivers"], "proxy_sources": counters["proxy_sources"],
+                "state": "up" if alive and worker.ready else ("starting" if alive else "down"),
+            })
+        return {"router": self.name, "pid": self.pid, "uptime_s": round(time.time() - self.started, 3),
+                "config": str(self.config_path), "portals": portals}
+
+
+def _drain_socket(sock: socket.socket) -> None:
+    try:
+        while sock.recv(4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "an unknown status"
+    if code < 0:
+        return f"signal {signal.Signals(-code).name}"
+    return f"code {code}"

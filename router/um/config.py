@@ -1,0 +1,107 @@
+"""UM configuration: plain-text files (`context|source|receiver OPTION VALUE`), keyword overrides.
+
+A `UMConfig` holds one value per (scope, option). Every error names the file and line it came from,
+because an operator with forty configuration files needs to know which one to open.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from router.um.options import OPTIONS, OptionError, lookup
+
+
+class ConfigError(ValueError):
+    """A configuration mistake, with where it was made."""
+
+    def __init__(self, message: str, path: str | None = None, line: int | None = None,
+                 element: str | None = None):
+        self.path, self.line, self.element, self.reason = path, line, element, message
+        where = path or "<config>"
+        if line is not None:
+            where += f":{line}"
+        if element:
+            where += f": <{element}>"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass
+class UMConfig:
+    """Values by scope; a value set for one scope never leaks into another."""
+
+    values: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def get(self, scope: str, name: str) -> Any:
+        """The value of `name` for `scope`, else the option's default."""
+        key = (scope, name)
+        if key in self.values:
+            return self.values[key]
+        return OPTIONS[name].default
+
+    def set(self, scope: str, name: str, text: Any, where: tuple[str | None, int | None] = (None, None)) -> None:
+        try:
+            spec = lookup(scope, name)
+            value = spec.parse(_as_text(text))
+        except OptionError as err:
+            raise ConfigError(str(err), where[0], where[1]) from None
+        self.values[(scope.strip().lower(), spec.name)] = value
+
+    def merged(self, other: "UMConfig") -> "UMConfig":
+        """A copy with `other`'s values taking precedence."""
+        return UMConfig({**self.values, **other.values})
+
+    def copy(self) -> "UMConfig":
+        return UMConfig(dict(self.values))
+
+
+def _as_text(value: Any) -> str:
+    """Keyword overrides may pass Python values; they go through the same parser as file text."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (tuple, list)):
+        return ",".join(f"{host}:{port}" for host, port in value)
+    return str(value)
+
+
+def parse_lines(lines: Iterable[str], path: str | None = None, into: UMConfig | None = None) -> UMConfig:
+    """Parse UM plain-text configuration lines: `scope option value`, `#` comments, blank lines."""
+    config = into if into is not None else UMConfig()
+    for number, raw in enumerate(lines, start=1):
+        text = raw.split("#", 1)[0].strip()
+        if not text:
+            continue
+        parts = text.split(None, 2)
+        if len(parts) < 3:
+            raise ConfigError(f"expected 'scope option value', got '{text}'", path, number)
+        scope, name, value = parts
+        config.set(scope, name, value.strip(), (path, number))
+    return config
+
+
+def load_file(path: str | Path, into: UMConfig | None = None) -> UMConfig:
+    """Read a UM plain-text configuration file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read configuration file: {err.strerror}", str(path)) from None
+    return parse_lines(text.splitlines(), str(path), into)
+
+
+def from_overrides(overrides: dict[str, Any], into: UMConfig | None = None) -> UMConfig:
+    """Keyword overrides: `{"resolver_multicast_port": 13000}` or `{"source:transport": "lbtipc"}`.
+
+    Without an explicit scope the option's first (home) scope is used.
+    """
+    config = into if into is not None else UMConfig()
+    for key, value in overrides.items():
+        scope, sep, name = key.partition(":")
+        if not sep:
+            name = scope
+            spec = OPTIONS.get(name)
+            if spec is None:
+                raise ConfigError(f"unknown option '{name}'")
+            scope = spec.scopes[0]
+        config.set(scope, name, value)
+    return config

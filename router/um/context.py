@@ -1,0 +1,242 @@
+"""The UM context: configuration, one topic resolution channel, transports, sources and receivers.
+
+    ctx = Context("lan1.cfg")                       # or Context(resolver_multicast_port=13000)
+    src = ctx.source("md.prices")
+    rcv = ctx.receiver("md.prices", on_message)
+    wrc = ctx.wildcard_receiver(r"^md\\.", on_message)
+    src.send(b"...")
+    ctx.close()
+
+By default a context runs its own loop on a background thread (UM's context thread) and
+callbacks run there. A router worker passes its own `loop` and runs it itself.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from router.um.config import UMConfig, from_overrides, load_file
+from router.um.lbmr_channel import LbmrChannel, new_src_id
+from router.um.loop import EventLoop
+from router.um.netif import resolve_interface
+from router.um.receiver import OnBatch, OnEvent, OnMessage, Receiver, WildcardReceiver
+from router.um.source import Source
+from router.um.source_cache import Candidate
+from router.um.tcp_receiver import TcpSessionClient
+from router.um.tcp_source import TcpSourceSession
+from router.um.topic_resolver import TopicResolver
+from router.um.wire.lbmr import LbtipcInfo, TcpInfo
+
+log = logging.getLogger(__name__)
+
+
+class Context:
+    def __init__(self, config_file: str | Path | None = None, *, config: UMConfig | None = None,
+                 loop: EventLoop | None = None, packet_options: Callable[[], list] | None = None,
+                 source_cost_evaluation_function: Callable | None = None, **overrides: Any):
+        merged = config.copy() if config is not None else UMConfig()
+        if config_file is not None:
+            merged = load_file(config_file, into=merged)
+        if overrides:
+            merged = from_overrides(overrides, into=merged)
+        self.config = merged
+        self.name = merged.get("context", "context_name") or f"ctx-{os.getpid()}"
+        self.src_id = new_src_id()
+        self.context_id = int.from_bytes(self.src_id[:4], "big")
+        self.own_loop = loop is None
+        self.loop = loop or EventLoop(f"um-{self.name}")
+        self.resolver = TopicResolver(self, merged)
+        self.resolver.cost_function = source_cost_evaluation_function
+        self.channel = LbmrChannel(merged, self.loop, self.resolver.on_packet, self.src_id, packet_options)
+        self.tcp_interface = resolve_interface(merged.get("context", "transport_tcp_interface")
+                                               or self.channel.interface)
+        self.sessions: dict[int, TcpSourceSession] = {}        # fixed port (0 = shared) -> session
+        self.session_users: dict[TcpSourceSession, int] = {}
+        self.next_topic_index = 1
+        self.clients: dict[tuple, TcpSessionClient] = {}
+        self.extra_transports: dict[type, Any] = {}             # transport info type -> attacher
+        self.closed = False
+        if self.own_loop:
+            self.loop.start_thread()
+
+    # -- public API --------------------------------------------------------------------------------
+    def source(self, topic: str, *, transport: str | None = None, otid: bytes | None = None,
+               cost: int | None = None, hop_count: int = 0, domain_id: int | None = None,
+               overflow: str = "block", final_advertisements: int | None = None,
+               max_queue: int | None = None) -> Source:
+        """A source on `topic`. `otid`, `cost`, `hop_count`, `domain_id` are for proxy sources:
+        they make the advertisement say where the data really comes from."""
+        transport = (transport or self.config.get("source", "transport")).replace("-", "")
+        finals = self.config.get("source", "resolver_send_final_advertisements") \
+            if final_advertisements is None else final_advertisements
+
+        def create() -> Source:
+            session = self._session_for(transport, overflow, max_queue)
+            index = self.next_topic_index
+            self.next_topic_index += 1
+            source = Source(self, topic, session, index, otid=otid, cost=cost, hop_count=hop_count,
+                            domain_id=domain_id, final_advertisements=finals)
+            self.resolver.add_source(source)
+            return source
+        return self._call(create)
+
+    def receiver(self, topic: str, on_message: OnMessage | None = None, on_event: OnEvent | None = None,
+                 *, on_batch: OnBatch | None = None, raw: bool = False) -> Receiver:
+        """A receiver on `topic`: `on_message(message)` per message, or `on_batch(messages)` per
+        batch read from the transport (cheaper at high rates). `raw` is for routers: each joined
+        source's frames go to its `forward` callable, fragments as they came."""
+        receiver = Receiver(self, topic, on_message, on_event, on_batch=on_batch, raw=raw)
+        self._call(self.resolver.add_receiver, receiver)
+        return receiver
+
+    def wildcard_receiver(self, pattern: str, on_message: OnMessage | None = None,
+                          on_event: OnEvent | None = None, kind: str = "pcre", *,
+                          on_batch: OnBatch | None = None, raw: bool = False) -> WildcardReceiver:
+        wildcard = WildcardReceiver(self, pattern, on_message, on_event, kind, on_batch, raw)
+        self._call(self.resolver.add_wildcard, wildcard)
+        return wildcard
+
+    def add_lbmr_listener(self, listener: Callable) -> None:
+        """Every LBMR packet heard in the domain, decoded (routers learn interest this way)."""
+        self._call(self.resolver.listeners.append, listener)
+
+    @property
+    def domain_id(self) -> int | None:
+        return self.resolver.domain_id
+
+    def counters(self) -> dict[str, int]:
+        found = {f"lbmr_{k}": v for k, v in self.channel.counters.items()}
+        found.update(self.resolver.counters)
+        return found
+
+    # -- transports --------------------------------------------------------------------------------
+    def _session_for(self, transport: str, overflow: str, max_queue: int | None):
+        if transport not in ("tcp", "lbtipc"):
+            raise ValueError(f"source transport {transport} is not supported here (tcp and lbtipc are)")
+        if transport == "lbtipc":
+            factory = self.extra_transports.get("lbtipc_source")
+            if factory is None:
+                raise ValueError("transport lbtipc is not available in this context")
+            return factory(self, overflow=overflow, max_queue=max_queue)
+        fixed = self.config.get("source", "transport_tcp_port")
+        key = (fixed, overflow)
+        session = self.sessions.get(key)
+        if session is None or session.closed:
+            get = self.config.get
+            session = TcpSourceSession(
+                self.loop, self.tcp_interface, get("context", "transport_tcp_port_low"),
+                get("context", "transport_tcp_port_high"), fixed_port=fixed,
+                datagram_max_size=get("context", "transport_tcp_datagram_max_size"),
+                batching_minimum_length=get("source", "implicit_batching_minimum_length"),
+                batching_interval=get("source", "implicit_batching_interval") / 1000,
+                overflow=overflow, max_queue=max_queue or 8 * 1024 * 1024,
+                nodelay=get("source", "transport_tcp_nodelay"))
+            self.sessions[key] = session
+        self.session_users[session] = self.session_users.get(session, 0) + 1
+        return session
+
+    def _attach(self, candidate: Candidate, joined) -> bool:
+        info = candidate.transport
+        if isinstance(info, TcpInfo):
+            key = candidate.session_key
+            client = self.clients.get(key)
+            if client is None:
+                try:
+                    client = TcpSessionClient(self.loop, info.ip, info.port, info.session_id or 0,
+                                              self._client_closed)
+                except OSError as err:
+                    log.info("cannot join %s: %s", candidate.source_string, err)
+                    return False
+                self.clients[key] = client
+            client.subscribe(candidate.index, joined)
+            joined.client = client
+            return True
+        attacher = self.extra_transports.get(type(info))
+        if attacher is not None:
+            return attacher(self, candidate, joined)
+        log.info("cannot join %s: transport not supported here", candidate.source_string)
+        return False
+
+    def _detach(self, joined) -> None:
+        candidate = joined.candidate
+        client = self.clients.get(candidate.session_key)
+        if client is not None:
+            client.unsubscribe(candidate.index, joined)
+        detacher = self.extra_transports.get(("detach", type(candidate.transport)))
+        if detacher is not None:
+            detacher(self, candidate, joined)
+
+    def _client_closed(self, client: TcpSessionClient) -> None:
+        if self.clients.get(client.key) is client:
+            del self.clients[client.key]
+
+    def _source_ended(self, receiver: Receiver, joined) -> None:
+        self.resolver.source_ended(receiver, joined)
+
+    # -- closing -----------------------------------------------------------------------------------
+    def _readvertise(self, source: Source) -> None:
+        self._call(self.resolver.readvertise, source)
+
+    def _close_source(self, source: Source, final_advertisements: int) -> None:
+        session = source.session
+        session.flush()
+        self._call(self.resolver.remove_source, source, final_advertisements)
+        users = self.session_users.get(session, 1) - 1
+        self.session_users[session] = users
+        if users <= 0:
+            self.session_users.pop(session, None)
+            session.close()
+
+    def _close_receiver(self, receiver: Receiver) -> None:
+        def close() -> None:
+            receiver.closed = True
+            for joined in list(receiver.joined.values()):
+                self._detach(joined)
+            receiver.joined.clear()
+            self.resolver.remove_receiver(receiver)
+        self._call(close)
+
+    def _close_wildcard(self, wildcard: WildcardReceiver) -> None:
+        def close() -> None:
+            wildcard.closed = True
+            for receiver in wildcard.topics.values():
+                receiver.closed = True
+                for joined in list(receiver.joined.values()):
+                    self._detach(joined)
+                self.resolver.remove_receiver(receiver)
+            self.resolver.remove_wildcard(wildcard)
+        self._call(close)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for source in [s for sources in self.resolver.sources.values() for s in sources]:
+            source.close()
+        for receivers in list(self.resolver.receivers.values()):
+            for receiver in list(receivers):
+                receiver.close()
+        for wildcard in list(self.resolver.wildcards):
+            wildcard.close()
+
+        def shutdown() -> None:
+            for client in list(self.clients.values()):
+                client.close(notify=False)
+            self.channel.close()
+        self._call(shutdown)
+        for session in list(self.session_users):
+            session.close()
+        if self.own_loop:
+            self.loop.close()
+
+    def _call(self, callback: Callable, *args):
+        """Run on the context's loop thread (where all resolver state lives)."""
+        return self.loop.call_and_wait(callback, *args)
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,207 @@
+"""The UDP channel that carries LBMR for one context: multicast, or unicast to resolver daemons.
+
+It owns the sockets and the byte-level work (packing records into datagrams no larger than
+`resolver_datagram_max_size`, decoding what arrives, counting what does not parse). What the
+packets mean is the topic resolver's business.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Callable, Iterable
+
+from router.um.config import UMConfig
+from router.um.netif import resolve_interface
+from router.um.wire.errors import WireError
+from router.um.wire.lbmr import (LbmrPacket, SrcIdOption, Tir, TopicResolution, UnicastAlive,
+                                 decode_lbmr, encode_lbmr, tir_size, tqr_size,
+                                 LBMR_HDR_TYPE_UCAST_RCV_ALIVE)
+
+log = logging.getLogger(__name__)
+
+_IP_MULTICAST_ALL = 49          # Linux: deliver only groups this socket joined
+_LBMR_HEADER = 4
+_RECEIVE_BATCH = 64             # datagrams read per readiness event before yielding to the loop
+
+
+class LbmrChannel:
+    """Sends and receives LBMR datagrams for one topic resolution domain."""
+
+    def __init__(self, config: UMConfig, loop, on_packet: Callable[[LbmrPacket, tuple], None],
+                 src_id: bytes, extra_options: Callable[[], list] | None = None):
+        self.loop = loop
+        self.on_packet = on_packet
+        self.src_id = src_id
+        self.extra_options = extra_options or (lambda: [])
+        self.max_datagram = config.get("context", "resolver_datagram_max_size")
+        self.counters = {"packets_sent": 0, "bytes_sent": 0, "packets_received": 0,
+                         "bytes_received": 0, "malformed": 0, "send_errors": 0}
+        self._last_malformed_log = 0.0
+        self.daemons = config.get("context", "resolver_unicast_daemon")
+        if self.daemons:
+            self._open_unicast(config)
+        else:
+            self._open_multicast(config)
+        for sock in self.receive_sockets:
+            loop.add_reader(sock.fileno(), lambda s=sock: self._readable(s))
+
+    # -- sockets ---------------------------------------------------------------------------------
+    def _open_multicast(self, config: UMConfig) -> None:
+        group = config.get("context", "resolver_multicast_address")
+        port = config.get("context", "resolver_multicast_port")
+        in_group = config.get("context", "resolver_multicast_incoming_address") or group
+        in_port = config.get("context", "resolver_multicast_incoming_port") or port
+        out_group = config.get("context", "resolver_multicast_outgoing_address") or group
+        out_port = config.get("context", "resolver_multicast_outgoing_port") or port
+        self.interface = resolve_interface(config.get("context", "resolver_multicast_interface"))
+        receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        receiver.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        receiver.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        receiver.setsockopt(socket.IPPROTO_IP, _IP_MULTICAST_ALL, 0)
+        _set_buffer(receiver, socket.SO_RCVBUF, config.get("context", "resolver_multicast_receiver_socket_buffer"))
+        # Binding to the group address keeps other groups on the same port (other domains) out.
+        receiver.bind((in_group, in_port))
+        receiver.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                            socket.inet_aton(in_group) + socket.inet_aton(self.interface))
+        receiver.setblocking(False)
+        sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.interface))
+        sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, config.get("context", "resolver_multicast_ttl"))
+        sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        sender.bind((self.interface, 0))
+        sender.setblocking(False)
+        self.receive_sockets = [receiver]
+        self.sender = sender
+        self.destinations = [(out_group, out_port)]
+        self.domain_key = ("multicast", in_group, in_port)
+
+    def _open_unicast(self, config: UMConfig) -> None:
+        self.interface = resolve_interface(config.get("context", "resolver_unicast_interface"))
+        low = config.get("context", "resolver_unicast_port_low")
+        high = config.get("context", "resolver_unicast_port_high")
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        _set_buffer(sock, socket.SO_RCVBUF, config.get("context", "resolver_unicast_receiver_socket_buffer"))
+        for port in range(low, high + 1):
+            try:
+                sock.bind((self.interface, port))
+                break
+            except OSError:
+                continue
+        else:
+            sock.close()
+            raise OSError(f"no free resolver unicast port in {low}..{high} on {self.interface}")
+        sock.setblocking(False)
+        self.receive_sockets = [sock]
+        self.sender = sock
+        self.destinations = list(self.daemons)
+        self.domain_key = ("unicast",) + tuple(sorted(self.daemons))
+        # Resolver daemons forget clients that stay silent; keepalives keep us registered.
+        interval = config.get("context", "resolver_unicast_keepalive_interval") / 1000
+        self._keepalive = self.loop.call_every(max(interval, 0.05), self.send_keepalive)
+
+    def send_keepalive(self) -> None:
+        self.send_packet(LbmrPacket(UnicastAlive(LBMR_HDR_TYPE_UCAST_RCV_ALIVE)))
+
+    # -- sending ---------------------------------------------------------------------------------
+    def _options(self) -> list:
+        return [SrcIdOption(self.src_id)] + self.extra_options()
+
+    def send_packet(self, packet: LbmrPacket) -> None:
+        if not packet.options:
+            packet.options = self._options()
+        self.send_bytes(encode_lbmr(packet))
+
+    def send_bytes(self, datagram: bytes) -> None:
+        for destination in self.destinations:
+            try:
+                self.sender.sendto(datagram, destination)
+                self.counters["packets_sent"] += 1
+                self.counters["bytes_sent"] += len(datagram)
+            except (BlockingIOError, OSError) as err:
+                self.counters["send_errors"] += 1
+                log.debug("LBMR send to %s failed: %s", destination, err)
+
+    def send_resolution(self, tqrs: Iterable[str] = (), tirs: Iterable[Tir] = ()) -> None:
+        """Pack TQRs and TIRs into as few datagrams as `resolver_datagram_max_size` allows."""
+        options = self._options()
+        budget = self.max_datagram - _LBMR_HEADER - _options_size(options)
+        batch_tqrs: list[str] = []
+        batch_tirs: list[Tir] = []
+        used = 0
+
+        def flush() -> None:
+            nonlocal batch_tqrs, batch_tirs, used
+            if batch_tqrs or batch_tirs:
+                self.send_bytes(encode_lbmr(LbmrPacket(TopicResolution(batch_tqrs, batch_tirs), list(options))))
+            batch_tqrs, batch_tirs, used = [], [], 0
+
+        for name in tqrs:
+            size = tqr_size(name)
+            if used + size > budget or len(batch_tqrs) == 255:
+                flush()
+            batch_tqrs.append(name)
+            used += size
+        for tir in tirs:
+            size = tir_size(tir)
+            if used + size > budget or len(batch_tirs) == 65535:
+                flush()
+            batch_tirs.append(tir)
+            used += size
+        flush()
+
+    # -- receiving -------------------------------------------------------------------------------
+    def _readable(self, sock: socket.socket) -> None:
+        for _ in range(_RECEIVE_BATCH):
+            try:
+                data, address = sock.recvfrom(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:
+                log.warning("LBMR receive failed: %s", err)
+                return
+            self.counters["packets_received"] += 1
+            self.counters["bytes_received"] += len(data)
+            try:
+                packet = decode_lbmr(data)
+            except WireError as err:
+                self._count_malformed(address, err)
+                continue
+            self.on_packet(packet, address)
+
+    def _count_malformed(self, address, err: WireError) -> None:
+        self.counters["malformed"] += 1
+        now = time.monotonic()
+        if now - self._last_malformed_log >= 10.0:   # one line per burst, the counter has the rest
+            self._last_malformed_log = now
+            log.warning("dropped malformed LBMR packet from %s:%s (%s); %d so far",
+                        address[0], address[1], err, self.counters["malformed"])
+
+    def close(self) -> None:
+        for sock in self.receive_sockets:
+            self.loop.remove_reader(sock.fileno())
+            sock.close()
+        if self.sender not in self.receive_sockets:
+            self.sender.close()
+        if self.daemons:
+            self._keepalive.cancel()
+
+
+def _set_buffer(sock: socket.socket, option: int, size: int) -> None:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, option, size)
+    except OSError:
+        pass    # the kernel caps it at rmem_max; a smaller buffer still works
+
+
+def _options_size(options: list) -> int:
+    if not options:
+        return 0
+    empty = encode_lbmr(LbmrPacket(TopicResolution([], []), list(options)))
+    return len(empty) - _LBMR_HEADER
+
+
+def new_src_id() -> bytes:
+    return os.urandom(8)
+

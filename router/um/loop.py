@@ -1,0 +1,208 @@
+"""A small event loop: file-descriptor readiness, timers, and calls from other threads.
+
+A UM context runs one of these on its own thread (as UM's context thread does); a router worker runs
+one as its main loop. It sleeps in epoll until a socket, an eventfd or a timer needs it, so an idle
+process costs no CPU.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import selectors
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+class Timer:
+    """A pending call; `cancel()` makes it a no-op."""
+
+    __slots__ = ("when", "callback", "args", "cancelled")
+
+    def __init__(self, when: float, callback: Callable, args: tuple):
+        self.when, self.callback, self.args, self.cancelled = when, callback, args, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class EventLoop:
+    def __init__(self, name: str = "loop"):
+        self.name = name
+        self._selector = selectors.DefaultSelector()
+        self._timers: list[tuple[float, int, Timer]] = []
+        self._sequence = itertools.count()
+        self._pending: deque[tuple[Callable, tuple]] = deque()
+        self._wakeup_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._selector.register(self._wakeup_fd, selectors.EVENT_READ, [self._drain_wakeup, None])
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.callback_errors = 0
+
+    # -- readiness -------------------------------------------------------------------------------
+    def add_reader(self, fd, callback: Callable[[], None]) -> None:
+        self._set_handler(fd, 0, callback)
+
+    def remove_reader(self, fd) -> None:
+        self._set_handler(fd, 0, None)
+
+    def add_writer(self, fd, callback: Callable[[], None]) -> None:
+        self._set_handler(fd, 1, callback)
+
+    def remove_writer(self, fd) -> None:
+        self._set_handler(fd, 1, None)
+
+    def _set_handler(self, fd, slot: int, callback) -> None:
+        try:
+            key = self._selector.get_key(fd)
+        except (KeyError, ValueError):
+            if callback is None:
+                return
+            handlers = [None, None]
+            handlers[slot] = callback
+            self._selector.register(fd, _mask(handlers), handlers)
+            return
+        handlers = list(key.data)
+        handlers[slot] = callback
+        if handlers == [None, None]:
+            self._selector.unregister(fd)
+        else:
+            self._selector.modify(fd, _mask(handlers), handlers)
+
+    # -- time ------------------------------------------------------------------------------------
+    def call_later(self, delay: float, callback: Callable, *args) -> Timer:
+        timer = Timer(time.monotonic() + max(0.0, delay), callback, args)
+        heapq.heappush(self._timers, (timer.when, next(self._sequence), timer))
+        return timer
+
+    def call_every(self, interval: float, callback: Callable[[], None]) -> Timer:
+        """Call `callback` every `interval` seconds until the returned handle is cancelled."""
+        handle = Timer(0.0, callback, ())
+
+        def tick() -> None:
+            if handle.cancelled:
+                return
+            callback()
+            if not handle.cancelled:
+                self.call_later(interval, tick)
+        self.call_later(interval, tick)
+        return handle
+
+    def call_soon_threadsafe(self, callback: Callable, *args) -> None:
+        """Run `callback` on the loop's next turn; from another thread this also wakes the loop."""
+        self._pending.append((callback, args))
+        if not self.in_loop_thread():
+            os.eventfd_write(self._wakeup_fd, 1)
+
+    def call_and_wait(self, callback: Callable, *args, timeout: float = 5.0):
+        """Run `callback` on the loop's thread and wait for its result (selector changes must
+        happen there)."""
+        if self.in_loop_thread():
+            return callback(*args)
+        done = threading.Event()
+        outcome: list = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, callback(*args)))
+            except BaseException as err:  # handed back to the caller's thread
+                outcome.append((False, err))
+            finally:
+                done.set()
+        self.call_soon_threadsafe(run)
+        if not done.wait(timeout):
+            raise TimeoutError(f"{self.name}: the loop did not run {callback!r} within {timeout} s")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
+
+    def _drain_wakeup(self) -> None:
+        try:
+            os.eventfd_read(self._wakeup_fd)
+        except BlockingIOError:
+            pass
+
+    # -- running ---------------------------------------------------------------------------------
+    def run_once(self, timeout: float | None = None) -> None:
+        """Wait for at most `timeout` seconds (None: until something happens) and dispatch."""
+        if self._pending:
+            timeout = 0.0
+        elif self._timers:
+            until_timer = max(0.0, self._timers[0][0] - time.monotonic())
+            timeout = until_timer if timeout is None else min(timeout, until_timer)
+        for key, events in self._selector.select(timeout):
+            reader, writer = key.data
+            if events & selectors.EVENT_READ and reader is not None:
+                self._invoke(reader, ())
+            if events & selectors.EVENT_WRITE and writer is not None:
+                # The reader may have removed the writer: look again.
+                current = self._current_handlers(key.fd)
+                if current is not None and current[1] is not None:
+                    self._invoke(current[1], ())
+        while self._pending:
+            callback, args = self._pending.popleft()
+            self._invoke(callback, args)
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, timer = heapq.heappop(self._timers)
+            if not timer.cancelled:
+                self._invoke(timer.callback, timer.args)
+
+    def _current_handlers(self, fd):
+        try:
+            return self._selector.get_key(fd).data
+        except (KeyError, ValueError):
+            return None
+
+    def _invoke(self, callback: Callable, args: tuple) -> None:
+        try:
+            callback(*args)
+        except Exception:  # one bad callback must not stop the context
+            self.callback_errors += 1
+            log.exception("%s: callback %r failed", self.name, callback)
+
+    def run_forever(self) -> None:
+        self._stopping = False
+        while not self._stopping:
+            self.run_once()
+
+    def run_until(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """Run until `condition()` holds or `timeout` seconds pass; returns the condition."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return condition()
+            self.run_once(min(remaining, 0.05))
+        return True
+
+    def stop(self) -> None:
+        self.call_soon_threadsafe(self._set_stopping)
+
+    def _set_stopping(self) -> None:
+        self._stopping = True
+
+    def start_thread(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run_forever, name=self.name, daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def in_loop_thread(self) -> bool:
+        return self._thread is None or threading.current_thread() is self._thread
+
+    def close(self) -> None:
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self.stop()
+            self._thread.join(timeout=5)
+        self._selector.close()
+        os.close(self._wakeup_fd)
+
+
+def _mask(handlers: list) -> int:
+    return (selectors.EVENT_READ if handlers[0] else 0) | (selectors.EVENT_WRITE if handlers[1] else 0)

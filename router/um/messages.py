@@ -1,0 +1,28 @@
+"""What a receiver hands its application: messages, and the start/end of each source's stream."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+BOS = "BOS"     # beginning of stream: a source was joined
+EOS = "EOS"     # end of stream: that source ended (disconnect, final advertisement, timeout)
+
+
+class Message(NamedTuple):
+    """One delivered message. `data` is a bytes object the application may keep.
+
+    A named tuple because receivers build one per message: tuples are created in C, several times
+    faster than an object with an __init__."""
+
+    topic: str
+    source: str
+    sequence_number: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiverEvent:
+    kind: str           # BOS or EOS
+    topic: str
+    source: str
+    joined: object = field(default=None, compare=False, repr=False)   # the JoinedSource (routers use it)

@@ -1,0 +1,37 @@
+"""Turning UM interface specifications (an address or a CIDR network) into a local IPv4 address."""
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import socket
+import struct
+
+_SIOCGIFADDR = 0x8915
+
+
+def local_addresses() -> dict[str, str]:
+    """Interface name -> IPv4 address, for every interface that has one."""
+    found: dict[str, str] = {}
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
+            except OSError:
+                continue
+            found[name] = socket.inet_ntoa(reply[20:24])
+    finally:
+        probe.close()
+    return found
+
+
+def resolve_interface(spec: str) -> str:
+    """`127.0.0.1` stays as it is; `10.29.3.0/24` becomes this host's address in that network."""
+    if "/" not in spec:
+        return spec
+    network = ipaddress.IPv4Network(spec, strict=False)
+    for address in local_addresses().values():
+        if ipaddress.IPv4Address(address) in network:
+            return address
+    raise ValueError(f"no local interface has an address in {spec}")

@@ -1,0 +1,222 @@
+"""The catalogue of UM configuration options this library understands: scope, type, default.
+
+Names and defaults are UM's own (spec/dro.md §6). A value is parsed and range-checked here once, so
+every reader (plain-text files, XML files, keyword overrides, the router's <lbm-attributes>) gives the
+same error for the same mistake.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Callable
+
+SCOPES = ("context", "source", "receiver", "wildcard_receiver", "event_queue")
+
+
+class OptionError(ValueError):
+    """An unknown option or a value out of range; the reader adds file and line."""
+
+
+def _int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(str(text).strip(), 0)
+        except ValueError:
+            raise OptionError(f"'{text}' is not an integer") from None
+        if not low <= value <= high:
+            raise OptionError(f"{value} is outside {low}..{high}")
+        return value
+    return parse
+
+
+def _ipv4(text: str) -> str:
+    text = str(text).strip()
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise OptionError(f"'{text}' is not an IPv4 address") from None
+
+
+def _interface(text: str) -> str:
+    """An interface is an IPv4 address or a CIDR network (UM's 'a.b.c.0/24' form)."""
+    text = str(text).strip()
+    try:
+        if "/" in text:
+            return str(ipaddress.IPv4Network(text, strict=False))
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise OptionError(f"'{text}' is not an IPv4 address or network") from None
+
+
+def _multicast(text: str) -> str:
+    address = _ipv4(text)
+    if not ipaddress.IPv4Address(address).is_multicast:
+        raise OptionError(f"'{address}' is not a multicast address")
+    return address
+
+
+def _choice(*values: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = str(text).strip().lower()
+        if value not in values:
+            raise OptionError(f"'{text}' is not one of {', '.join(values)}")
+        return value
+    return parse
+
+
+def _bool(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "yes", "true", "on"):
+        return True
+    if value in ("0", "no", "false", "off"):
+        return False
+    raise OptionError(f"'{text}' is not a boolean (1/0)")
+
+
+def _string(text: str) -> str:
+    return str(text).strip()
+
+
+def _unicast_daemons(text: str) -> tuple[tuple[str, int], ...]:
+    """`[Iface[:SrcPort]->]IP:DestPort[,...]`; `0.0.0.0:0` clears the list (UM semantics)."""
+    daemons: list[tuple[str, int]] = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "->" in item:
+            item = item.split("->", 1)[1]
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            raise OptionError(f"'{item}' is not IP:port")
+        address = _ipv4(host)
+        port_number = _int(0, 65535)(port)
+        if address == "0.0.0.0" and port_number == 0:
+            daemons.clear()
+            continue
+        daemons.append((address, port_number))
+    return tuple(daemons)
+
+
+U16 = _int(0, 65535)
+U32 = _int(0, 0xFFFFFFFF)
+MILLIS = _int(0, 0x7FFFFFFF)
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    name: str
+    scopes: tuple[str, ...]
+    default: Any
+    parse: Callable[[str], Any]
+
+
+def _spec(name: str, scopes: str, default: Any, parse: Callable[[str], Any]) -> OptionSpec:
+    return OptionSpec(name, tuple(scopes.split()), default, parse)
+
+
+# Loopback is this library's default resolver interface (UM's is the first multicast-capable
+# interface): nothing leaves the host until an operator names an interface on purpose.
+DEFAULT_INTERFACE = "127.0.0.1"
+
+OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
+    _spec("resolver_multicast_address", "context", "224.9.10.11", _multicast),
+    _spec("resolver_multicast_port", "context", 12965, U16),
+    _spec("resolver_multicast_incoming_address", "context", None, _multicast),
+    _spec("resolver_multicast_incoming_port", "context", None, U16),
+    _spec("resolver_multicast_outgoing_address", "context", None, _multicast),
+    _spec("resolver_multicast_outgoing_port", "context", None, U16),
+    _spec("resolver_multicast_interface", "context", DEFAULT_INTERFACE, _interface),
+    _spec("resolver_multicast_ttl", "context", 16, _int(0, 255)),
+    _spec("resolver_multicast_receiver_socket_buffer", "context", 8388608, U32),
+    _spec("resolver_unicast_receiver_socket_buffer", "context", 8388608, U32),
+    _spec("resolver_unicast_daemon", "context", (), _unicast_daemons),
+    _spec("resolver_unicast_interface", "context", DEFAULT_INTERFACE, _interface),
+    _spec("resolver_unicast_port_low", "context", 14402, U16),
+    _spec("resolver_unicast_port_high", "context", 14406, U16),
+    _spec("resolver_unicast_keepalive_interval", "context", 500, MILLIS),
+    _spec("resolver_unicast_activity_timeout", "context", 1000, MILLIS),
+    _spec("resolver_unicast_force_alive", "context", False, _bool),
+    _spec("resolver_datagram_max_size", "context", 8192, _int(500, 65535)),
+    _spec("resolver_domain_id_active_propagation_timeout", "context", 0, _int(-1, 0x7FFFFFFF)),
+    _spec("resolver_advertisement_minimum_initial_interval", "source", 10, MILLIS),
+    _spec("resolver_advertisement_maximum_initial_interval", "source", 500, MILLIS),
+    _spec("resolver_advertisement_minimum_initial_duration", "source", 5000, MILLIS),
+    _spec("resolver_advertisement_sustain_interval", "source", 1000, MILLIS),
+    _spec("resolver_advertisement_minimum_sustain_duration", "source", 60, _int(0, 0x7FFFFFFF)),
+    _spec("resolver_send_final_advertisements", "source", 0, _int(0, 1000)),
+    _spec("resolver_query_minimum_initial_interval", "receiver", 20, MILLIS),
+    _spec("resolver_query_maximum_initial_interval", "receiver", 200, MILLIS),
+    _spec("resolver_query_minimum_initial_duration", "receiver", 5000, MILLIS),
+    _spec("resolver_query_sustain_interval", "receiver", 1000, MILLIS),
+    _spec("resolver_query_minimum_sustain_duration", "receiver", 60, _int(0, 0x7FFFFFFF)),
+    _spec("resolver_query_minimum_interval", "wildcard_receiver", 50, MILLIS),
+    _spec("resolver_query_maximum_interval", "wildcard_receiver", 1000, MILLIS),
+    _spec("resolver_query_minimum_duration", "wildcard_receiver", 60, _int(0, 0x7FFFFFFF)),
+    _spec("resolution_number_of_sources_query_threshold", "receiver", 10000000, U32),
+    _spec("pattern_type", "wildcard_receiver", "pcre", _choice("pcre", "regex")),
+    _spec("transport", "source", "tcp", _choice("tcp", "lbtipc", "lbt-ipc", "lbtrm", "lbt-rm", "lbtru", "lbt-ru",
+                                                 "lbtsmx", "lbt-smx")),
+    _spec("transport_tcp_port_low", "context", 14371, U16),
+    _spec("transport_tcp_port_high", "context", 14390, U16),
+    _spec("transport_tcp_port", "source", 0, U16),
+    _spec("transport_tcp_interface", "context source receiver", None, _interface),
+    _spec("transport_tcp_datagram_max_size", "context", 65535, _int(500, 65535)),
+    _spec("transport_tcp_activity_timeout", "receiver", 0, MILLIS),
+    _spec("transport_tcp_nodelay", "source", True, _bool),
+    _spec("transport_tcp_dro_loss_recovery_timeout", "receiver", 0, MILLIS),
+    _spec("transport_lbtipc_datagram_max_size", "context", 65535, _int(500, 65535)),
+    _spec("transport_lbtipc_id_low", "context", 20001, U16),
+    _spec("transport_lbtipc_id_high", "context", 20005, U16),
+    _spec("transport_lbtipc_transmission_window_size", "source", 25165824, U32),
+    _spec("transport_lbtipc_activity_timeout", "receiver", 60000, MILLIS),
+    _spec("transport_lbtipc_dro_loss_recovery_timeout", "receiver", 0, MILLIS),
+    # LBT-RM / LBT-RU / MIM: read and range-checked so DRO-era configuration files load; sources
+    # asking for these transports are refused when they are created (not implemented here).
+    _spec("transport_lbtrm_multicast_address_low", "context", "224.10.10.10", _multicast),
+    _spec("transport_lbtrm_multicast_address_high", "context", "224.10.10.14", _multicast),
+    _spec("transport_lbtrm_multicast_address", "source", None, _multicast),
+    _spec("transport_lbtrm_destination_port", "context", 14400, U16),
+    _spec("transport_lbtrm_source_port_low", "context", 14390, U16),
+    _spec("transport_lbtrm_source_port_high", "context", 14399, U16),
+    _spec("transport_lbtrm_data_rate_limit", "context", 10000000, _int(0, 2**63 - 1)),
+    _spec("transport_lbtrm_retransmit_rate_limit", "context", 5000000, _int(0, 2**63 - 1)),
+    _spec("transport_lbtrm_activity_timeout", "receiver", 60000, MILLIS),
+    _spec("transport_lbtrm_datagram_max_size", "context", 8192, _int(500, 65535)),
+    _spec("transport_lbtru_port_low", "context", 14380, U16),
+    _spec("transport_lbtru_port_high", "context", 14389, U16),
+    _spec("transport_lbtru_interface", "context source receiver", None, _interface),
+    _spec("transport_lbtru_data_rate_limit", "context", 10000000, _int(0, 2**63 - 1)),
+    _spec("transport_lbtru_retransmit_rate_limit", "context", 5000000, _int(0, 2**63 - 1)),
+    _spec("transport_lbtru_activity_timeout", "receiver", 60000, MILLIS),
+    _spec("transport_lbtru_datagram_max_size", "context", 8192, _int(500, 65535)),
+    _spec("transport_lbtsmx_datagram_max_size", "source", 8192, _int(500, 65535)),
+    _spec("mim_address", "context", "224.10.10.21", _multicast),
+    _spec("mim_outgoing_address", "context", "224.10.10.21", _multicast),
+    _spec("mim_destination_port", "context", 14401, U16),
+    _spec("implicit_batching_minimum_length", "source", 2048, _int(1, 0x7FFFFFFF)),
+    _spec("implicit_batching_interval", "source", 200, MILLIS),
+    _spec("context_name", "context", "", _string),
+    _spec("request_tcp_interface", "context", None, _interface),
+    _spec("request_tcp_port_low", "context", 14391, U16),
+    _spec("request_tcp_port_high", "context", 14395, U16),
+    _spec("source_cost_evaluation_function", "context", None, _string),
+    _spec("operational_mode", "context", "embedded", _choice("embedded", "sequential")),
+)}
+
+
+def lookup(scope: str, name: str) -> OptionSpec:
+    """The spec of option `name` in `scope`, or OptionError naming what is wrong."""
+    scope = scope.strip().lower()
+    if scope not in SCOPES:
+        raise OptionError(f"unknown scope '{scope}' (expected one of {', '.join(SCOPES)})")
+    spec = OPTIONS.get(name.strip().lower())
+    if spec is None:
+        raise OptionError(f"unknown option '{name}'")
+    if scope not in spec.scopes:
+        raise OptionError(f"option '{name}' belongs to scope {'/'.join(spec.scopes)}, not {scope}")
+    return spec
+
+
+def defaults() -> dict[str, Any]:
+    return {name: spec.default for name, spec in OPTIONS.items()}

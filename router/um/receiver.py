@@ -1,0 +1,149 @@
+"""Receivers and wildcard receivers: join the sources topic resolution finds, deliver their data.
+
+A receiver joins, per OTID, the cheapest advertisement it knows (see source_cache). When that
+source ends (its transport closes, or a final advertisement arrives) the receiver delivers EOS for
+it and joins the next cheapest advertisement of the same OTID, if there is one.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Callable
+
+from router.um.messages import BOS, EOS, Message, ReceiverEvent
+from router.um.source_cache import Candidate
+
+if TYPE_CHECKING:
+    from router.um.context import Context
+
+OnMessage = Callable[[Message], None]
+OnEvent = Callable[[ReceiverEvent], None]
+OnBatch = Callable[[list[Message]], None]
+
+
+class JoinedSource:
+    """One joined source of one receiver; the transport delivers into it."""
+
+    __slots__ = ("receiver", "candidate", "source", "topic", "ended", "raw", "forward", "client",
+                 "_on_message", "_on_batch")
+
+    def __init__(self, receiver: "Receiver", candidate: Candidate):
+        self.receiver = receiver
+        self.candidate = candidate
+        self.source = candidate.source_string
+        self.topic = receiver.topic
+        self.ended = False
+        self.raw = receiver.raw           # a router's proxy receiver: frames, fragments unassembled
+        self.forward = None               # where a raw source's frames go (set by the router)
+        self.client = None                # the transport connection delivering it (pause/resume)
+        self._on_message = receiver.on_message
+        self._on_batch = receiver.on_batch
+
+    def on_batch(self, messages: list[tuple]) -> None:
+        if self.raw:
+            if self.forward is not None:
+                self.forward(messages)
+            return
+        topic, source, make = self.topic, self.source, Message._make
+        if self._on_batch is not None:
+            self._on_batch([make((topic, source, sqn, payload)) for sqn, payload in messages])
+            return
+        on_message = self._on_message
+        for sqn, payload in messages:
+            on_message(make((topic, source, sqn, payload)))
+
+    def on_eos(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.receiver._source_ended(self)
+
+
+class Receiver:
+    """Receives one topic. Callbacks run on the context's thread."""
+
+    def __init__(self, context: "Context", topic: str, on_message: OnMessage | None,
+                 on_event: OnEvent | None = None, query: bool = True, on_batch: OnBatch | None = None,
+                 raw: bool = False):
+        if on_message is None and on_batch is None and not raw:
+            raise ValueError("a receiver needs on_message or on_batch")
+        self.raw = raw
+        self.context = context
+        self.topic = topic
+        self.on_message = on_message
+        self.on_batch = on_batch
+        self.on_event = on_event
+        self.query = query
+        self.joined: dict[bytes, JoinedSource] = {}
+        self.closed = False
+
+    # Called by the context on its loop thread.
+    def _join(self, candidate: Candidate) -> None:
+        if self.closed or candidate.otid in self.joined:
+            return
+        joined = JoinedSource(self, candidate)
+        if not self.context._attach(candidate, joined):
+            return
+        self.joined[candidate.otid] = joined
+        self._event(BOS, joined.source, joined)
+
+    def _source_ended(self, joined: JoinedSource) -> None:
+        if self.joined.get(joined.candidate.otid) is joined:
+            del self.joined[joined.candidate.otid]
+        self._event(EOS, joined.source, joined)
+        self.context._source_ended(self, joined)
+
+    def _end(self, otid: bytes) -> None:
+        """End one joined source at once (its final advertisement arrived)."""
+        joined = self.joined.get(otid)
+        if joined is not None and not joined.ended:
+            self.context._detach(joined)
+            joined.on_eos()
+
+    def _event(self, kind: str, source: str, joined: "JoinedSource | None" = None) -> None:
+        if self.on_event is not None:
+            self.on_event(ReceiverEvent(kind, self.topic, source, joined))
+
+    @property
+    def sources(self) -> list[str]:
+        return [j.source for j in self.joined.values()]
+
+    def close(self) -> None:
+        """Stop receiving; other applications and routers in the domain are told we left."""
+        if not self.closed:
+            self.context._close_receiver(self)
+
+
+class WildcardReceiver:
+    """Receives every topic whose name matches a PCRE or POSIX-extended pattern."""
+
+    def __init__(self, context: "Context", pattern: str, on_message: OnMessage | None,
+                 on_event: OnEvent | None = None, kind: str = "pcre", on_batch: OnBatch | None = None,
+                 raw: bool = False):
+        if kind not in ("pcre", "regex"):
+            raise ValueError(f"pattern kind must be 'pcre' or 'regex', not {kind!r}")
+        try:
+            self.compiled = re.compile(pattern)
+        except re.error as err:
+            raise ValueError(f"invalid {kind} pattern {pattern!r}: {err}") from None
+        self.context = context
+        self.pattern = pattern
+        self.kind = kind
+        self.on_message = on_message
+        self.on_batch = on_batch
+        self.on_event = on_event
+        self.raw = raw
+        self.topics: dict[str, Receiver] = {}
+        self.closed = False
+
+    def matches(self, topic: str) -> bool:
+        return self.compiled.search(topic) is not None
+
+    def _receiver_for(self, topic: str) -> Receiver:
+        receiver = self.topics.get(topic)
+        if receiver is None:
+            receiver = self.topics[topic] = Receiver(self.context, topic, self.on_message, self.on_event,
+                                                     query=False, on_batch=self.on_batch, raw=self.raw)
+        return receiver
+
+    def close(self) -> None:
+        if not self.closed:
+            self.context._close_wildcard(self)

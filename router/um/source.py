@@ -1,0 +1,95 @@
+"""Sources: a topic, a topic index on a transport session, and what its advertisements say.
+
+`send()` may be called from any thread; messages are batched by the session. What a source
+advertises (transport info, OTID, and for a router's proxy sources also cost, hop count and
+originating domain) is built here once and refreshed only when something changes.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from router.um.source_cache import source_string
+from router.um.wire.lbmr import COST_INFINITE, CostOption, DomainIdOption, OtidOption, Tir
+
+if TYPE_CHECKING:
+    from router.um.context import Context
+
+
+class Source:
+    def __init__(self, context: "Context", topic: str, session, index: int, *,
+                 otid: bytes | None = None, cost: int | None = None, hop_count: int = 0,
+                 domain_id: int | None = None, final_advertisements: int = 0):
+        self.context = context
+        self.topic = topic
+        self.session = session
+        self.index = index
+        self.sequence_number = 0
+        self.closed = False
+        self.final_advertisements = final_advertisements
+        self.transport_info = session.advertised_info()
+        self.otid = otid if otid is not None else session.otid(index, context.context_id)
+        self.cost = cost
+        self.hop_count = hop_count
+        self.domain_id = domain_id
+        self.tir = self._build_tir(cost)
+
+    def _build_tir(self, cost: int | None) -> Tir:
+        options: list = []
+        if cost is not None:
+            options.append(CostOption(self.hop_count, cost))
+        options.append(OtidOption(self.otid))
+        if self.domain_id is not None:
+            options.append(DomainIdOption(self.domain_id))
+        return Tir(self.topic, self.transport_info, self.index, 0, options)
+
+    def final_tir(self) -> Tir:
+        """A final advertisement: the same TIR with cost 0xFFFFFFFF (receivers end it at once)."""
+        tir = self._build_tir(COST_INFINITE)
+        return tir
+
+    def set_cost(self, cost: int, hop_count: int | None = None) -> None:
+        """Advertise a new cost from now on (a router's proxy source after a cost change)."""
+        self.cost = cost
+        if hop_count is not None:
+            self.hop_count = hop_count
+        self.tir = self._build_tir(cost)
+        self.context._readvertise(self)
+
+    @property
+    def source_string(self) -> str:
+        return source_string(self.transport_info, self.index)
+
+    @property
+    def receiver_count(self) -> int:
+        return self.session.receiver_count
+
+    def send(self, data, flush: bool = False) -> None:
+        """Send one message (bytes-like). Batched unless `flush`; fragments above the datagram size."""
+        if self.closed:
+            raise RuntimeError(f"source for topic {self.topic!r} is closed")
+        self.sequence_number = self.session.send(self.index, self.sequence_number, data, flush)
+
+    def send_many(self, messages) -> None:
+        send = self.session.send
+        index, sqn = self.index, self.sequence_number
+        for data in messages:
+            sqn = send(index, sqn, data)
+        self.sequence_number = sqn
+
+    def flush(self) -> None:
+        self.session.flush()
+
+    def close(self, final_advertisements: int | None = None) -> None:
+        """Flush, stop advertising, send final advertisements if asked, release the session."""
+        if self.closed:
+            return
+        self.closed = True
+        count = self.final_advertisements if final_advertisements is None else final_advertisements
+        self.context._close_source(self, count)
+
+    def __enter__(self) -> "Source":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

@@ -1,0 +1,153 @@
+"""The receiver side of topic resolution: which sources exist, and which one of each OTID to join.
+
+Advertisements are keyed by OTID (the originating transport). Several advertisements with one OTID
+are the same source seen along different paths (through different routers); a receiver joins only
+the cheapest and, when that one ends, moves to the next. Pure logic, no sockets.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from router.um.wire.lbmr import (COST_INFINITE, CostOption, DomainIdOption, LbtipcInfo, OtidOption,
+                                 TcpInfo, Tir)
+from router.um.wire.otid import lbtipc_otid, tcp_otid
+
+# How long a receiver collects equivalent advertisements before joining one: answers to one query
+# from every path in a domain arrive within milliseconds of each other on an idle host; the margin
+# covers a busy one. Joining a source is not latency-critical; joining the wrong path would be.
+JOIN_SETTLE_SECONDS = 0.1
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One advertisement of a source along one path."""
+
+    topic: str
+    otid: bytes
+    transport: object            # TcpInfo | LbtipcInfo
+    index: int
+    cost: int
+    hop_count: int
+    domain_id: int | None
+    first_seen: float
+    last_seen: float
+
+    @property
+    def session_key(self) -> tuple:
+        return transport_key(self.transport)
+
+    @property
+    def source_string(self) -> str:
+        return source_string(self.transport, self.index)
+
+
+def transport_key(info) -> tuple:
+    if isinstance(info, TcpInfo):
+        return ("tcp", info.ip, info.port, info.session_id or 0)
+    if isinstance(info, LbtipcInfo):
+        return ("lbtipc", info.host_id, info.xport_id, info.session_id)
+    return ("other", repr(info))
+
+
+def source_string(info, index: int) -> str:
+    """UM-style source string: transport, address, session and topic index."""
+    if isinstance(info, TcpInfo):
+        return f"TCP:{info.ip}:{info.port}:{info.session_id or 0:08X}[{index}]"
+    if isinstance(info, LbtipcInfo):
+        return f"LBT-IPC:{info.host_id:08X}:{info.xport_id}:{info.session_id:08X}[{index}]"
+    return f"{type(info).__name__}[{index}]"
+
+
+def otid_of(tir: Tir) -> bytes:
+    """The TIR's OTID option, or the OTID its own transport implies (a source seen directly)."""
+    for option in tir.options:
+        if isinstance(option, OtidOption):
+            return option.otid
+    info = tir.transport
+    if isinstance(info, TcpInfo):
+        return tcp_otid(info.ip, info.port, tir.index, session_id=info.session_id or 0)
+    if isinstance(info, LbtipcInfo):
+        return lbtipc_otid(info.host_id, info.xport_id, info.session_id, tir.index)
+    return repr(info).encode()[:32].ljust(32, b"\0")
+
+
+def candidate_from_tir(tir: Tir, now: float) -> Candidate:
+    cost, hops, domain = 0, 0, None
+    for option in tir.options:
+        if isinstance(option, CostOption):
+            cost, hops = option.cost, option.hop_count
+        elif isinstance(option, DomainIdOption):
+            domain = option.domain_id
+    return Candidate(tir.topic, otid_of(tir), tir.transport, tir.index, cost, hops, domain, now, now)
+
+
+CostFunction = Callable[[str, str, int, int], "int | None"]
+
+
+@dataclass
+class _OtidEntry:
+    candidates: dict[tuple, Candidate] = field(default_factory=dict)   # (session key, index) -> ad
+    joined: Candidate | None = None
+
+
+class TopicSources:
+    """Every advertised source of one topic, grouped by OTID, and the one joined per OTID."""
+
+    def __init__(self, topic: str, cost_function: CostFunction | None = None):
+        self.topic = topic
+        self.cost_function = cost_function
+        self.by_otid: dict[bytes, _OtidEntry] = {}
+
+    def observe(self, tir: Tir, now: float | None = None) -> tuple[str, Candidate | None]:
+        """Fold one TIR in. Returns ('final', candidate) for a final advertisement of a known
+        candidate, ('new', candidate) for an advertisement not seen before, ('refresh', candidate)
+        otherwise, ('rejected', None) when the cost function refuses it."""
+        now = time.monotonic() if now is None else now
+        fresh = candidate_from_tir(tir, now)
+        entry = self.by_otid.setdefault(fresh.otid, _OtidEntry())
+        key = (fresh.session_key, fresh.index)
+        if fresh.cost == COST_INFINITE:
+            gone = entry.candidates.pop(key, None)
+            return ("final", gone) if gone is not None else ("refresh", None)
+        if self.cost_function is not None:
+            evaluated = self.cost_function(self.topic, fresh.source_string, fresh.hop_count, fresh.cost)
+            if evaluated is None or evaluated >= COST_INFINITE:
+                return ("rejected", None)
+            fresh.cost = evaluated
+        known = entry.candidates.get(key)
+        if known is None:
+            entry.candidates[key] = fresh
+            return ("new", fresh)
+        known.last_seen = now
+        known.cost, known.hop_count, known.domain_id = fresh.cost, fresh.hop_count, fresh.domain_id
+        return ("refresh", known)
+
+    def best(self, otid: bytes) -> Candidate | None:
+        entry = self.by_otid.get(otid)
+        if entry is None or not entry.candidates:
+            return None
+        return min(entry.candidates.values(), key=lambda c: (c.cost, c.hop_count, c.first_seen))
+
+    def joined(self, otid: bytes) -> Candidate | None:
+        entry = self.by_otid.get(otid)
+        return entry.joined if entry else None
+
+    def set_joined(self, otid: bytes, candidate: Candidate | None) -> None:
+        self.by_otid.setdefault(otid, _OtidEntry()).joined = candidate
+
+    def forget(self, candidate: Candidate) -> None:
+        """Drop a candidate whose transport ended (EOS), so the next cheapest can be joined."""
+        entry = self.by_otid.get(candidate.otid)
+        if entry is None:
+            return
+        entry.candidates.pop((candidate.session_key, candidate.index), None)
+        if entry.joined is candidate:
+            entry.joined = None
+
+    def otids(self) -> list[bytes]:
+        return list(self.by_otid)
+
+    def all_candidates(self) -> list[Candidate]:
+        return [c for entry in self.by_otid.values() for c in entry.candidates.values()]

@@ -1,0 +1,294 @@
+"""The source side of LBT-TCP: one listening session, its receivers' connections, implicit batching.
+
+Sources of a context share one session (as in UM), each with its own topic index; the stream is a
+plain concatenation of LBMC frames. Sends are batched (`implicit_batching_minimum_length`, flushed
+by size or by `implicit_batching_interval`) so small messages are not one syscall each. Sockets are
+non-blocking; each connection has an output queue. When a queue passes its limit the session either
+blocks the sending thread until the receiver catches up (applications: TCP flow control reaches the
+publisher) or drops the batch for that connection and counts it (the router: one slow receiver must
+not stall the others).
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import select
+import socket
+import threading
+import time
+
+from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE,
+                                 MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG, NHDR_NONE, NHDR_TCP_SID,
+                                 TCP_SID_HEADER)
+from router.um.wire.lbmr import TcpInfo
+from router.um.wire.otid import tcp_otid
+
+log = logging.getLogger(__name__)
+
+_MESSAGE_OVERHEAD = MESSAGE_HEADER.size
+_FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
+_pack_message = MESSAGE_HEADER.pack
+_pack_frag = FRAG_HEADER.pack
+
+
+class _Connection:
+    __slots__ = ("sock", "peer", "queue", "writer_armed", "dropped_batches", "dropped_bytes")
+
+    def __init__(self, sock: socket.socket, peer):
+        self.sock, self.peer = sock, peer
+        self.queue = bytearray()
+        self.writer_armed = False
+        self.dropped_batches = 0
+        self.dropped_bytes = 0
+
+
+class TcpSourceSession:
+    """A listening LBT-TCP session. Thread-safe: applications send from their own threads while the
+    context's loop accepts connections and drains queues."""
+
+    def __init__(self, loop, interface: str, port_low: int, port_high: int, *, fixed_port: int = 0,
+                 datagram_max_size: int = 65535, batching_minimum_length: int = 2048,
+                 batching_interval: float = 0.2, overflow: str = "block",
+                 max_queue: int = 8 * 1024 * 1024, nodelay: bool = True):
+        self.loop = loop
+        self.interface = interface
+        self.session_id = int.from_bytes(os.urandom(4), "big") or 1
+        self.datagram_max_size = datagram_max_size
+        self.batching_minimum_length = batching_minimum_length
+        self.batching_interval = batching_interval
+        self.overflow = overflow
+        self.max_queue = max_queue
+        self.nodelay = nodelay
+        self.lock = threading.RLock()
+        self.connections: list[_Connection] = []
+        self.batch = bytearray()
+        self.flush_timer_armed = False
+        self.closed = False
+        self.counters = {"frames_sent": 0, "bytes_sent": 0, "batches": 0, "connections_accepted": 0,
+                         "dropped_would_block_bytes": 0, "dropped_would_block_batches": 0}
+        self.listener = self._listen(interface, port_low, port_high, fixed_port)
+        self.port = self.listener.getsockname()[1]
+        loop.add_reader(self.listener.fileno(), self._accept)
+
+    @staticmethod
+    def _listen(interface: str, low: int, high: int, fixed: int) -> socket.socket:
+        ports = [fixed] if fixed else range(low, high + 1)
+        for port in ports:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((interface, port))
+            except OSError:
+                sock.close()
+                continue
+            sock.listen(64)
+            sock.setblocking(False)
+            return sock
+        raise OSError(errno.EADDRINUSE, f"no free TCP port in {ports[0]}..{ports[-1]} on {interface}")
+
+    # -- connections -----------------------------------------------------------------------------
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, peer = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:
+                log.warning("accept on TCP session port %d failed: %s", self.port, err)
+                return
+            sock.setblocking(False)
+            if self.nodelay:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            connection = _Connection(sock, peer)
+            # The TCP_SID control message ties this stream to the session id in our TIRs.
+            sid = TCP_SID_HEADER.pack(NHDR_NONE, TCP_SID_HEADER.size, 0, self.session_id)
+            connection.queue += CONTROL_HEADER.pack(LBMC_TYPE_CONTROL, NHDR_TCP_SID, 4 + len(sid)) + sid
+            with self.lock:
+                self.connections.append(connection)
+                self.counters["connections_accepted"] += 1
+                self._write(connection)
+            self.loop.add_reader(sock.fileno(), lambda c=connection: self._readable(c))
+
+    def _readable(self, connection: _Connection) -> None:
+        """Receivers send nothing we need; reading tells us when they hang up."""
+        try:
+            data = connection.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop_connection(connection)
+
+    def _drop_connection(self, connection: _Connection) -> None:
+        with self.lock:
+            if connection not in self.connections:
+                return
+            self.connections.remove(connection)
+        self.loop.remove_reader(connection.sock.fileno())
+        self.loop.remove_writer(connection.sock.fileno())
+        connection.sock.close()
+
+    def advertised_info(self) -> TcpInfo:
+        return TcpInfo(self.interface, self.port, self.session_id)
+
+    def otid(self, index: int, context_id: int) -> bytes:
+        return tcp_otid(self.interface, self.port, index, ctx_id=context_id, session_id=self.session_id)
+
+    @property
+    def receiver_count(self) -> int:
+        return len(self.connections)
+
+    # -- sending ---------------------------------------------------------------------------------
+    def send(self, tidx: int, sqn: int, payload, flush: bool = False) -> int:
+        """Append one message for topic `tidx`; returns the next sequence number."""
+        size = len(payload)
+        with self.lock:
+            if size + _MESSAGE_OVERHEAD <= self.datagram_max_size:
+                self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_DATA, size + _MESSAGE_OVERHEAD, tidx, sqn)
+                self.batch += payload
+                sqn += 1
+            else:
+                sqn = self._append_fragments(tidx, sqn, payload)
+            if flush or len(self.batch) >= self.batching_minimum_length:
+                self._flush_locked()
+            elif not self.flush_timer_armed:
+                self.flush_timer_armed = True
+                self.loop.call_soon_threadsafe(self._arm_flush_timer)
+        return sqn
+
+    def send_frame(self, tidx: int, sqn: int, payload, fragment: tuple[int, int, int] | None = None) -> bool:
+        """Append one frame exactly as given (a router forwarding a source's message or fragment,
+        with the source's own sequence numbers). Returns False when it exceeds the datagram size."""
+        size = len(payload) + (_FRAGMENT_OVERHEAD if fragment else _MESSAGE_OVERHEAD)
+        if size > self.datagram_max_size:
+            return False
+        with self.lock:
+            if fragment is None:
+                self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_DATA, size, tidx, sqn)
+            else:
+                self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_FRAG, size, tidx, sqn)
+                self.batch += _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, *fragment)
+            self.batch += payload
+            if len(self.batch) >= self.batching_minimum_length:
+                self._flush_locked()
+            elif not self.flush_timer_armed:
+                self.flush_timer_armed = True
+                self.loop.call_soon_threadsafe(self._arm_flush_timer)
+        return True
+
+    def _append_fragments(self, tidx: int, sqn: int, payload) -> int:
+        piece = self.datagram_max_size - _FRAGMENT_OVERHEAD
+        view = memoryview(payload)
+        total = len(view)
+        first = sqn
+        for offset in range(0, total, piece):
+            chunk = view[offset:offset + piece]
+            self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_FRAG, len(chunk) + _FRAGMENT_OVERHEAD, tidx, sqn)
+            self.batch += _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, first, offset, total)
+            self.batch += chunk
+            sqn += 1
+            if len(self.batch) >= self.batching_minimum_length:
+                self._flush_locked()
+        return sqn
+
+    def _arm_flush_timer(self) -> None:
+        self.loop.call_later(self.batching_interval, self._timer_flush)
+
+    def _timer_flush(self) -> None:
+        with self.lock:
+            self.flush_timer_armed = False
+            if self.batch:
+                self._flush_locked()
+
+    def flush(self) -> None:
+        with self.lock:
+            self._flush_locked()
+        if self.overflow == "block":
+            self.wait_drained(0)
+
+    def _flush_locked(self) -> None:
+        if not self.batch:
+            return
+        data = bytes(self.batch)
+        self.batch.clear()
+        self.counters["batches"] += 1
+        self.counters["bytes_sent"] += len(data)
+        for connection in list(self.connections):
+            if connection.queue and len(connection.queue) + len(data) > self.max_queue:
+                if self.overflow == "drop":
+                    connection.dropped_batches += 1
+                    connection.dropped_bytes += len(data)
+                    self.counters["dropped_would_block_batches"] += 1
+                    self.counters["dropped_would_block_bytes"] += len(data)
+                    continue
+                self.wait_drained(self.max_queue // 2, connection)
+            connection.queue += data
+            self._write(connection)
+
+    def _write(self, connection: _Connection) -> None:
+        """Send what the socket takes now; arm the loop's writer for the rest. Lock held."""
+        queue = connection.queue
+        while queue:
+            try:
+                sent = connection.sock.send(queue)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                queue.clear()
+                self.loop.call_soon_threadsafe(self._drop_connection, connection)
+                return
+            del queue[:sent]
+        if queue and not connection.writer_armed:
+            connection.writer_armed = True
+            self.loop.call_soon_threadsafe(self._arm_writer, connection)
+
+    def _arm_writer(self, connection: _Connection) -> None:
+        if connection in self.connections:
+            self.loop.add_writer(connection.sock.fileno(), lambda: self._writable(connection))
+
+    def _writable(self, connection: _Connection) -> None:
+        with self.lock:
+            self._write(connection)
+            if not connection.queue:
+                connection.writer_armed = False
+                self.loop.remove_writer(connection.sock.fileno())
+
+    def wait_drained(self, limit: int, only: _Connection | None = None, timeout: float | None = None) -> bool:
+        """Block the calling thread until every queue holds at most `limit` bytes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self.lock:
+                waiting = [c for c in ([only] if only else self.connections)
+                           if c in self.connections and len(c.queue) > limit]
+                for connection in waiting:
+                    self._write(connection)
+                waiting = [c for c in waiting if len(c.queue) > limit]
+            if not waiting:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            try:
+                select.select([], [c.sock for c in waiting], [], 0.05)
+            except (OSError, ValueError):
+                pass
+
+    def queued_bytes(self) -> int:
+        return sum(len(c.queue) for c in self.connections)
+
+    def close(self) -> None:
+        """Flush what is batched, let receivers drain it, then hang up (receivers see EOS)."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._flush_locked()
+        self.wait_drained(0, timeout=5.0)
+        self.loop.call_and_wait(self._close_sockets)
+
+    def _close_sockets(self) -> None:
+        self.loop.remove_reader(self.listener.fileno())
+        self.listener.close()
+        for connection in list(self.connections):
+            self._drop_connection(connection)

@@ -1,0 +1,298 @@
+"""Topic resolution for one context: advertising sources, querying for receivers, answering others.
+
+Runs on the context's loop thread only. It follows UM's behaviour (spec/dro.md §2.2, §6): sources
+advertise on the initial/sustain schedule and answer TQRs and wildcard TQRs; receivers query on
+theirs; use queries from routers get use-query responses; topic resolution requests get fresh
+advertisements or use responses; a receiver that leaves says so when a router is listening.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, Callable
+
+from router.um.receiver import Receiver, WildcardReceiver
+from router.um.schedule import (ResolutionSchedule, advertisement_phases, query_phases,
+                                wildcard_query_phases)
+from router.um.source_cache import JOIN_SETTLE_SECONDS, TopicSources
+from router.um.wire.lbmr import (PATTERN_PCRE, PATTERN_REGEX, SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE,
+                                 TMR_FLAG_WILDCARD_PCRE, TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC,
+                                 TMR_TOPIC_USE, TRREQ_ADVERTISEMENT, TRREQ_QUERY,
+                                 TRREQ_WILDCARD_QUERY, LbmrPacket, LocalDomainOption, SrcTypeOption,
+                                 Tmr, TopicManagement, TopicResolution, TopicResRequest, WcTqr,
+                                 WildcardQuery)
+
+if TYPE_CHECKING:
+    from router.um.context import Context
+    from router.um.source import Source
+
+log = logging.getLogger(__name__)
+
+_KIND_FLAG = {"pcre": TMR_FLAG_WILDCARD_PCRE, "regex": TMR_FLAG_WILDCARD_REGEX}
+_KIND_TYPE = {"pcre": PATTERN_PCRE, "regex": PATTERN_REGEX}
+_FINAL_ADVERTISEMENT_SPACING = 0.1
+_TMRS_PER_PACKET = 200
+
+
+class TopicResolver:
+    def __init__(self, context: "Context", config):
+        self.context = context
+        self.loop = context.loop
+        self.source_phases = advertisement_phases(lambda name: config.get("source", name))
+        self.query_phases = query_phases(lambda name: config.get("receiver", name))
+        self.wildcard_phases = wildcard_query_phases(lambda name: config.get("wildcard_receiver", name))
+        self.cost_function: Callable | None = None
+        self.sources: dict[str, list["Source"]] = {}
+        self.source_schedules: dict["Source", ResolutionSchedule] = {}
+        self.receivers: dict[str, list[Receiver]] = {}
+        self.query_schedules: dict[str, ResolutionSchedule] = {}
+        self.wildcards: list[WildcardReceiver] = []
+        self.wildcard_schedules: dict[WildcardReceiver, ResolutionSchedule] = {}
+        self.cache: dict[str, TopicSources] = {}
+        self.pending_joins: set[tuple[str, bytes]] = set()
+        self.query_patterns: dict[tuple[int, str], re.Pattern | None] = {}
+        self.gateway_seen = False
+        self.domain_id: int | None = None
+        self.listeners: list[Callable[[LbmrPacket, tuple], None]] = []
+        self.counters = {"tirs_received": 0, "tqrs_received": 0, "wc_tqrs_received": 0,
+                         "use_queries_answered": 0, "final_advertisements_received": 0,
+                         "bad_patterns": 0}
+        self._timer = None
+        self._timer_due: float | None = None
+
+    # -- registration (loop thread) ----------------------------------------------------------------
+    def add_source(self, source: "Source") -> None:
+        self.sources.setdefault(source.topic, []).append(source)
+        self.source_schedules[source] = ResolutionSchedule(self.source_phases, time.monotonic())
+        self._reschedule()
+
+    def readvertise(self, source: "Source") -> None:
+        if source in self.source_schedules:
+            self.context.channel.send_resolution(tirs=[source.tir])
+
+    def remove_source(self, source: "Source", final_advertisements: int) -> None:
+        self.source_schedules.pop(source, None)
+        topic_sources = self.sources.get(source.topic, [])
+        if source in topic_sources:
+            topic_sources.remove(source)
+        if not topic_sources:
+            self.sources.pop(source.topic, None)
+        final = source.final_tir()
+        for n in range(final_advertisements):
+            self.loop.call_later(n * _FINAL_ADVERTISEMENT_SPACING,
+                                 lambda: self.context.channel.send_resolution(tirs=[final]))
+
+    def add_receiver(self, receiver: Receiver) -> None:
+        self.receivers.setdefault(receiver.topic, []).append(receiver)
+        if receiver.query and receiver.topic not in self.query_schedules:
+            self.query_schedules[receiver.topic] = ResolutionSchedule(self.query_phases, time.monotonic())
+            self._reschedule()
+        cached = self.cache.get(receiver.topic)
+        if cached is not None:
+            for otid in cached.otids():
+                best = cached.best(otid)
+                if best is not None:
+                    receiver._join(best)
+
+    def remove_receiver(self, receiver: Receiver) -> None:
+        receivers = self.receivers.get(receiver.topic, [])
+        if receiver in receivers:
+            receivers.remove(receiver)
+        if not any(r.query for r in receivers):
+            self.query_schedules.pop(receiver.topic, None)
+        if not receivers:
+            self.receivers.pop(receiver.topic, None)
+            if self.gateway_seen and receiver.query:
+                # Routers drop interest at once instead of waiting for unanswered use queries.
+                self._send_tmrs([Tmr(TMR_LEAVE_TOPIC, 0, receiver.topic)])
+
+    def add_wildcard(self, wildcard: WildcardReceiver) -> None:
+        self.wildcards.append(wildcard)
+        self.wildcard_schedules[wildcard] = ResolutionSchedule(self.wildcard_phases, time.monotonic())
+        self._reschedule()
+        for topic, cached in self.cache.items():
+            if wildcard.matches(topic):
+                receiver = wildcard._receiver_for(topic)
+                self.add_receiver(receiver)
+
+    def remove_wildcard(self, wildcard: WildcardReceiver) -> None:
+        if wildcard in self.wildcards:
+            self.wildcards.remove(wildcard)
+        self.wildcard_schedules.pop(wildcard, None)
+        if self.gateway_seen:
+            self._send_tmrs([Tmr(TMR_LEAVE_TOPIC, _KIND_FLAG[wildcard.kind], wildcard.pattern)])
+
+    # -- packets -----------------------------------------------------------------------------------
+    def on_packet(self, packet: LbmrPacket, address: tuple) -> None:
+        for option in packet.options:
+            if isinstance(option, SrcTypeOption) and option.src_type == SRC_TYPE_TNWGD:
+                self.gateway_seen = True
+            elif isinstance(option, LocalDomainOption):
+                self.domain_id = option.domain_id
+        body = packet.body
+        if isinstance(body, TopicResolution):
+            if body.tqrs:
+                self.counters["tqrs_received"] += len(body.tqrs)
+                self._answer_queries(body.tqrs)
+            for tir in body.tirs:
+                self._observe(tir)
+        elif isinstance(body, WildcardQuery):
+            self.counters["wc_tqrs_received"] += len(body.queries)
+            self._answer_wildcard_queries(body.queries)
+            for tir in body.tirs:
+                self._observe(tir)
+        elif isinstance(body, TopicManagement):
+            self._answer_use_queries(body.tmrs)
+        elif isinstance(body, TopicResRequest):
+            self._answer_resolution_request(body.flags)
+        for listener in self.listeners:
+            listener(packet, address)
+
+    def _answer_queries(self, names) -> None:
+        tirs = [s.tir for name in names for s in self.sources.get(name, ())]
+        if tirs:
+            self.context.channel.send_resolution(tirs=tirs)
+
+    def _answer_wildcard_queries(self, queries) -> None:
+        tirs = []
+        for query in queries:
+            pattern = self._query_pattern(query.pattern_type, query.pattern)
+            if pattern is None:
+                continue
+            tirs.extend(s.tir for topic, sources in self.sources.items() if pattern.search(topic)
+                        for s in sources)
+        if tirs:
+            self.context.channel.send_resolution(tirs=tirs)
+
+    def _query_pattern(self, pattern_type: int, text: str) -> re.Pattern | None:
+        key = (pattern_type, text)
+        if key not in self.query_patterns:
+            try:
+                self.query_patterns[key] = re.compile(text)
+            except re.error:
+                self.counters["bad_patterns"] += 1
+                self.query_patterns[key] = None
+        return self.query_patterns[key]
+
+    def _answer_use_queries(self, tmrs) -> None:
+        answers = []
+        for tmr in tmrs:
+            if tmr.tmr_type != TMR_TOPIC_USE or tmr.flags & TMR_FLAG_RESPONSE:
+                continue
+            kind_flags = tmr.flags & (TMR_FLAG_WILDCARD_PCRE | TMR_FLAG_WILDCARD_REGEX)
+            if kind_flags:
+                if any(w.pattern == tmr.name and _KIND_FLAG[w.kind] == kind_flags for w in self.wildcards):
+                    answers.append(Tmr(TMR_TOPIC_USE, TMR_FLAG_RESPONSE | kind_flags, tmr.name))
+            elif any(r.query for r in self.receivers.get(tmr.name, ())):
+                answers.append(Tmr(TMR_TOPIC_USE, TMR_FLAG_RESPONSE, tmr.name))
+        if answers:
+            self.counters["use_queries_answered"] += len(answers)
+            self._send_tmrs(answers)
+
+    def _answer_resolution_request(self, flags: int) -> None:
+        if flags & TRREQ_ADVERTISEMENT and self.source_schedules:
+            self.context.channel.send_resolution(tirs=[s.tir for s in self.source_schedules])
+        answers = []
+        if flags & TRREQ_QUERY:
+            answers += [Tmr(TMR_TOPIC_USE, TMR_FLAG_RESPONSE, topic)
+                        for topic, receivers in self.receivers.items() if any(r.query for r in receivers)]
+        if flags & TRREQ_WILDCARD_QUERY:
+            answers += [Tmr(TMR_TOPIC_USE, TMR_FLAG_RESPONSE | _KIND_FLAG[w.kind], w.pattern)
+                        for w in self.wildcards]
+        if answers:
+            self._send_tmrs(answers)
+
+    def _send_tmrs(self, tmrs: list[Tmr]) -> None:
+        for start in range(0, len(tmrs), _TMRS_PER_PACKET):
+            self.context.channel.send_packet(LbmrPacket(TopicManagement(tmrs[start:start + _TMRS_PER_PACKET])))
+
+    # -- the resolver cache and joins ------------------------------------------------------------
+    def _observe(self, tir) -> None:
+        self.counters["tirs_received"] += 1
+        topic = tir.topic
+        cached = self.cache.get(topic)
+        if cached is None:
+            cached = self.cache[topic] = TopicSources(topic, self.cost_function)
+        kind, candidate = cached.observe(tir)
+        if kind == "final" and candidate is not None:
+            self.counters["final_advertisements_received"] += 1
+            for receiver in self._receivers_of(topic):
+                joined = receiver.joined.get(candidate.otid)
+                if joined is not None and joined.candidate.session_key == candidate.session_key \
+                        and joined.candidate.index == candidate.index:
+                    receiver._end(candidate.otid)
+        elif kind == "new":
+            self._schedule_join(topic, candidate.otid)
+
+    def _receivers_of(self, topic: str) -> list[Receiver]:
+        receivers = list(self.receivers.get(topic, ()))
+        for wildcard in self.wildcards:
+            if wildcard.matches(topic):
+                receiver = wildcard.topics.get(topic)
+                if receiver is None:
+                    receiver = wildcard._receiver_for(topic)
+                    self.receivers.setdefault(topic, []).append(receiver)
+                if receiver not in receivers:
+                    receivers.append(receiver)
+        return receivers
+
+    def _schedule_join(self, topic: str, otid: bytes) -> None:
+        key = (topic, otid)
+        if key in self.pending_joins or not self._receivers_of(topic):
+            return
+        self.pending_joins.add(key)
+        self.loop.call_later(JOIN_SETTLE_SECONDS, self._join, topic, otid)
+
+    def _join(self, topic: str, otid: bytes) -> None:
+        self.pending_joins.discard((topic, otid))
+        cached = self.cache.get(topic)
+        best = cached.best(otid) if cached else None
+        if best is None:
+            return
+        for receiver in self._receivers_of(topic):
+            if otid not in receiver.joined:
+                receiver._join(best)
+
+    def source_ended(self, receiver: Receiver, joined) -> None:
+        """A joined source's transport ended: forget that path and try the next cheapest one."""
+        cached = self.cache.get(receiver.topic)
+        if cached is not None:
+            cached.forget(joined.candidate)
+            if cached.best(joined.candidate.otid) is not None:
+                self._schedule_join(receiver.topic, joined.candidate.otid)
+
+    # -- schedules ---------------------------------------------------------------------------------
+    def _reschedule(self) -> None:
+        dues = [s.next_due for s in self.source_schedules.values() if s.next_due is not None]
+        dues += [s.next_due for s in self.query_schedules.values() if s.next_due is not None]
+        dues += [s.next_due for s in self.wildcard_schedules.values() if s.next_due is not None]
+        if not dues:
+            return
+        due = min(dues)
+        if self._timer is not None and self._timer_due is not None and self._timer_due <= due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_due = due
+        self._timer = self.loop.call_later(due - time.monotonic(), self._tick)
+
+    def _tick(self) -> None:
+        self._timer = self._timer_due = None
+        now = time.monotonic()
+        tirs = [source.tir for source, schedule in self.source_schedules.items() if _take(schedule, now)]
+        tqrs = [topic for topic, schedule in self.query_schedules.items() if _take(schedule, now)]
+        if tirs or tqrs:
+            self.context.channel.send_resolution(tqrs=tqrs, tirs=tirs)
+        queries = [WcTqr(w.pattern, _KIND_TYPE[w.kind]) for w, schedule in self.wildcard_schedules.items()
+                   if _take(schedule, now)]
+        for start in range(0, len(queries), 64):
+            self.context.channel.send_packet(LbmrPacket(WildcardQuery(queries[start:start + 64])))
+        self._reschedule()
+
+
+def _take(schedule: ResolutionSchedule, now: float) -> bool:
+    if schedule.due(now):
+        schedule.sent(now)
+        return True
+    return False

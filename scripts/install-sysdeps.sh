@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests and the demo need, when they are missing.
+# Run as root (CI and fresh machines); as another user it only reports what is missing.
+set -euo pipefail
+
+need=()
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+command -v tshark >/dev/null 2>&1 || need+=(tshark)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v make >/dev/null 2>&1 || need+=(make)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: ${need[*]} (run 'sudo $0' or install them yourself)" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+# tshark asks whether non-root users may capture; answer before it asks.
+echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}"

@@ -1,0 +1,54 @@
+"""diff_configs: which portals a reload must start, stop or restart."""
+from __future__ import annotations
+
+from router.config import diff_configs, load_gateway_config
+from tests.config.samples import endpoint, peer
+
+LAN1, LAN2 = endpoint("LAN1", 1, "lan1.cfg"), endpoint("LAN2", 2, "lan2.cfg")
+NAMED = "<name>R</name>"        # the default router name is the file's stem, which differs here
+
+
+def test_same_file_is_unchanged(write_gateway):
+    path = write_gateway(LAN1 + LAN2)
+    diff = diff_configs(load_gateway_config(path), load_gateway_config(path))
+    assert (diff.kept, diff.changed, diff.added, diff.removed) == (["LAN1", "LAN2"], [], [], [])
+    assert diff.unchanged
+
+
+def test_layout_and_order_do_not_count(write_gateway):
+    old = load_gateway_config(write_gateway(LAN1 + LAN2, NAMED, name="old.xml"))
+    new = load_gateway_config(write_gateway("<!-- moved -->\n" + LAN2 + "\n\n" + LAN1, NAMED, name="new.xml"))
+    assert old.portal("LAN1").line != new.portal("LAN1").line
+    assert diff_configs(old, new).unchanged
+
+
+def test_added_removed_and_changed_portals(write_gateway):
+    old = load_gateway_config(write_gateway(LAN1 + LAN2 + peer("WAN"), NAMED, name="old.xml"))
+    new = load_gateway_config(write_gateway(endpoint("LAN1", 1, "lan1.cfg", before="<cost>4</cost>")
+                                            + endpoint("LAN3", 3, "lan3.cfg") + peer("WAN"), NAMED, name="new.xml"))
+    diff = diff_configs(old, new)
+    assert (diff.changed, diff.added, diff.removed, diff.kept) == (["LAN1"], ["LAN3"], ["LAN2"], ["WAN"])
+    assert not diff.daemon_changed
+
+
+def test_an_edited_lbm_config_file_changes_its_portal(write_gateway, tmp_path):
+    path = write_gateway(LAN1 + LAN2)
+    old = load_gateway_config(path)
+    with open(tmp_path / "lan2.cfg", "a") as cfg:
+        cfg.write("context transport_tcp_port_high 17500\n")
+    diff = diff_configs(old, load_gateway_config(path))
+    assert (diff.changed, diff.kept) == (["LAN2"], ["LAN1"])
+
+
+def test_a_portal_that_changes_kind_is_changed(write_gateway):
+    old = load_gateway_config(write_gateway(LAN1 + peer("X"), name="old.xml"))
+    new = load_gateway_config(write_gateway(LAN1 + endpoint("X", 2, "lan2.cfg"), name="new.xml"))
+    assert diff_configs(old, new).changed == ["X"]
+
+
+def test_daemon_changes_are_flagged(write_gateway):
+    old = load_gateway_config(write_gateway(LAN1 + LAN2, NAMED, name="old.xml"))
+    new = load_gateway_config(write_gateway(LAN1 + LAN2, NAMED + "<web-monitor>*:15304</web-monitor>",
+                                            name="new.xml"))
+    diff = diff_configs(old, new)
+    assert diff.daemon_changed and diff.kept == ["LAN1", "LAN2"]

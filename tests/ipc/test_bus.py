@@ -1,0 +1,93 @@
+"""The control bus over real ZeroMQ ipc:// sockets: codecs, snapshot + numbered updates."""
+import msgpack
+import pytest
+import zmq
+from hypothesis import given, strategies as st
+
+from router.ipc import bus_messages as bm
+from router.ipc.bus import BusClient, BusHub
+from router.um.loop import EventLoop
+
+
+def test_codec_round_trip():
+    for message in (bm.Hello("LAN1", 2, 1234), bm.Interest("LAN1", 7, bm.INTEREST_PCRE, "^md\\.", bm.OP_ADD, 5),
+                    bm.PortalUp("LAN2", 1, 3), bm.SetCost("LAN1", 4), bm.Shutdown("stop"),
+                    bm.Snapshot(9, (bm.Interest("A", 1, 0, "t", 0, 3),), (("A", 0, 1),))):
+        assert bm.decode(bm.encode(message)) == message
+
+
+@given(st.binary(max_size=64))
+def test_garbage_raises_only_bus_error(data):
+    try:
+        bm.decode(data)
+    except bm.BusError:
+        pass
+
+
+def test_wrong_shapes_are_bus_errors():
+    for value in ([], [99], [0, "only-one-field"], {"a": 1}, [1, "p", "not-int", 0, "t", 0, 0]):
+        with pytest.raises(bm.BusError):
+            bm.decode(msgpack.packb(value))
+
+
+@pytest.fixture
+def bus(tmp_path):
+    context = zmq.Context()
+    hub_loop = EventLoop("hub")
+    hub = BusHub(context, f"ipc://{tmp_path}/bus", f"ipc://{tmp_path}/bus-pub", hub_loop)
+    made = []
+
+    def client(name):
+        loop = EventLoop(name)
+        received = []
+        made.append((loop, BusClient(context, *hub.endpoints, name, loop, received.append)))
+        return loop, made[-1][1], received
+    yield hub, hub_loop, client
+    for loop, c in made:
+        c.close()
+        loop.close()
+    hub.close()
+    hub_loop.close()
+    context.term()
+
+
+def spin(loops, condition, timeout=5.0):
+    import time
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "bus condition not reached"
+        for loop in loops:
+            loop.run_once(0.005)
+
+
+def test_snapshot_then_numbered_updates(bus):
+    hub, hub_loop, client = bus
+    loop_a, a, got_a = client("A")
+    a.hello(1, 100)
+    spin([hub_loop, loop_a], lambda: any(isinstance(m, bm.Snapshot) for m in got_a))
+    a.send(bm.Interest("A", 1, bm.INTEREST_TOPIC, "t1", bm.OP_ADD))
+    spin([hub_loop, loop_a], lambda: any(isinstance(m, bm.Interest) for m in got_a))
+    # A late joiner gets the interest in its snapshot, and never the same update twice.
+    loop_b, b, got_b = client("B")
+    b.hello(1, 101)
+    spin([hub_loop, loop_a, loop_b], lambda: any(isinstance(m, bm.Snapshot) for m in got_b))
+    snapshot = next(m for m in got_b if isinstance(m, bm.Snapshot))
+    assert [(i.portal, i.symbol) for i in snapshot.interest] == [("A", "t1")]
+    a.send(bm.Interest("A", 1, bm.INTEREST_TOPIC, "t1", bm.OP_CANCEL))
+    spin([hub_loop, loop_a, loop_b], lambda: any(isinstance(m, bm.Interest) and m.op == bm.OP_CANCEL for m in got_b))
+    interest_updates = [m for m in got_b if isinstance(m, bm.Interest)]
+    assert [m.op for m in interest_updates] == [bm.OP_CANCEL]
+    assert hub.interest == {}
+
+
+def test_malformed_frames_are_counted_not_fatal(bus, tmp_path):
+    hub, hub_loop, client = bus
+    raw = zmq.Context.instance().socket(zmq.DEALER)
+    raw.connect(hub.endpoints[0])
+    raw.send(b"\xc1garbage")
+    raw.send_multipart([b"x", b"y", b"z"])
+    spin([hub_loop], lambda: hub.counters["malformed"] >= 2)
+    raw.close(0)
+    loop_a, a, got_a = client("A")
+    a.hello(1, 1)
+    spin([hub_loop, loop_a], lambda: any(isinstance(m, bm.Snapshot) for m in got_a))

@@ -1,0 +1,101 @@
+"""Routers for tests: a tnwgd process on a generated configuration, always stopped at the end."""
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import signal
+from pathlib import Path
+
+from tests.support.processes import Tool, wait_for
+
+_names = itertools.count(1)
+
+
+def endpoint_xml(name: str, domain_id: int, cfg: Path, cost: int = 1, extra: str = "") -> str:
+    return (f"    <endpoint>\n      <name>{name}</name>\n      <domain-id>{domain_id}</domain-id>\n"
+            f"      <cost>{cost}</cost>\n{extra}      <lbm-config>{cfg}</lbm-config>\n    </endpoint>\n")
+
+
+def write_config(directory: Path, name: str, portals_xml: str, daemon_extra: str = "") -> Path:
+    path = directory / f"{name}.xml"
+    path.write_text('<?xml version="1.0"?>\n<tnw-gateway version="1.0">\n  <daemon>\n'
+                    f"    <name>{name}</name>\n    <log type=\"console\"/>\n{daemon_extra}  </daemon>\n"
+                    f"  <portals>\n{portals_xml}  </portals>\n</tnw-gateway>\n")
+    return path
+
+
+class Router:
+    def __init__(self, config: Path, name: str):
+        self.config, self.name = config, name
+        self.tool = Tool("router.cli.tnwgd", [str(config)])
+
+    def wait_ready(self, timeout: float = 30.0) -> "Router":
+        self.tool.wait_for_stderr("portals are up", timeout)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.tool.proc.pid
+
+    def log(self) -> str:
+        return self.tool.stderr
+
+    def worker_pids(self) -> dict[str, int]:
+        from router.monitor.counters import COUNTER_NAMES, INDEX
+        import numpy as np
+        pids = {}
+        for path in glob.glob(f"/dev/shm/umr.{self.name}.{self.pid}.counters*"):
+            values = np.fromfile(path, dtype=np.int64)
+            pids[path.rsplit("counters", 1)[1]] = int(values[INDEX["worker_pid"]])
+        return pids
+
+    def counters(self) -> dict[int, dict[str, int]]:
+        """Counters by portal index, read from shared memory as the supervisor does."""
+        from router.monitor.counters import COUNTER_NAMES
+        import numpy as np
+        found = {}
+        for path in glob.glob(f"/dev/shm/umr.{self.name}.{self.pid}.counters*"):
+            values = np.fromfile(path, dtype=np.int64)
+            found[int(path.rsplit("counters", 1)[1])] = dict(zip(COUNTER_NAMES, values.tolist()))
+        return found
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.tool.proc.poll() is None:
+            self.tool.proc.send_signal(signal.SIGTERM)
+            try:
+                self.tool.proc.wait(timeout)
+            except Exception:
+                self.tool.proc.kill()
+                self.tool.proc.wait()
+        return self.tool.proc.returncode
+
+    def segments(self) -> list[str]:
+        return glob.glob(f"/dev/shm/umr.{self.name}.{self.pid}.*")
+
+
+class RouterRunner:
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.routers: list[Router] = []
+
+    def start(self, portals_xml: str, daemon_extra: str = "", name: str | None = None) -> Router:
+        name = name or f"r{os.getpid() % 10000}x{next(_names)}"
+        config = write_config(self.directory, name, portals_xml, daemon_extra)
+        router = Router(config, name)
+        self.routers.append(router)
+        return router
+
+    def cleanup(self) -> None:
+        for router in self.routers:
+            router.stop()
+            for worker in router.worker_pids().values():
+                try:
+                    os.kill(worker, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            for segment in router.segments():
+                os.unlink(segment)

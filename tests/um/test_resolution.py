@@ -1,0 +1,172 @@
+"""Topic resolution semantics with real contexts on loopback: OTIDs, costs, final advertisements,
+use queries, and surviving garbage on the resolver socket."""
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from router.um.context import Context
+from router.um.wire.lbmr import (TMR_FLAG_RESPONSE, TMR_TOPIC_USE, LbmrPacket, Tmr, TopicManagement,
+                                 decode_lbmr, encode_lbmr)
+from router.um.wire.otid import tcp_otid
+from tests.support.processes import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+class Collector:
+    def __init__(self):
+        self.messages = []
+        self.events = []
+        self.lock = threading.Lock()
+
+    def on_message(self, message):
+        with self.lock:
+            self.messages.append(message)
+
+    def on_event(self, event):
+        with self.lock:
+            self.events.append(event)
+
+    def payloads(self):
+        with self.lock:
+            return [m.data for m in self.messages]
+
+
+@pytest.fixture
+def contexts(domain):
+    opened = []
+
+    def open_context(**extra):
+        ctx = Context(**domain.overrides(), **extra)
+        opened.append(ctx)
+        return ctx
+    yield open_context
+    for ctx in opened:
+        ctx.close()
+
+
+def test_two_sources_with_different_otids_both_reach_the_receiver(contexts):
+    publisher_a, publisher_b, subscriber = contexts(), contexts(), contexts()
+    got = Collector()
+    subscriber.receiver("prices", got.on_message, got.on_event)
+    a = publisher_a.source("prices")
+    b = publisher_b.source("prices")
+    wait_for(lambda: a.receiver_count and b.receiver_count, 10, message="receiver joins both sources")
+    for n in range(100):
+        a.send(b"A%d" % n)
+        b.send(b"B%d" % n)
+    a.flush(); b.flush()
+    wait_for(lambda: len(got.payloads()) == 200, 10, message="200 messages")
+    assert {m.source for m in got.messages} == {a.source_string, b.source_string}
+    assert [p for p in got.payloads() if p.startswith(b"A")] == [b"A%d" % n for n in range(100)]
+
+
+def test_same_otid_joins_only_the_cheaper_and_moves_on_final_advertisement(contexts):
+    otid = tcp_otid("127.0.0.1", 1, 1)
+    expensive_ctx, cheap_ctx, subscriber = contexts(), contexts(), contexts()
+    expensive = expensive_ctx.source("quotes", otid=otid, cost=5, hop_count=1)
+    cheap = cheap_ctx.source("quotes", otid=otid, cost=2, hop_count=1, final_advertisements=5)
+    got = Collector()
+    subscriber.receiver("quotes", got.on_message, got.on_event)
+    wait_for(lambda: cheap.receiver_count == 1, 10, message="receiver joins the cheaper path")
+    time.sleep(0.3)   # give a wrong join to the expensive path every chance to happen
+    assert expensive.receiver_count == 0
+    cheap.send(b"via-cheap", flush=True)
+    wait_for(lambda: got.payloads() == [b"via-cheap"], 10, message="message over the cheap path")
+    closed_at = time.monotonic()
+    cheap_ctx.close()     # its proxy-like source sends final advertisements
+    wait_for(lambda: expensive.receiver_count == 1, 5, message="receiver moves to the other path")
+    assert time.monotonic() - closed_at < 1.0
+    expensive.send(b"via-expensive", flush=True)
+    wait_for(lambda: got.payloads() == [b"via-cheap", b"via-expensive"], 10, message="message over the other path")
+    kinds = [e.kind for e in got.events]
+    assert kinds == ["BOS", "EOS", "BOS"]
+
+
+def test_final_advertisement_ends_the_source_without_waiting_for_tcp(contexts):
+    publisher, subscriber = contexts(), contexts()
+    keep = publisher.source("keep")           # keeps the shared session open
+    leaving = publisher.source("leaving", final_advertisements=3)
+    got = Collector()
+    subscriber.receiver("keep", lambda m: None)          # keeps the connection open
+    subscriber.receiver("leaving", got.on_message, got.on_event)
+    wait_for(lambda: any(e.kind == "BOS" for e in got.events), 10, message="BOS")
+    leaving.close()
+    wait_for(lambda: any(e.kind == "EOS" for e in got.events), 1.0, message="EOS within 1 s")
+    assert keep.receiver_count == 1
+
+
+def test_use_queries_are_answered(contexts, domain):
+    subscriber = contexts()
+    subscriber.receiver("wanted", lambda m: None)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind((domain.group, domain.port))
+    listener.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                        socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
+    listener.settimeout(0.2)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+    query = encode_lbmr(LbmrPacket(TopicManagement([Tmr(TMR_TOPIC_USE, 0, "wanted"),
+                                                    Tmr(TMR_TOPIC_USE, 0, "unwanted")])))
+    responses = []
+    deadline = time.monotonic() + 5
+    while not responses and time.monotonic() < deadline:
+        sender.sendto(query, (domain.group, domain.port))
+        try:
+            while True:
+                packet = decode_lbmr(listener.recv(65536))
+                if isinstance(packet.body, TopicManagement):
+                    responses += [t for t in packet.body.tmrs if t.flags & TMR_FLAG_RESPONSE]
+        except socket.timeout:
+            pass
+    assert [(t.tmr_type, t.name) for t in responses][:1] == [(TMR_TOPIC_USE, "wanted")]
+    assert all(t.name != "unwanted" for t in responses)
+
+
+def test_garbage_on_the_resolver_socket_is_counted_and_survived(contexts, domain):
+    publisher, subscriber = contexts(), contexts()
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+    for size in (1, 3, 7, 50, 500, 1400):
+        for _ in range(20):
+            sender.sendto(os.urandom(size), (domain.group, domain.port))
+    sender.sendto(b"\x00\x05\x00\x01" + b"\xff" * 40, (domain.group, domain.port))
+    wait_for(lambda: subscriber.counters()["lbmr_malformed"] > 0, 5, message="malformed packets counted")
+    got = Collector()
+    subscriber.receiver("still.works", got.on_message)
+    source = publisher.source("still.works")
+    wait_for(lambda: source.receiver_count == 1, 10, message="resolution after garbage")
+    source.send(b"ok", flush=True)
+    wait_for(lambda: got.payloads() == [b"ok"], 5, message="delivery after garbage")
+
+
+def test_unicast_resolution_through_a_resolver_daemon():
+    from router.um.lbmrd import ResolverDaemon
+    from router.um.loop import EventLoop
+    loop = EventLoop("lbmrd-test")
+    daemon = ResolverDaemon(loop, "127.0.0.1", 0)
+    loop.start_thread()
+    settings = {"resolver_unicast_daemon": f"127.0.0.1:{daemon.address[1]}",
+                "resolver_unicast_port_low": 24000 + os.getpid() % 1000 * 5,
+                "resolver_unicast_port_high": 24000 + os.getpid() % 1000 * 5 + 4,
+                "transport_tcp_port_low": 23000 + os.getpid() % 50 * 20,
+                "transport_tcp_port_high": 23019 + os.getpid() % 50 * 20}
+    publisher, subscriber = Context(**settings), Context(**settings)
+    try:
+        got = Collector()
+        subscriber.receiver("unicast.topic", got.on_message)
+        source = publisher.source("unicast.topic")
+        wait_for(lambda: source.receiver_count == 1, 10, message="resolution through the daemon")
+        source.send(b"hello", flush=True)
+        wait_for(lambda: got.payloads() == [b"hello"], 5, message="delivery")
+        assert daemon.counters["datagrams_relayed"] > 0
+    finally:
+        publisher.close()
+        subscriber.close()
+        loop.call_and_wait(daemon.close)
+        loop.close()
