@@ -1,39 +1,92 @@
-"""`make demo`: traffic on loopback, with the receiver's JSON summary printed at the end.
+"""`make demo`: the router on the seed's two-LAN example, on loopback.
 
-A receiver and a source in the LAN1 domain (conf/lan1.cfg) exchange 100000 messages over LBT-TCP.
+Starts `tnwgd conf/two-lans.xml`, a receiver in LAN2 and a source in LAN1 (100000 messages over
+LBT-TCP), then prints the receiver's JSON summary and the router's per-portal counters.
 """
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
 MESSAGES = 100_000
+TOPIC = "demo.prices"
+SHOWN_COUNTERS = ("transport_topic_fragments_rcvd", "transport_topic_fragments_forwarded",
+                  "transport_topic_fragments_sent", "transport_topic_fragments_dropped_would_block",
+                  "transport_topic_fragments_dropped_size_error", "proxy_receivers", "proxy_sources",
+                  "local_interest_topics", "data_bytes_enqueued_max")
 
 
-def tool(module: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+def spawn(*args: str, stdin=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", *args], stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def wait_line(proc: subprocess.Popen, text: str, timeout: float) -> None:
+    """Read the process's stderr until `text` appears (it prints readiness and BOS lines there)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            raise RuntimeError(f"{proc.args[2]} exited before saying {text!r}")
+        if text in line:
+            return
+    raise RuntimeError(f"{proc.args[2]} did not say {text!r} within {timeout} s")
+
+
+def router_counters(router: subprocess.Popen) -> dict[str, dict[str, int]]:
+    """The portals' counters, straight from the router's shared memory."""
+    import numpy as np
+
+    from router.config import load_gateway_config
+    from router.ipc.shm import segment_name
+    from router.monitor.counters import COUNTER_NAMES
+    config = load_gateway_config(CONF / "two-lans.xml")
+    found = {}
+    for index, portal in enumerate(config.portals):
+        path = Path("/dev/shm") / segment_name(config.daemon.name, f"counters{index}", router.pid).lstrip("/")
+        values = np.fromfile(path, dtype=np.int64)
+        found[portal.name] = {n: int(v) for n, v in zip(COUNTER_NAMES, values) if n in SHOWN_COUNTERS}
+    return found
 
 
 def main() -> int:
-    config = str(ROOT / "conf" / "lan1.cfg")
-    print(f"demo: receiver and source on topic demo.prices in the LAN1 domain ({config})", flush=True)
-    receiver = tool("router.cli.umrcv", "-c", config, "--json", "-C", str(MESSAGES), "--timeout", "120",
-                    "demo.prices")
-    source = tool("router.cli.umsrc", "-c", config, "--json", "-M", str(MESSAGES), "-l", "64", "demo.prices")
+    print(f"demo: starting the router on {CONF / 'two-lans.xml'} (LAN1 and LAN2 are loopback domains)", flush=True)
+    router = spawn("router.cli.tnwgd", str(CONF / "two-lans.xml"))
+    procs = [router]
     try:
+        wait_line(router, "portals are up", 30)
+        receiver = spawn("router.cli.umrcv", "-c", str(CONF / "lan2.cfg"), "--json", "-C", str(MESSAGES),
+                         "--timeout", "120", TOPIC)
+        source = spawn("router.cli.umsrc", "-c", str(CONF / "lan1.cfg"), "--json", "-M", str(MESSAGES), "-l", "64",
+                       "--start-on-stdin", TOPIC, stdin=subprocess.PIPE)
+        procs += [receiver, source]
+        print(f"demo: receiver in LAN2 and source in LAN1 on topic {TOPIC}; waiting for the receiver to join "
+              "the router's proxy source", flush=True)
+        wait_line(receiver, "Beginning of Transport Session", 30)
+        source.stdin.write("go\n")
+        source.stdin.flush()
         sent = json.loads(source.communicate(timeout=120)[0].strip().splitlines()[-1])
         received = json.loads(receiver.communicate(timeout=120)[0].strip().splitlines()[-1])
+        counters = router_counters(router)
     finally:
-        for proc in (source, receiver):
+        for proc in reversed(procs):
             if proc.poll() is None:
-                proc.kill()
-    print(f"source:   sent {sent['sent']} messages at {sent['rate_msgs_per_s']:.0f} msgs/s")
-    print("receiver:", json.dumps({k: v for k, v in received.items() if k != "per_source"}, indent=2))
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    print(f"source (LAN1): sent {sent['sent']} messages at {sent['rate_msgs_per_s']:,.0f} msgs/s")
+    print("receiver (LAN2):", json.dumps({k: v for k, v in received.items() if k != "per_source"}, indent=2))
+    print("router counters by portal:", json.dumps(counters, indent=2))
     ok = received["received"] == sent["sent"] and received["gaps"] == 0
-    print("demo: OK, every message arrived" if ok else "demo: FAILED, messages were lost")
+    print("demo: OK, every message crossed the router" if ok else "demo: FAILED, messages were lost")
     return 0 if ok else 1
 
 

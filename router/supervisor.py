@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import multiprocess
 import zmq
 
-from router import systemd_notify
+from router import extensions, systemd_notify
 from router.config import ConfigError, diff_configs, load_gateway_config
 from router.eventlog import event
 from router.ipc import bus_messages as bm
@@ -72,6 +72,8 @@ class Supervisor:
         self.name = self.config.daemon.name
         self.utc = utc
         self.pid = os.getpid()
+        # The DRO's 64-bit "UM Router ID": unique per run, shown by routerctl and the web monitor.
+        self.node_id = int.from_bytes(os.urandom(8), "big") >> 1
         self.loop = EventLoop("supervisor")
         self.signals: deque[int] = deque()
         self.stopping = False
@@ -84,8 +86,10 @@ class Supervisor:
         self.hub = BusHub(self.zmq, *bus_endpoints(self.name, self.pid, self.runtime), self.loop)
         self.hub.on_message = self._on_bus
         self.rings = RingSet(self.name)
-        self.extensions: list = []        # admin socket, web monitor, parquet sink (later issues)
+        self.extensions: list = []        # admin socket, web monitor, statistics sink (router/extensions.py)
         self.last_watchdog = 0.0
+        self._queries: dict[int, dict] = {}
+        self._request_ids = 0
 
     # -- start ---------------------------------------------------------------------------------
     def run(self) -> int:
@@ -96,6 +100,7 @@ class Supervisor:
         event("router-started", f"router {self.name} (pid {self.pid}) starting {len(self.config.portals)} portals")
         for portal in self.config.portals:
             self._add_worker(portal)
+        self.extensions = extensions.start_all(self)
         systemd_notify.notify(f"STATUS=starting {len(self.workers)} portals")
         try:
             while not self.stopping:
@@ -176,7 +181,34 @@ class Supervisor:
     def portal_indexes(self) -> dict[str, int]:
         return {name: w.index for name, w in self.workers.items() if not w.retired}
 
+    def query_workers(self, what: str, portals: list[str], on_done, timeout: float = 2.0) -> None:
+        """Ask workers over the bus; `on_done({portal: data or None})` once all answered or at the
+        timeout (a hung or restarting worker answers None). Never blocks the loop."""
+        self._request_ids += 1
+        request_id = self._request_ids
+        pending = {"answers": {p: None for p in portals}, "left": set(portals), "done": on_done}
+        self._queries[request_id] = pending
+        for portal in portals:
+            self.hub.send_to(portal, bm.Query(request_id, what))
+
+        def expire() -> None:
+            finished = self._queries.pop(request_id, None)
+            if finished is not None:
+                finished["done"](finished["answers"])
+        self.loop.call_later(timeout, expire)
+        if not portals:
+            expire()
+
     def _on_bus(self, identity: str, message) -> None:
+        if isinstance(message, bm.Answer):
+            pending = self._queries.get(message.request_id)
+            if pending is not None and message.portal in pending["left"]:
+                pending["answers"][message.portal] = message.data
+                pending["left"].discard(message.portal)
+                if not pending["left"]:
+                    del self._queries[message.request_id]
+                    pending["done"](pending["answers"])
+            return
         if isinstance(message, bm.Hello):
             worker = self.workers.get(message.portal)
             if worker is not None and worker.process is not None and message.pid == worker.process.pid:
@@ -339,8 +371,12 @@ class Supervisor:
                 "proxy_receivers": counters["proxy_receivers"], "proxy_sources": counters["proxy_sources"],
                 "state": "up" if alive and worker.ready else ("starting" if alive else "down"),
             })
-        return {"router": self.name, "pid": self.pid, "uptime_s": round(time.time() - self.started, 3),
-                "config": str(self.config_path), "portals": portals}
+        return {"router": self.name, "node_id": self.node_id, "pid": self.pid,
+                "uptime_s": round(time.time() - self.started, 3), "config": str(self.config_path),
+                "portals": portals}
+
+    def portal_counters(self) -> dict[str, dict[str, int]]:
+        return {name: worker.counters.snapshot() for name, worker in self.workers.items()}
 
 
 def _drain_socket(sock: socket.socket) -> None:

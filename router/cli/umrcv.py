@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from router.cli.common import add_context_arguments, open_context, print_json, setup_logging, stop_event_on_signals
 from router.cli.receive_stats import ReceiveStats
@@ -16,6 +17,8 @@ def add_receive_arguments(parser: argparse.ArgumentParser) -> None:
                         help="exit after S seconds whatever was received (0: no limit)")
     parser.add_argument("-E", "--exit-on-eos", action="store_true",
                         help="exit when a joined source ends (after at least one message)")
+    parser.add_argument("--idle-timeout", type=float, default=0, metavar="S",
+                        help="exit when nothing has arrived for S seconds (after at least one message)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
 
 
@@ -42,7 +45,15 @@ def run_receiver(args, subscribe) -> int:
 
     try:
         subscribe(context, on_batch, on_event)
-        stop.wait(args.timeout or None)
+        deadline = time.monotonic() + args.timeout if args.timeout else None
+        while not stop.is_set():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            if args.idle_timeout and stats.last_time is not None \
+                    and time.time_ns() - stats.last_time > args.idle_timeout * 1e9:
+                break
+            stop.wait(0.05 if args.idle_timeout else (deadline - now if deadline else None))
     finally:
         context.close()
     summary = stats.summary()

@@ -85,12 +85,27 @@ class SetCost:
 
 
 @dataclass(frozen=True, slots=True)
+class Query:
+    """The supervisor asks a worker for what only it knows (its topic map, its proxies)."""
+    request_id: int
+    what: str
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    request_id: int
+    portal: str
+    data: dict
+
+
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     """Stop gracefully: proxy sources send final advertisements first."""
     reason: str
 
 
-KINDS: list[type] = [Hello, Interest, Snapshot, PortalUp, PortalDown, Keepalive, SetCost, Shutdown, PortalRemoved]
+KINDS: list[type] = [Hello, Interest, Snapshot, PortalUp, PortalDown, Keepalive, SetCost, Shutdown, PortalRemoved,
+                     Query, Answer]
 _KIND_OF = {cls: number for number, cls in enumerate(KINDS)}
 
 
@@ -108,7 +123,7 @@ def _plain(value):
     return value
 
 
-_TYPES = {"str": str, "int": int, "float": (int, float), "tuple": (list, tuple)}
+_TYPES = {"str": str, "int": int, "float": (int, float), "tuple": (list, tuple), "dict": dict}
 
 
 def decode(data: bytes):

@@ -77,16 +77,15 @@ else:  # pragma: no cover - exercised only on weakly ordered machines
     def store_release(slots, index: int, value: int) -> None:
         slots[index] = value
 
-    _fence_word = bytearray(8)
-    _fence_view = None
+    _fence_word = None
 
     def full_fence() -> None:
-        global _fence_view
-        if _fence_view is None:
+        global _fence_word
+        if _fence_word is None:
             import atomics
 
-            _fence_view = atomics.atomicview(buffer=_fence_word, atype=atomics.INT).__enter__()
-        _fence_view.exchange(0)
+            _fence_word = atomics.atomic(width=8, atype=atomics.INT)
+        _fence_word.exchange(0)  # a seq-cst read-modify-write: a full barrier
 
 
 class AtomicInt64Slots:  # pragma: no cover - exercised only on weakly ordered machines

@@ -1,10 +1,10 @@
-"""The consumer half of a ring (see ``ring`` for the protocol): batch reads filtered by the
+"""The consumer half of a ring (the protocol is described in ``ring``): batch reads filtered by the
 destination mask, one head store per batch, lap detection, heartbeats and parking.
 
 Using it from an event loop::
 
     if consumer.read_batch(handle) == 0 and consumer.prepare_to_park():
-        poller.poll(consumer.heartbeat_interval)   # consumer.fileno() registered for reading
+        ...sleep until consumer.fileno() is readable, at most consumer.heartbeat_interval s...
         consumer.unpark()
 
 (or simply ``consumer.wait(timeout)`` in a loop of its own). A consumer must call ``read_batch``,
@@ -13,12 +13,13 @@ as dead after the ring's heartbeat timeout and stops waiting for it.
 """
 from __future__ import annotations
 
+import select
 import time
 from typing import Callable
 
 from . import layout
 from .ordering import full_fence, load_acquire, store_release
-from .ring import (
+from .ring_format import (
     _ALIGN_MASK,
     _ALIGN_UP,
     _HEADER,
@@ -59,8 +60,10 @@ class RingConsumer(_RingView):
         self._wakeup = None if wakeups is None else wakeups.consumers[index]
         self._producer_wakeup = None if wakeups is None else wakeups.producer
         self.heartbeat_interval = self.heartbeat_timeout_ns / 4e9
-        self._park_epoch = 0
+        # Epochs continue across restarts (the producer remembers the last epoch it woke).
+        self._park_epoch = _monotonic_ns()
         self._woken_producer_epoch = 0
+        self._poller: select.poll | None = None  # made on first wait, in the process that waits
         self.laps = 0
         self.bytes_lost = 0
         self._head = self._attach(resume)
@@ -112,21 +115,23 @@ class RingConsumer(_RingView):
             self._skip_to_tail(views_stale=False)
         data = self._data
         bit = self._bit
+        unpack_header_from, header, align_up, align_mask = _unpack_header_from, _HEADER, _ALIGN_UP, _ALIGN_MASK
         start = head & (capacity - 1)
         index = start
         stop = start + (tail - head)  # may run past the end of the data region: then we wrap once
         span_end = min(stop, capacity)
         delivered = 0
         while True:
-            while index < span_end:
-                length, record_type, dest_mask = _unpack_header_from(data, index)
+            while index < span_end:  # the hot loop: locals only, one header unpack per record
+                length, record_type, dest_mask = unpack_header_from(data, index)
                 if dest_mask & bit:
-                    handler(record_type, data[index + _HEADER : index + _HEADER + length])
+                    payload_start = index + header
+                    handler(record_type, data[payload_start : payload_start + length])
                     delivered += 1
                     if delivered == limit:
-                        index += (length + _ALIGN_UP) & _ALIGN_MASK
+                        index += (length + align_up) & align_mask
                         break
-                index += (length + _ALIGN_UP) & _ALIGN_MASK
+                index += (length + align_up) & align_mask
             else:
                 if span_end == capacity and stop > capacity:
                     # The padding record ended exactly at the end of the region: continue at 0.
@@ -177,7 +182,6 @@ class RingConsumer(_RingView):
         store_release(self._slots, self._park_slot, 0)
         if self._wakeup is not None:
             self._wakeup.drain()
-        self.heartbeat()
 
     def wait(self, timeout: float, spin: float = 0.0) -> bool:
         """Sleep until records may be available (True) or ``timeout`` seconds pass (False).
@@ -194,20 +198,31 @@ class RingConsumer(_RingView):
                     return True
         deadline = time.monotonic() + timeout
         while True:
+            if self._wakeup is not None:
+                # Drain wakeups left from the last sleep here, not right after waking: that
+                # syscall would otherwise sit between the wakeup and the records.
+                self._wakeup.drain()
             if not self.prepare_to_park():
                 return True
             remaining = deadline - time.monotonic()
             pause = min(remaining, self.heartbeat_interval)
             if pause > 0:
                 if self._wakeup is not None:
-                    self._wakeup.wait(pause)
+                    self._sleep_on_wakeup(pause)
                 else:
                     time.sleep(min(pause, 0.0005))
-            self.unpark()
+            store_release(self._slots, self._park_slot, 0)
             if self.has_records():
                 return True
-            if remaining <= self.heartbeat_interval:
+            self.heartbeat()
+            if time.monotonic() >= deadline:
                 return False
+
+    def _sleep_on_wakeup(self, timeout: float) -> None:
+        if self._poller is None:
+            self._poller = select.poll()
+            self._poller.register(self._wakeup.fileno(), select.POLLIN)
+        self._poller.poll(max(0, int(timeout * 1000 + 0.999)))
 
     def detach(self) -> None:
         """Stop holding the producer back; a later ``RingConsumer(..., resume=True)`` may return."""

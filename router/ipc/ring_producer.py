@@ -1,4 +1,4 @@
-"""The producer half of a ring (see ``ring`` for the protocol): claims, batches, flow control,
+"""The producer half of a ring (the protocol is described in ``ring``): claims, batches, flow control,
 skipping dead consumers, counters, and waking parked consumers.
 
 Everything here runs in the one producer process, so the producer keeps private copies of what it
@@ -11,7 +11,7 @@ from typing import Iterable
 
 from . import layout
 from .ordering import full_fence, load_acquire, store_release
-from .ring import (
+from .ring_format import (
     _ALIGN_MASK,
     _ALIGN_UP,
     _ALIGNMENT_FILL,
@@ -58,6 +58,8 @@ class RingProducer(_RingView):
         self._evicted_consumers = load_acquire(slots, _EVICTED_CONSUMERS)
         self._blocked = False
         self._claim: Claim | None = None
+        # Above this record size write_batch copies straight into the ring (and checks the size).
+        self._direct_copy_size = min(_DIRECT_COPY_THRESHOLD, self.capacity // 2)
         self._consumers = [
             (
                 consumer,
@@ -71,7 +73,8 @@ class RingProducer(_RingView):
         self._evicted_heartbeat = [0] * self.consumer_slots
         self._woken_epochs = [0] * self.consumer_slots
         self._wakeups = wakeups
-        self._park_epoch = 0
+        # Epochs continue across restarts (consumers remember the last epoch they woke).
+        self._park_epoch = _monotonic_ns()
         store_release(slots, _PRODUCER_PARK, 0)
         store_release(slots, _PRODUCER_HEARTBEAT, _monotonic_ns())
 
@@ -141,51 +144,82 @@ class RingProducer(_RingView):
         Returns how many records were written. Under the block policy it stops at the first record
         that does not fit (keep the rest; ``wait_for_space`` sleeps until it would). Under the
         drop policy records that do not fit are dropped and counted, and later ones still written.
+        A batch that raises (RecordTooLarge, a bad mask...) is rejected whole: nothing of it is
+        published, so the caller may retry its records one by one without duplicates.
         Small payloads are joined with their headers and copied into the ring in one slice
         assignment per run: per-record work is a handful of bytecodes.
         """
         if self._claim is not None:
             raise RuntimeError("commit or abort the outstanding claim before writing a batch")
-        data = self._data
-        index_mask = self.capacity - 1
-        written = 0
-        dest_union = 0
-        parts: list = []
+        data, capacity = self._data, self.capacity
+        index_mask = capacity - 1
+        fill, fill_mask = _ALIGNMENT_FILL, _FILL_MASK
+        pack_header, align_up, align_mask = _pack_header, _ALIGN_UP, _ALIGN_MASK
+        direct_copy_size, max_payload_length = self._direct_copy_size, self.max_payload_length
+        rollback = (self._position, self._records_written, self._bytes_written)
+        written = dest_union = 0
+        parts: list = []  # the joined run: header, payload, alignment fill, header, ...
         append = parts.append
-        fill = _ALIGNMENT_FILL
         try:
-            chunk_position = self._position
-            chunk_start = index = chunk_position & index_mask
-            run_end = min(self.capacity, index + self._limit - chunk_position)
-            for record_type, payload, dest_mask in records:
+            # The run starts at data index run_start (ring position run_position); index is where
+            # the next record goes; up to run_end nothing can wrap or pass the flow-control limit.
+            run_position = self._position
+            run_start = index = run_position & index_mask
+            run_end = min(capacity, index + self._limit - run_position)
+            for record_type, payload, dest_mask in records:  # the hot loop: locals only
                 length = len(payload)
-                size = (length + _ALIGN_UP) & _ALIGN_MASK
+                size = (length + align_up) & align_mask
                 end = index + size
-                if end > run_end or size > _DIRECT_COPY_THRESHOLD:
-                    # Wrap, limit or a big payload: flush the joined run, write this one directly.
-                    written += self._flush_run(parts, chunk_start, index, chunk_position)
-                    if self._write_one(record_type, payload, dest_mask):
-                        written += 1
-                        dest_union |= dest_mask
-                    elif self.overflow is OverflowPolicy.BLOCK:
-                        break
-                    chunk_position = self._position
-                    chunk_start = index = chunk_position & index_mask
-                    run_end = min(self.capacity, index + self._limit - chunk_position)
+                if end <= run_end and size <= direct_copy_size:
+                    append(pack_header(length, record_type, dest_mask))
+                    append(payload)
+                    append(fill[-length & fill_mask])
+                    index = end
+                    dest_union |= dest_mask
                     continue
-                append(_pack_header(length, record_type, dest_mask))
-                append(payload)
-                append(fill[-length & _FILL_MASK])
-                index = end
-                dest_union |= dest_mask
-        finally:
-            written += self._flush_run(parts, chunk_start, index, chunk_position)
-            if written:
-                self._publish(dest_union)
+                if parts:
+                    written += self._copy_run(parts, run_start, index)
+                    run_position += index - run_start
+                    run_start = index
+                if end <= run_end and length <= max_payload_length:
+                    # A big record that fits: straight into the ring, no join.
+                    _pack_header_into(data, index, length, record_type, dest_mask)
+                    data[index + _HEADER : index + _HEADER + length] = payload
+                    self._records_written += 1
+                    self._bytes_written += length
+                    written += 1
+                    dest_union |= dest_mask
+                    run_position += size
+                    run_start = index = end
+                    continue
+                # The wrap, the flow-control limit or an oversized record: the careful path.
+                self._position = run_position
+                if self._write_one(record_type, payload, dest_mask):
+                    written += 1
+                    dest_union |= dest_mask
+                elif self.overflow is OverflowPolicy.BLOCK:
+                    break
+                run_position = self._position
+                run_start = index = run_position & index_mask
+                run_end = min(capacity, index + self._limit - run_position)
+            if parts:
+                written += self._copy_run(parts, run_start, index)
+            self._position = run_position + (index - run_start)
+        except BaseException:
+            # Nothing was published yet: forget what was written past the tail.
+            self._position, self._records_written, self._bytes_written = rollback
+            raise
+        if written:
+            self._publish(dest_union)
         return written
 
     def wait_for_space(self, length: int, timeout: float | None) -> bool:
-        """Sleep until a record of ``length`` payload bytes fits, or ``timeout`` seconds pass."""
+        """Sleep until a record of ``length`` payload bytes fits (True) or ``timeout`` s pass (False).
+
+        On False the producer stays parked: the next consumer that frees space makes the producer
+        wakeup readable. So an event loop calls ``wait_for_space(n, 0)``, and if it is False waits
+        for ``wakeups.producer.fileno()``, then calls ``unpark()`` and writes again.
+        """
         size = (length + _ALIGN_UP) & _ALIGN_MASK
         deadline = None if timeout is None else time.monotonic() + timeout
         recheck_interval = self.heartbeat_timeout_ns / 4e9  # dead consumers are noticed by polling
@@ -194,21 +228,25 @@ class RingProducer(_RingView):
             self._park_epoch += 1
             store_release(self._slots, _PRODUCER_PARK, self._park_epoch)
             full_fence()  # the park flag must be visible before we look at the heads again
-            try:
-                if self._refresh_limit(position + padding + size):
-                    return True
-                if self._wakeups is not None:
-                    self._wake_parked_consumers(_ALL_CONSUMERS, force=True)
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                pause = recheck_interval if remaining is None else min(remaining, recheck_interval)
-                if self._wakeups is not None:
-                    self._wakeups.producer.wait(pause)
-                else:
-                    time.sleep(min(pause, 0.001))
-            finally:
+            if self._refresh_limit(position + padding + size):
                 store_release(self._slots, _PRODUCER_PARK, 0)
+                return True
+            if self._wakeups is not None:
+                self._wake_parked_consumers(_ALL_CONSUMERS, force=True)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            pause = recheck_interval if remaining is None else min(remaining, recheck_interval)
+            if self._wakeups is not None:
+                self._wakeups.producer.wait(pause)
+            else:
+                time.sleep(min(pause, 0.001))
+
+    def unpark(self) -> None:
+        """Stop waiting for space (after ``wait_for_space`` returned False): clear flag and wakeup."""
+        store_release(self._slots, _PRODUCER_PARK, 0)
+        if self._wakeups is not None:
+            self._wakeups.producer.drain()
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -224,28 +262,28 @@ class RingProducer(_RingView):
         if length > self.max_payload_length:
             raise self._too_large(length)
         size = (length + _ALIGN_UP) & _ALIGN_MASK
-        position, index, padding = self._placement(size)
+        position = self._position
+        index = position & (self.capacity - 1)
+        padding = self.capacity - index if index + size > self.capacity else 0
         if position + padding + size > self._limit and not self._make_room(position + padding + size):
             return False
         if padding:
             self._write_padding(index, padding)
             index = 0
-        _pack_header_into(self._data, index, length, record_type, dest_mask)
-        self._data[index + _HEADER : index + _HEADER + length] = payload
+        data = self._data
+        _pack_header_into(data, index, length, record_type, dest_mask)
+        data[index + _HEADER : index + _HEADER + length] = payload
         self._position = position + padding + size
         self._records_written += 1
         self._bytes_written += length
         return True
 
-    def _flush_run(self, parts: list, start: int, end: int, position: int) -> int:
-        """Copy the joined run of records into the ring; returns how many records it held."""
-        if not parts:
-            return 0
+    def _copy_run(self, parts: list, start: int, end: int) -> int:
+        """Copy a joined run of records into the ring; returns how many records it held."""
         self._data[start:end] = b"".join(parts)
         count = len(parts) // 3
         self._records_written += count
         self._bytes_written += sum(map(len, parts[1::3]))
-        self._position = position + (end - start)
         parts.clear()
         return count
 

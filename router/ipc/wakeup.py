@@ -36,11 +36,14 @@ class Wakeup(Protocol):
     def close(self) -> None: ...
 
 
-def _wait_readable(fd: int, timeout: float | None) -> bool:
+def _poller(fd: int) -> select.poll:
     poller = select.poll()
     poller.register(fd, select.POLLIN)
-    milliseconds = None if timeout is None else max(0, int(timeout * 1000 + 0.999))
-    return bool(poller.poll(milliseconds))
+    return poller
+
+
+def _milliseconds(timeout: float | None) -> int | None:
+    return None if timeout is None else max(0, int(timeout * 1000 + 0.999))
 
 
 class EventfdWakeup:
@@ -48,6 +51,7 @@ class EventfdWakeup:
 
     def __init__(self) -> None:
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._poller: select.poll | None = None  # made on first wait, in the process that waits
 
     def fileno(self) -> int:
         return self._fd
@@ -67,7 +71,9 @@ class EventfdWakeup:
 
     def wait(self, timeout: float | None) -> bool:
         """Sleep until woken or ``timeout`` seconds pass; True if woken. Drains."""
-        if _wait_readable(self._fd, timeout):
+        if self._poller is None:
+            self._poller = _poller(self._fd)
+        if self._poller.poll(_milliseconds(timeout)):
             self.drain()
             return True
         return False
@@ -85,6 +91,7 @@ class FifoWakeup:
         self.path = path
         self._read_fd = -1
         self._write_fd = -1
+        self._poller: select.poll | None = None
 
     @classmethod
     def create(cls, path: str) -> "FifoWakeup":
@@ -129,7 +136,9 @@ class FifoWakeup:
             drained += len(chunk)
 
     def wait(self, timeout: float | None) -> bool:
-        if _wait_readable(self.fileno(), timeout):
+        if self._poller is None:
+            self._poller = _poller(self.fileno())
+        if self._poller.poll(_milliseconds(timeout)):
             self.drain()
             return True
         return False
@@ -144,6 +153,7 @@ class FifoWakeup:
         if self._read_fd >= 0:
             os.close(self._read_fd)
             self._read_fd = -1
+            self._poller = None
 
     def unlink(self) -> None:
         """Remove the FIFO's name (the ring owner does this)."""

@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
+
 from router.ipc import bus_messages as bm
 from router.portals.ingress import Ingress
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings
 from router.portals.proxy_sources import ProxySourceTable
 from router.um.context import Context
-from router.worker.records import (DATA_HEADER, RECORD_ADVERT, RECORD_DATA, RECORD_EOS, RECORD_FRAGMENT,
-                                   RecordError, StreamAdvert, decode_eos)
+from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RecordError, StreamAdvert,
+                                   decode_eos, decode_frames, frame_offsets)
 from router.um.wire.lbmr import (SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE, TMR_FLAG_WILDCARD_PCRE,
                                  TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC, TMR_TOPIC_USE,
                                  TRREQ_QUERY, TRREQ_WILDCARD_QUERY, LbmrPacket, LocalDomainOption,
@@ -29,8 +31,6 @@ log = logging.getLogger(__name__)
 _KIND_OF_TMR_FLAGS = {0: bm.INTEREST_TOPIC, TMR_FLAG_WILDCARD_PCRE: bm.INTEREST_PCRE,
                       TMR_FLAG_WILDCARD_REGEX: bm.INTEREST_REGEX}
 _TMR_FLAGS_OF_KIND = {kind: flags for flags, kind in _KIND_OF_TMR_FLAGS.items()}
-_unpack_data = DATA_HEADER.unpack_from
-_DATA_HEADER_SIZE = DATA_HEADER.size
 _COUNT_NAMES = {bm.INTEREST_TOPIC: "topics", bm.INTEREST_PCRE: "pcre_patterns", bm.INTEREST_REGEX: "regex_patterns"}
 
 
@@ -62,6 +62,7 @@ class EndpointPortal:
         self.counters.set("data_bytes_enqueued_limit", config.max_queue)
         self._interest_timer = None
         self._last_logged: dict[str, float] = {}
+        self._sent_frames = self._sent_bytes = 0          # added to the counters once per ring batch
         self._queue_timer = loop.call_every(0.25, self.refresh_queue_counters)
         self._start_requests()
         self._schedule_interest_check()
@@ -161,6 +162,7 @@ class EndpointPortal:
             for portal, index, _ in message.portals:
                 self._portal_known(portal, index)
             self.table.load(message)
+            self._restore_interest(message)
             self._interest_changed()
         elif isinstance(message, bm.Interest):
             if self.table.apply(message):
@@ -179,6 +181,16 @@ class EndpointPortal:
         elif isinstance(message, bm.SetCost) and message.portal == self.name:
             self.cost = message.cost
             self.egress.set_cost(message.cost)
+
+    def _restore_interest(self, snapshot: bm.Snapshot) -> None:
+        """A restarted worker takes back the interest its previous incarnation had shared: the
+        domain's receivers are still there; use queries will confirm or expire them."""
+        now = time.monotonic()
+        for interest in snapshot.interest:
+            if interest.portal == self.name:
+                self.interest.heard(interest.kind, interest.symbol, now)
+        self._count_interest()
+        self._schedule_interest_check()
 
     def _portal_known(self, portal: str, index: int) -> None:
         """Another portal's worker is up: address it by its index and read its ring."""
@@ -199,23 +211,26 @@ class EndpointPortal:
 
     # -- records from the other portals' rings (the egress side) ----------------------------------
     def on_record(self, ring: int, record_type: int, payload) -> None:
-        if record_type == RECORD_DATA or record_type == RECORD_FRAGMENT:
-            stream_id, sqn, first_sqn, offset, total = _unpack_data(payload)
-            proxy = self.egress.by_stream.get((ring, stream_id))
-            size = len(payload) - _DATA_HEADER_SIZE
-            if proxy is None:
-                self.counters.add_pair("transport_topic_fragments_dropped_error",
-                                       "transport_topic_fragment_bytes_dropped_error", 1, size)
+        if record_type == RECORD_FRAMES:
+            try:
+                stream_id, count, longest, frames = decode_frames(payload)
+            except RecordError as err:
+                self.counters.add("ring_records_malformed")
+                log.warning("portal %s: %s", self.name, err)
                 return
-            source = proxy.source
-            fragment = None if record_type == RECORD_DATA else (first_sqn, offset, total)
-            if source.session.send_frame(source.index, sqn, payload[_DATA_HEADER_SIZE:], fragment):
-                self.counters.add_pair("transport_topic_fragments_sent", "transport_topic_fragment_bytes_sent", 1, size)
-            else:
-                self.counters.add_pair("transport_topic_fragments_dropped_size_error",
-                                       "transport_topic_fragment_bytes_dropped_size_error", 1, size)
-                self._rate_limited("drops-size-error", f"a {size}-byte fragment of {proxy.advert.topic} is larger "
-                                   "than this domain's transport datagram size; dropped")
+            entry = self.egress.by_stream.get((ring, stream_id))
+            if entry is None:
+                self.counters.add_pair("transport_topic_fragments_dropped_error",
+                                       "transport_topic_fragment_bytes_dropped_error", count, len(frames))
+                return
+            proxy, rewrite = entry
+            session = proxy.source.session
+            if longest > session.datagram_max_size:
+                self._send_fitting_frames(proxy, rewrite, frames)
+                return
+            session.send_raw(frames, frame_offsets(frames) if rewrite is not None else None, rewrite)
+            self._sent_frames += count
+            self._sent_bytes += len(frames)
         elif record_type == RECORD_ADVERT:
             try:
                 advert = StreamAdvert.decode(payload)
@@ -223,8 +238,9 @@ class EndpointPortal:
                 self.counters.add("ring_records_malformed")
                 log.warning("portal %s: %s", self.name, err)
                 return
-            if self.wants_topic(advert.topic):
-                self.egress.advertise(ring, advert)
+            # The ingress addressed it to us from the router-wide interest table; when that
+            # interest goes, the ingress re-masks and sends EOS.
+            self.egress.advertise(ring, advert)
         elif record_type == RECORD_EOS:
             self.egress.end_stream(ring, decode_eos(payload))
         else:
@@ -237,6 +253,26 @@ class EndpointPortal:
         for session in self.egress.sessions():
             if session.batch:
                 session.flush()
+        if self._sent_frames:
+            self.counters.add_pair("transport_topic_fragments_sent", "transport_topic_fragment_bytes_sent",
+                                   self._sent_frames, self._sent_bytes)
+            self._sent_frames = self._sent_bytes = 0
+
+    def _send_fitting_frames(self, proxy, rewrite, frames) -> None:
+        """Frames larger than this domain's datagram size are dropped (and counted), the rest sent."""
+        session = proxy.source.session
+        bounds = frame_offsets(frames).tolist() + [len(frames)]
+        for start, end in zip(bounds, bounds[1:]):
+            size = end - start
+            if size > session.datagram_max_size:
+                self.counters.add_pair("transport_topic_fragments_dropped_size_error",
+                                       "transport_topic_fragment_bytes_dropped_size_error", 1, size)
+                self._rate_limited("drops-size-error", f"a {size}-byte frame of {proxy.advert.topic} is larger "
+                                   "than this domain's transport datagram size; dropped")
+            else:
+                session.send_raw(frames[start:end], np.zeros(1, dtype="<u4"), rewrite)
+                self._sent_frames += 1
+                self._sent_bytes += size
 
     def _rate_limited(self, name: str, text: str) -> None:
         now = time.monotonic()
@@ -271,20 +307,22 @@ class EndpointPortal:
     def egress_has_otid(self, otid: bytes) -> bool:
         return otid in self.egress.by_otid
 
-    def wants_topic(self, topic: str) -> bool:
-        """Does this domain (still) have a receiver for `topic`?"""
-        if topic in self.interest.symbols(bm.INTEREST_TOPIC):
-            return True
-        local = InterestTable()
-        for kind in (bm.INTEREST_PCRE, bm.INTEREST_REGEX):
-            for symbol in self.interest.symbols(kind):
-                local.apply(bm.Interest(self.name, self.domain_id, kind, symbol, bm.OP_ADD))
-        return bool(local.portals_for(topic))
-
-    def status(self) -> dict:
-        return {"proxy_receivers": len(self.ingress.receivers) + len(self.ingress.wildcards),
-                "proxy_sources": len(self.egress.by_otid),
-                "interest": {name: self.interest.symbols(kind) for kind, name in _COUNT_NAMES.items()}}
+    def query(self, what: str) -> dict:
+        """What `routerctl topics` and the web monitor ask a worker (over the bus)."""
+        if what == "topics":
+            return {
+                "local_interest": {name: sorted(self.interest.symbols(kind)) for kind, name in _COUNT_NAMES.items()},
+                "proxy_receivers": sorted(self.ingress.receivers),
+                "proxy_wildcard_receivers": sorted(f"{'pcre' if k == 1 else 'regex'}:{p}" for k, p in self.ingress.wildcards),
+                "proxy_sources": sorted(({"topic": p.advert.topic, "source": p.advert.source,
+                                          "cost": p.advert.cost + self.cost, "hop_count": p.advert.hop_count + 1,
+                                          "origin_domain_id": p.advert.origin_domain_id,
+                                          "receivers": p.source.receiver_count}
+                                         for p in self.egress.by_otid.values()), key=lambda d: (d["topic"], d["source"])),
+                "streams": sorted(({"topic": s.advert.topic, "source": s.advert.source, "to": bin(s.mask).count("1")}
+                                   for s in self.ingress.streams.values()), key=lambda d: (d["topic"], d["source"])),
+            }
+        return {"error": f"unknown query {what!r}"}
 
     def close(self) -> None:
         self._queue_timer.cancel()

@@ -11,7 +11,7 @@ import itertools
 import logging
 
 from router.um.messages import BOS, EOS
-from router.worker.records import StreamAdvert
+from router.worker.records import StreamAdvert, encode_frames
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +71,11 @@ class Ingress:
         stream_id = next(self._ids) & 0xFFFFFFFF
         origin = candidate.domain_id if candidate.domain_id is not None else self.portal.domain_id
         advert = StreamAdvert(stream_id, joined.topic, candidate.otid, candidate.cost, candidate.hop_count,
-                              origin, joined.source, self.portal.name)
+                              origin, joined.source, self.portal.name, candidate.index)
         stream = Stream(stream_id, advert, self.portal.mask_for(joined.topic), joined)
         self.streams[stream_id] = stream
         self.stream_of_joined[id(joined)] = stream
-        joined.forward = lambda frames, s=stream: self._forward(s, frames)
+        joined.forward = lambda frames, count, longest, s=stream: self._forward(s, frames, count, longest)
         self.counters.add("streams_in")
         if stream.mask:
             self.datapath.advert(stream.mask, advert)
@@ -88,15 +88,16 @@ class Ingress:
         if stream.mask:
             self.datapath.eos(stream.mask, stream.stream_id)
 
-    def _forward(self, stream: Stream, frames: list[tuple]) -> None:
-        count = len(frames)
-        size = sum(len(frame[1]) for frame in frames)
+    def _forward(self, stream: Stream, frames: bytes, count: int, longest: int) -> None:
+        """The frames one read brought for one stream: one ring record for all of them."""
+        size = len(frames)
         self.counters.add_pair("transport_topic_fragments_rcvd", "transport_topic_fragment_bytes_rcvd", count, size)
         if not stream.mask:
             self.counters.add_pair("transport_topic_fragments_rcvd_unknown",
                                    "transport_topic_fragment_bytes_rcvd_unknown", count, size)
             return
-        self.datapath.data(stream.mask, stream.stream_id, frames, stream.joined)
+        self.datapath.frames(stream.mask, encode_frames(stream.stream_id, frames, count, longest),
+                             stream.joined.client)
         self.counters.add_pair("transport_topic_fragments_forwarded", "transport_topic_fragment_bytes_forwarded",
                                count, size)
 

@@ -38,7 +38,7 @@ class ProxySourceTable:
         self.counters = counters
         self.log_event = log_event
         self.by_otid: dict[bytes, ProxySource] = {}
-        self.by_stream: dict[tuple[int, int], ProxySource] = {}
+        self.by_stream: dict[tuple[int, int], tuple[ProxySource, int | None]] = {}   # -> (proxy, index to write)
 
     def advertise(self, ring: int, advert: StreamAdvert) -> ProxySource | None:
         """A stream was announced to this portal; returns its proxy source (None: not for us)."""
@@ -49,7 +49,8 @@ class ProxySourceTable:
             source = self.context.source(
                 advert.topic, otid=advert.otid, cost=advert.cost + self.portal_cost,
                 hop_count=advert.hop_count + 1, domain_id=advert.origin_domain_id,
-                overflow="drop", max_queue=self.max_queue, final_advertisements=FINAL_ADVERTISEMENTS)
+                overflow="drop", max_queue=self.max_queue, final_advertisements=FINAL_ADVERTISEMENTS,
+                index=advert.origin_index)
             proxy = self.by_otid[advert.otid] = ProxySource(advert, source)
             self.counters.add("proxy_sources_created")
             self.counters.set("proxy_sources", len(self.by_otid))
@@ -59,16 +60,16 @@ class ProxySourceTable:
             proxy.deletion_timer.cancel()        # the source came back (or a new path): keep it
             proxy.deletion_timer = None
         proxy.streams.add((ring, advert.stream_id))
-        self.by_stream[(ring, advert.stream_id)] = proxy
+        # Frames keep the index the ingress saw; rewrite them only if this proxy could not have it.
+        rewrite = None if proxy.source.index == advert.origin_index else proxy.source.index
+        self.by_stream[(ring, advert.stream_id)] = (proxy, rewrite)
         return proxy
 
-    def proxy_for(self, ring: int, stream_id: int) -> ProxySource | None:
-        return self.by_stream.get((ring, stream_id))
-
     def end_stream(self, ring: int, stream_id: int) -> None:
-        proxy = self.by_stream.pop((ring, stream_id), None)
-        if proxy is None:
+        entry = self.by_stream.pop((ring, stream_id), None)
+        if entry is None:
             return
+        proxy = entry[0]
         proxy.streams.discard((ring, stream_id))
         if not proxy.streams and proxy.deletion_timer is None:
             proxy.deletion_timer = self.context.loop.call_later(self.deletion_delay, self._delete, proxy)

@@ -54,6 +54,7 @@ class Context:
                                                or self.channel.interface)
         self.sessions: dict[int, TcpSourceSession] = {}        # fixed port (0 = shared) -> session
         self.session_users: dict[TcpSourceSession, int] = {}
+        self.session_indexes: dict[object, set[int]] = {}       # topic indexes in use per session
         self.next_topic_index = 1
         self.clients: dict[tuple, TcpSessionClient] = {}
         self.extra_transports: dict[type, Any] = {}             # transport info type -> attacher
@@ -65,18 +66,24 @@ class Context:
     def source(self, topic: str, *, transport: str | None = None, otid: bytes | None = None,
                cost: int | None = None, hop_count: int = 0, domain_id: int | None = None,
                overflow: str = "block", final_advertisements: int | None = None,
-               max_queue: int | None = None) -> Source:
+               max_queue: int | None = None, index: int | None = None) -> Source:
         """A source on `topic`. `otid`, `cost`, `hop_count`, `domain_id` are for proxy sources:
-        they make the advertisement say where the data really comes from."""
+        they make the advertisement say where the data really comes from; `index` asks for a
+        topic index (a router keeps the origin's, so forwarded frames need no rewriting)."""
         transport = (transport or self.config.get("source", "transport")).replace("-", "")
         finals = self.config.get("source", "resolver_send_final_advertisements") \
             if final_advertisements is None else final_advertisements
 
         def create() -> Source:
             session = self._session_for(transport, overflow, max_queue)
-            index = self.next_topic_index
-            self.next_topic_index += 1
-            source = Source(self, topic, session, index, otid=otid, cost=cost, hop_count=hop_count,
+            used = self.session_indexes.setdefault(session, set())
+            chosen = index if index is not None and index not in used and index > 0 else None
+            while chosen is None:
+                candidate, self.next_topic_index = self.next_topic_index, self.next_topic_index + 1
+                if candidate not in used:
+                    chosen = candidate
+            used.add(chosen)
+            source = Source(self, topic, session, chosen, otid=otid, cost=cost, hop_count=hop_count,
                             domain_id=domain_id, final_advertisements=finals)
             self.resolver.add_source(source)
             return source
@@ -183,10 +190,12 @@ class Context:
         session = source.session
         session.flush()
         self._call(self.resolver.remove_source, source, final_advertisements)
+        self.session_indexes.get(session, set()).discard(source.index)
         users = self.session_users.get(session, 1) - 1
         self.session_users[session] = users
         if users <= 0:
             self.session_users.pop(session, None)
+            self.session_indexes.pop(session, None)
             session.close()
 
     def _close_receiver(self, receiver: Receiver) -> None:

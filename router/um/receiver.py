@@ -38,11 +38,12 @@ class JoinedSource:
         self._on_message = receiver.on_message
         self._on_batch = receiver.on_batch
 
+    def on_frames(self, frames: bytes, count: int, longest: int) -> None:
+        """A raw (router) source: whole LBMC frames, forwarded as they are."""
+        if self.forward is not None:
+            self.forward(frames, count, longest)
+
     def on_batch(self, messages: list[tuple]) -> None:
-        if self.raw:
-            if self.forward is not None:
-                self.forward(messages)
-            return
         topic, source, make = self.topic, self.source, Message._make
         if self._on_batch is not None:
             self._on_batch([make((topic, source, sqn, payload)) for sqn, payload in messages])

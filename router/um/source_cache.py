@@ -18,6 +18,7 @@ from router.um.wire.otid import lbtipc_otid, tcp_otid
 # from every path in a domain arrive within milliseconds of each other on an idle host; the margin
 # covers a busy one. Joining a source is not latency-critical; joining the wrong path would be.
 JOIN_SETTLE_SECONDS = 0.1
+JOIN_SETTLE_LIMIT = 0.5
 
 
 @dataclass(slots=True)

@@ -28,12 +28,13 @@ class Subscription(Protocol):
     """What a connection delivers to: one joined source (topic index) of one receiver."""
 
     def on_batch(self, messages: list[tuple]) -> None: ...
+    def on_frames(self, frames: bytes, count: int, longest: int) -> None: ...
     def on_eos(self) -> None: ...
 
-# A subscription with `raw = True` (a router's proxy receiver) gets fragments as they came, as
-# (sqn, piece, first_sqn, offset, total) next to whole messages (sqn, payload), instead of
-# reassembled messages: the router forwards fragments, it does not reassemble them. A topic index
-# is either raw or not within one connection (a router's context holds only proxy receivers).
+# A subscription with `raw = True` (a router's proxy receiver) gets the LBMC frames themselves,
+# fragments as they came: `on_frames(frames, count, longest)`, the bytes of `count` whole frames
+# of its topic index from one read. The router forwards frames; it does not reassemble them. A topic index is either raw or not within
+# one connection (a router's context holds only proxy receivers).
 
 
 class TcpSessionClient:
@@ -129,6 +130,7 @@ class TcpSessionClient:
         data = bytes(self.view[:end])
         subscriptions, raw_indexes = self.subscriptions, self.raw_indexes
         batches: dict[int, list] = {}
+        raw_spans: dict[int, list] = {}
         offset = frames = 0
         while end - offset >= 4:
             msglen = (data[offset + 2] << 8) | data[offset + 3]
@@ -140,19 +142,33 @@ class TcpSessionClient:
             ver_type, next_hdr = data[offset], data[offset + 1]
             if ver_type == LBMC_TYPE_MESSAGE and msglen >= _MESSAGE_SIZE:
                 _, _, _, tidx, sqn = _unpack_message(data, offset)
-                if next_hdr == NHDR_DATA:
+                if tidx in raw_indexes:
+                    if next_hdr == NHDR_FRAG and msglen < _MESSAGE_SIZE + _FRAG_SIZE:
+                        self._malformed("fragment shorter than its headers")
+                        return end
+                    run = raw_spans.get(tidx)      # [start, end, frames, longest, earlier runs]
+                    if run is None:
+                        raw_spans[tidx] = [offset, offset + msglen, 1, msglen, None]
+                    else:
+                        if run[1] != offset:        # interleaved with another topic: a new run
+                            if run[4] is None:
+                                run[4] = []
+                            run[4].append(data[run[0]:run[1]])
+                            run[0] = offset
+                        run[1] = offset + msglen
+                        run[2] += 1
+                        if msglen > run[3]:
+                            run[3] = msglen
+                elif next_hdr == NHDR_DATA:
                     if tidx in subscriptions:
                         batch = batches.get(tidx)
                         if batch is None:
                             batch = batches[tidx] = []
                         batch.append((sqn, data[offset + _MESSAGE_SIZE:offset + msglen]))
                 elif next_hdr == NHDR_FRAG:
-                    if tidx in raw_indexes:
-                        self._raw_fragment(data, offset, msglen, tidx, sqn, batches)
-                    else:
-                        whole = self._fragment(data, offset, msglen, tidx, subscriptions.get(tidx))
-                        if whole is not None:
-                            batches.setdefault(tidx, []).append(whole)
+                    whole = self._fragment(data, offset, msglen, tidx, subscriptions.get(tidx))
+                    if whole is not None:
+                        batches.setdefault(tidx, []).append(whole)
                 else:
                     self.counters["unknown_frames"] += 1
             elif ver_type == LBMC_TYPE_CONTROL and next_hdr == NHDR_TCP_SID \
@@ -171,17 +187,11 @@ class TcpSessionClient:
         for tidx, batch in batches.items():
             for sub in subscriptions.get(tidx, ()):
                 sub.on_batch(batch)
+        for tidx, (start, stop, count, longest, earlier) in raw_spans.items():
+            frames = data[start:stop] if earlier is None else b"".join(earlier) + data[start:stop]
+            for sub in subscriptions.get(tidx, ()):
+                sub.on_frames(frames, count, longest)
         return offset
-
-    def _raw_fragment(self, data: bytes, offset: int, msglen: int, tidx: int, sqn: int, batches) -> None:
-        self.counters["fragments"] += 1
-        if msglen < _MESSAGE_SIZE + _FRAG_SIZE:
-            self._malformed("fragment shorter than its headers")
-            return
-        next_hdr, _, _, first_sqn, frag_offset, total = _unpack_frag(data, offset + _MESSAGE_SIZE)
-        if next_hdr == NHDR_DATA:
-            piece = data[offset + _MESSAGE_SIZE + _FRAG_SIZE:offset + msglen]
-            batches.setdefault(tidx, []).append((sqn, piece, first_sqn, frag_offset, total))
 
     def _fragment(self, data: bytes, offset: int, msglen: int, tidx: int, subs):
         """Fold one fragment in; returns (first_sqn, payload) when the message is complete."""

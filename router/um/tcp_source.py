@@ -18,6 +18,8 @@ import socket
 import threading
 import time
 
+import numpy as np
+
 from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE,
                                  MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG, NHDR_NONE, NHDR_TCP_SID,
                                  TCP_SID_HEADER)
@@ -29,6 +31,7 @@ log = logging.getLogger(__name__)
 _MESSAGE_OVERHEAD = MESSAGE_HEADER.size
 _FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
 _pack_message = MESSAGE_HEADER.pack
+_TIDX_BYTES = np.arange(4, 8)          # where an LBMC MESSAGE frame keeps its topic index
 _pack_frag = FRAG_HEADER.pack
 
 
@@ -151,32 +154,24 @@ class TcpSourceSession:
                 sqn += 1
             else:
                 sqn = self._append_fragments(tidx, sqn, payload)
-            if flush or len(self.batch) >= self.batching_minimum_length:
+            if flush:
                 self._flush_locked()
-            elif not self.flush_timer_armed:
-                self.flush_timer_armed = True
-                self.loop.call_soon_threadsafe(self._arm_flush_timer)
+            else:
+                self._flush_or_arm_timer()
         return sqn
 
-    def send_frame(self, tidx: int, sqn: int, payload, fragment: tuple[int, int, int] | None = None) -> bool:
-        """Append one frame exactly as given (a router forwarding a source's message or fragment,
-        with the source's own sequence numbers). Returns False when it exceeds the datagram size."""
-        size = len(payload) + (_FRAGMENT_OVERHEAD if fragment else _MESSAGE_OVERHEAD)
-        if size > self.datagram_max_size:
-            return False
+    def send_raw(self, frames, offsets=None, tidx: int | None = None) -> None:
+        """Append whole LBMC frames as they are (a router forwarding a source's frames). With
+        `tidx`, the topic index of each frame (at `offsets`) is rewritten to it first."""
+        if tidx is not None:
+            frames = bytearray(frames)
+            view = np.frombuffer(frames, dtype=np.uint8)
+            view[(offsets.astype(np.int64)[:, None] + _TIDX_BYTES)] = np.frombuffer(
+                tidx.to_bytes(4, "big"), dtype=np.uint8)
+            del view
         with self.lock:
-            if fragment is None:
-                self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_DATA, size, tidx, sqn)
-            else:
-                self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_FRAG, size, tidx, sqn)
-                self.batch += _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, *fragment)
-            self.batch += payload
-            if len(self.batch) >= self.batching_minimum_length:
-                self._flush_locked()
-            elif not self.flush_timer_armed:
-                self.flush_timer_armed = True
-                self.loop.call_soon_threadsafe(self._arm_flush_timer)
-        return True
+            self.batch += frames
+            self._flush_or_arm_timer()
 
     def _append_fragments(self, tidx: int, sqn: int, payload) -> int:
         piece = self.datagram_max_size - _FRAGMENT_OVERHEAD
@@ -192,6 +187,14 @@ class TcpSourceSession:
             if len(self.batch) >= self.batching_minimum_length:
                 self._flush_locked()
         return sqn
+
+    def _flush_or_arm_timer(self) -> None:
+        """Implicit batching: send a full batch now, else make sure the interval flushes it."""
+        if len(self.batch) >= self.batching_minimum_length:
+            self._flush_locked()
+        elif not self.flush_timer_armed:
+            self.flush_timer_armed = True
+            self.loop.call_soon_threadsafe(self._arm_flush_timer)
 
     def _arm_flush_timer(self) -> None:
         self.loop.call_later(self.batching_interval, self._timer_flush)

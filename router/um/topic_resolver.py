@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from router.um.receiver import Receiver, WildcardReceiver
 from router.um.schedule import (ResolutionSchedule, advertisement_phases, query_phases,
                                 wildcard_query_phases)
-from router.um.source_cache import JOIN_SETTLE_SECONDS, TopicSources
+from router.um.source_cache import JOIN_SETTLE_LIMIT, JOIN_SETTLE_SECONDS, TopicSources
 from router.um.wire.lbmr import (PATTERN_PCRE, PATTERN_REGEX, SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE,
                                  TMR_FLAG_WILDCARD_PCRE, TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC,
                                  TMR_TOPIC_USE, TRREQ_ADVERTISEMENT, TRREQ_QUERY,
@@ -50,7 +50,7 @@ class TopicResolver:
         self.wildcards: list[WildcardReceiver] = []
         self.wildcard_schedules: dict[WildcardReceiver, ResolutionSchedule] = {}
         self.cache: dict[str, TopicSources] = {}
-        self.pending_joins: set[tuple[str, bytes]] = set()
+        self.pending_joins: dict[tuple[str, bytes], tuple] = {}     # -> (timer, first seen)
         self.query_patterns: dict[tuple[int, str], re.Pattern | None] = {}
         self.gateway_seen = False
         self.domain_id: int | None = None
@@ -238,14 +238,24 @@ class TopicResolver:
         return receivers
 
     def _schedule_join(self, topic: str, otid: bytes) -> None:
+        """Join after the advertisements of one OTID settle: each new path restarts the wait (up
+        to JOIN_SETTLE_LIMIT), so a busy host answering a query slowly still gets its path compared."""
         key = (topic, otid)
-        if key in self.pending_joins or not self._receivers_of(topic):
+        if not self._receivers_of(topic):
             return
-        self.pending_joins.add(key)
-        self.loop.call_later(JOIN_SETTLE_SECONDS, self._join, topic, otid)
+        now = time.monotonic()
+        pending = self.pending_joins.get(key)
+        if pending is not None:
+            timer, first = pending
+            if now - first >= JOIN_SETTLE_LIMIT:
+                return
+            timer.cancel()
+        else:
+            first = now
+        self.pending_joins[key] = (self.loop.call_later(JOIN_SETTLE_SECONDS, self._join, topic, otid), first)
 
     def _join(self, topic: str, otid: bytes) -> None:
-        self.pending_joins.discard((topic, otid))
+        self.pending_joins.pop((topic, otid), None)
         cached = self.cache.get(topic)
         best = cached.best(otid) if cached else None
         if best is None:

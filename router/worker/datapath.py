@@ -23,8 +23,7 @@ from router.ipc.ring_consumer import RingConsumer
 from router.ipc.ring_producer import RingProducer
 from router.ipc.shm import SharedSegment, segment_name
 from router.ipc.wakeup import EventfdWakeup, RingWakeups
-from router.worker.records import (DATA_HEADER, EOS_RECORD, RECORD_ADVERT, RECORD_DATA, RECORD_EOS,
-                                   RECORD_FRAGMENT)
+from router.worker.records import EOS_RECORD, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,6 @@ RING_CAPACITY = 8 * 1024 * 1024
 RING_HEARTBEAT_TIMEOUT = 2.0
 READ_LIMIT = 4096                      # records per ring per turn, so one busy ring cannot starve the loop
 
-_pack_data = DATA_HEADER.pack
 
 
 class RingSet:
@@ -112,6 +110,8 @@ class DataPath:
     def attach(self, ring: int) -> None:
         if ring != self.index and ring not in self.consumers:
             self.consumers[ring] = RingConsumer(self._memory(ring), self.index, wakeups=self.rings.wakeups(ring))
+            # Producers wake only parked consumers: read (and park on) the new ring too.
+            self.loop.call_later(0, self._woken)
 
     def detach(self, ring: int) -> None:
         consumer = self.consumers.pop(ring, None)
@@ -125,17 +125,9 @@ class DataPath:
     def eos(self, mask: int, stream_id: int) -> None:
         self._write([(RECORD_EOS, EOS_RECORD.pack(stream_id), mask)])
 
-    def data(self, mask: int, stream_id: int, frames: list[tuple], connection=None) -> None:
-        records = []
-        append = records.append
-        for frame in frames:
-            if len(frame) == 2:
-                sqn, payload = frame
-                append((RECORD_DATA, _pack_data(stream_id, sqn, sqn, 0, len(payload)) + payload, mask))
-            else:
-                sqn, payload, first, offset, total = frame
-                append((RECORD_FRAGMENT, _pack_data(stream_id, sqn, first, offset, total) + payload, mask))
-        if not self._write(records) and connection is not None:
+    def frames(self, mask: int, record: bytes, connection=None) -> None:
+        """One FRAMES record (router.worker.records.encode_frames); a full ring pauses `connection`."""
+        if not self._write([(RECORD_FRAMES, record, mask)]) and connection is not None:
             self._pause(connection)
 
     def _write(self, records: list) -> bool:
@@ -167,11 +159,9 @@ class DataPath:
             written += 1
         return written
 
-    def _pause(self, connection) -> None:
-        client = getattr(connection, "client", None) or connection
-        if hasattr(client, "pause"):
-            client.pause()
-            self.paused[id(client)] = client
+    def _pause(self, client) -> None:
+        client.pause()
+        self.paused[id(client)] = client
 
     def _space_freed(self) -> None:
         self.producer_wakeup.drain()

@@ -110,6 +110,9 @@ def _on_bus(message, portal, loop) -> None:
     if isinstance(message, bm.Shutdown):
         loop.stop()
         return
+    if isinstance(message, bm.Query):
+        portal.bus.send(bm.Answer(message.request_id, portal.name, portal.query(message.what)))
+        return
     portal.on_bus(message)
 
 

@@ -2,15 +2,19 @@
 
 An ingress portal gives each source it receives a stream id and announces it in-band (ADVERT)
 before any of its data, so an egress portal never sees data for a source it has not heard of.
-Data records carry the source's own sequence numbers and fragment fields unchanged: the egress
-proxy source re-sends each fragment as it came (the DRO forwards fragments; it does not
-reassemble), and one larger than the egress datagram size is dropped and counted.
 
-    ADVERT  msgpack [stream_id, topic, otid, cost, hop_count, origin_domain_id, source, origin_portal]
-    DATA    >IIIII  stream_id, sqn, first_sqn, frag_offset, total_length (+ payload)
-                    a whole message has frag_offset = 0, total_length = payload length, first_sqn = sqn
-                    and the FLAG bit clear in RECORD_DATA vs RECORD_FRAGMENT
-    EOS     >I      stream_id
+Data travels as the LBMC frames themselves: one FRAMES record carries every frame of one stream
+that one read from the source produced, byte for byte (the source's sequence numbers and
+fragment headers unchanged: the DRO forwards fragments, it does not reassemble). The egress proxy
+source advertises the origin's topic index when it can, so it appends the frames to its batch
+without touching them; otherwise it rewrites the 4-byte index of each frame (`frame_offsets`).
+A frame larger than the egress datagram size is dropped and counted.
+
+    ADVERT  msgpack [stream_id, topic, otid, cost, hop_count, origin_domain_id, source,
+                     origin_portal, origin_index]
+    FRAMES  <III    stream_id, frame count, longest frame
+                    the frame bytes (each frame's length is in its own header)
+    EOS     <I      stream_id
 """
 from __future__ import annotations
 
@@ -18,14 +22,14 @@ import struct
 from dataclasses import dataclass
 
 import msgpack
+import numpy as np
 
 RECORD_ADVERT = 1
-RECORD_DATA = 2
-RECORD_FRAGMENT = 3
+RECORD_FRAMES = 2
 RECORD_EOS = 4
 
-DATA_HEADER = struct.Struct(">IIIII")
-EOS_RECORD = struct.Struct(">I")
+FRAMES_HEADER = struct.Struct("<III")
+EOS_RECORD = struct.Struct("<I")
 
 
 class RecordError(ValueError):
@@ -42,10 +46,12 @@ class StreamAdvert:
     origin_domain_id: int
     source: str            # the source string seen at the ingress, for logs and monitoring
     origin_portal: str
+    origin_index: int      # the topic index in the frames (the one the ingress joined)
 
     def encode(self) -> bytes:
         return msgpack.packb([self.stream_id, self.topic, self.otid, self.cost, self.hop_count,
-                              self.origin_domain_id, self.source, self.origin_portal], use_bin_type=True)
+                              self.origin_domain_id, self.source, self.origin_portal, self.origin_index],
+                             use_bin_type=True)
 
     @classmethod
     def decode(cls, data) -> "StreamAdvert":
@@ -59,10 +65,28 @@ class StreamAdvert:
         return advert
 
 
-def decode_data_header(payload) -> tuple[int, int, int, int, int]:
-    if len(payload) < DATA_HEADER.size:
-        raise RecordError(f"data record of {len(payload)} bytes is shorter than its header")
-    return DATA_HEADER.unpack_from(payload)
+def encode_frames(stream_id: int, frames: bytes, count: int, longest: int) -> bytes:
+    return FRAMES_HEADER.pack(stream_id, count, longest) + frames
+
+
+def decode_frames(payload) -> tuple[int, int, int, memoryview]:
+    """(stream id, count, longest frame, frame bytes) of a FRAMES record."""
+    if len(payload) < FRAMES_HEADER.size:
+        raise RecordError(f"frames record of {len(payload)} bytes is shorter than its header")
+    stream_id, count, longest = FRAMES_HEADER.unpack_from(payload)
+    return stream_id, count, longest, payload[FRAMES_HEADER.size:]
+
+
+def frame_offsets(frames) -> np.ndarray:
+    """Where each LBMC frame starts (walking the msglen chain; only on the rare rewrite paths)."""
+    offsets, position, end = [], 0, len(frames)
+    while position + 4 <= end:
+        offsets.append(position)
+        length = (frames[position + 2] << 8) | frames[position + 3]
+        if length < 4:
+            raise RecordError(f"frame of length {length} at offset {position}")
+        position += length
+    return np.asarray(offsets, dtype=np.int64)
 
 
 def decode_eos(payload) -> int:

@@ -17,6 +17,7 @@ from router.ipc.ring import (
     RingProducer,
     read_counters,
 )
+from router.ipc.wakeup import RingWakeups
 
 CAPACITY = 4096
 
@@ -65,10 +66,17 @@ def test_every_payload_is_contiguous_across_the_wrap_with_a_padding_record(make_
     assert drain(consumer) == [(2, payload(2, 1200))]
 
 
-def test_write_batch_wraps_many_times_and_keeps_order(make_ring):
-    segment = make_ring(CAPACITY, consumer_slots=1)
+@pytest.mark.parametrize(
+    "capacity, length_of",
+    [
+        (CAPACITY, lambda n: (n * 37) % 1500),  # small records: joined runs
+        (1 << 18, lambda n: (n * 7919) % 200 if n % 3 else 33000 + (n * 104729) % 30000),  # big ones inline
+    ],
+)
+def test_write_batch_wraps_many_times_and_keeps_order(make_ring, capacity, length_of):
+    segment = make_ring(capacity, consumer_slots=1)
     producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)
-    records = [(n % 5, payload(n, (n * 37) % 1500), 1) for n in range(2000)]
+    records = [(n % 5, payload(n, length_of(n)), 1) for n in range(2000)]
     received, pending = [], records
     while pending:
         written = producer.write_batch(pending)
@@ -130,7 +138,8 @@ def test_claim_waits_until_its_deadline_under_the_block_policy(make_ring):
 
 
 def test_records_larger_than_half_the_ring_are_rejected(make_ring):
-    producer = RingProducer(make_ring(CAPACITY, consumer_slots=1).memory)
+    segment = make_ring(CAPACITY, consumer_slots=1)
+    producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)
     assert producer.max_payload_length == CAPACITY // 2 - layout.HEADER_LENGTH
     too_long = producer.max_payload_length + 1
     with pytest.raises(RecordTooLarge, match=f"{too_long} bytes exceeds"):
@@ -139,9 +148,11 @@ def test_records_larger_than_half_the_ring_are_rejected(make_ring):
         producer.offer(1, bytes(too_long), 1)
     with pytest.raises(RecordTooLarge):
         producer.write_batch([(1, b"fine", 1), (1, bytes(too_long), 1)])
-    assert producer.counters().records_written == 1  # the record before the bad one went out
+    assert producer.counters().records_written == 0  # the batch was rejected whole
+    assert drain(consumer) == []
     assert isinstance(RecordTooLarge("x"), ValueError)
     assert producer.offer(1, bytes(producer.max_payload_length), 1)
+    assert drain(consumer) == [(1, bytes(producer.max_payload_length))]
 
 
 def test_each_consumer_receives_only_records_addressed_to_it(make_ring):
@@ -253,3 +264,33 @@ def test_random_interleavings_match_a_model(make_ring, steps):
     for consumer in consumers:
         consumer.close()
     producer.close()
+
+
+def test_parking_rechecks_the_ring_so_no_wakeup_is_lost(make_ring):
+    segment = make_ring(CAPACITY, consumer_slots=1)
+    producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)
+    assert consumer.prepare_to_park() is True  # nothing to read: safe to sleep
+    consumer.unpark()
+    assert consumer.wait(0.02) is False  # no wakeups configured: it polls until the timeout
+    producer.offer(1, b"x", 1)
+    assert consumer.prepare_to_park() is False  # a record arrived: do not sleep
+    assert consumer.wait(10) is True
+    assert drain(consumer) == [(1, b"x")]
+
+
+def test_an_event_loop_producer_is_woken_when_a_consumer_frees_space(make_ring):
+    segment = make_ring(CAPACITY, consumer_slots=1)
+    wakeups = RingWakeups.eventfds(1)
+    try:
+        producer = RingProducer(segment.memory, wakeups=wakeups)
+        consumer = RingConsumer(segment.memory, 0, wakeups=wakeups)
+        while producer.offer(1, payload(0, 500), 1):
+            pass
+        assert producer.wait_for_space(500, 0) is False  # full: stays parked, returns at once
+        assert not wakeups.producer.wait(0)
+        drain(consumer)  # the consumer frees space and sees the producer parked
+        assert wakeups.producer.wait(0)
+        producer.unpark()
+        assert producer.offer(1, payload(1, 500), 1)
+    finally:
+        wakeups.close()

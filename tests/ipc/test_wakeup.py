@@ -100,3 +100,40 @@ def test_a_fifo_waker_without_a_sleeper_does_nothing(tmp_path):
     waker.close()
     waker.unlink()
     assert not os.path.exists(waker.path)
+
+
+def _draining_consumer(segment_name: str, wakeups: RingWakeups) -> None:
+    segment = SharedSegment.attach(segment_name)
+    consumer = RingConsumer(segment.memory, 0, wakeups=wakeups, resume=True)
+    park_offset = CAPACITY + layout.PRODUCER_PARK_OFFSET
+    deadline = time.monotonic() + 30
+    while struct.unpack_from("<q", segment.memory, park_offset)[0] == 0:  # until the producer sleeps
+        if time.monotonic() > deadline:
+            os._exit(2)
+        time.sleep(0.01)
+    consumer.read_batch(lambda record_type, view: None)
+    os._exit(0)
+
+
+def test_a_producer_parked_on_a_full_ring_is_woken_by_a_consumer_in_another_process(
+    make_ring, fork_context, processes
+):
+    segment = make_ring(CAPACITY, consumer_slots=1, heartbeat_timeout=PARKED_TIMEOUT * 4)
+    wakeups = RingWakeups.eventfds(1)
+    try:
+        producer = RingProducer(segment.memory, wakeups=wakeups)
+        holder = RingConsumer(segment.memory, 0)  # attaches slot 0; the child resumes from its head
+        while producer.offer(1, bytes(1000), 1):
+            pass
+        process = fork_context.Process(target=_draining_consumer, args=(segment.name, wakeups))
+        processes.append(process)
+        process.start()
+        claim = producer.claim(1000, 1, 1, deadline=time.monotonic() + PARKED_TIMEOUT)
+        assert claim is not None  # only the consumer's wakeup ends the sleep before the deadline
+        producer.commit(claim)
+        process.join(30)
+        assert process.exitcode == 0
+        holder.close()
+        producer.close()
+    finally:
+        wakeups.close()

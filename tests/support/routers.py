@@ -12,9 +12,20 @@ from tests.support.processes import Tool, wait_for
 _names = itertools.count(1)
 
 
-def endpoint_xml(name: str, domain_id: int, cfg: Path, cost: int = 1, extra: str = "") -> str:
+# Short use-query timing so a test sees interest purged in about a second, not fifteen.
+FAST_PURGE = ('      <topic-resolution>\n'
+              '        <topic-use-query periodic-interval="1000" timeout="300" max="2"/>\n'
+              '        <pattern-use-query periodic-interval="1000" timeout="300" max="2"/>\n'
+              '      </topic-resolution>\n')
+
+
+def endpoint_xml(name: str, domain_id: int, cfg: Path, cost: int = 1, before_config: str = "",
+                 after_config: str = "") -> str:
+    """An <endpoint>; `before_config` goes after <cost> (source-deletion-delay, max-queue...),
+    `after_config` after <lbm-config> (acl, topic-resolution...), as the DTD orders them."""
     return (f"    <endpoint>\n      <name>{name}</name>\n      <domain-id>{domain_id}</domain-id>\n"
-            f"      <cost>{cost}</cost>\n{extra}      <lbm-config>{cfg}</lbm-config>\n    </endpoint>\n")
+            f"      <cost>{cost}</cost>\n{before_config}      <lbm-config>{cfg}</lbm-config>\n"
+            f"{after_config}    </endpoint>\n")
 
 
 def write_config(directory: Path, name: str, portals_xml: str, daemon_extra: str = "") -> Path:

@@ -113,6 +113,9 @@ def _encode_chain(headers: list, terminator: int) -> tuple[int, bytes]:
     """Return (type of the first header, the encoded headers): each header's first byte
     names the header after it, the last one names ``terminator``."""
     types = [header.wire_type() for header in headers]
+    for header in headers:
+        if isinstance(header, RawHeader) and _decodes_as_modelled(header.header_type, bytes(header.body)):
+            raise WireError(f"LBMC RawHeader: 0x{header.header_type:02x} with this body is a modelled header")
     parts = []
     for header, next_type in zip(headers, types[1:] + [terminator]):
         body = header.wire_body()
@@ -121,6 +124,15 @@ def _encode_chain(headers: list, terminator: int) -> tuple[int, bytes]:
         parts.append(_CHAIN_LINK.pack(next_type, len(body) + 2))
         parts.append(body)
     return (types[0] if types else terminator), b"".join(parts)
+
+
+def _decodes_as_modelled(header_type: int, body: bytes) -> bool:
+    """Would the decoder turn this raw header into a typed one (so it could not round-trip)?"""
+    cls = _HEADER_CLASSES.get(header_type)
+    if cls is None:
+        return False
+    reader = Reader(body, 0, len(body), "LBMC header")
+    return cls.wire_parse(header_type, reader) is not None and not reader.remaining
 
 
 def _check_length(msglen: int) -> None:

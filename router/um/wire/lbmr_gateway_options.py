@@ -119,6 +119,8 @@ class OptionFamily:
         for option in options:
             what = f"{self.what} {type(option).__name__}"
             if isinstance(option, self.raw_cls):
+                if option.option_type in self.fixed or option.option_type == self.name_cls.OPTION_TYPE:
+                    raise WireError(f"{what}: type 0x{option.option_type:02x} is a modelled option")
                 parts.append(tlv(option.option_type, bytes(option.body), what))
             elif isinstance(option, self.name_cls):
                 body = pack(_U16, what, option.flags) + cstring_bytes(option.name, what)

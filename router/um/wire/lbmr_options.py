@@ -178,7 +178,10 @@ def tlv(option_type: int, body: bytes, what: str) -> bytes:
 def _encode_topic_option(option) -> bytes:
     what = f"LBMR topic option {type(option).__name__}"
     if isinstance(option, RawTopicOption):
-        return tlv(option.option_type, bytes(option.body), what)
+        body = bytes(option.body)
+        if _decodes_as_modelled(option.option_type, body):
+            raise WireError(f"{what}: type 0x{option.option_type:02x} with this body is a modelled option")
+        return tlv(option.option_type, body, what)
     if isinstance(option, UmqQinfoOption):
         body = pack(U16, what, option.flags) + text_bytes(option.queue, what, allow_nul=True)
         return tlv(c.TOPT_UMQ_QINFO, body, what)
@@ -189,6 +192,15 @@ def _encode_topic_option(option) -> bytes:
     if type(option) not in _TOPIC_OPTIONS.values():
         raise WireError(f"{what}: not a topic option")
     return tlv(option.OPTION_TYPE, option.LAYOUT.encode(option, what), what)
+
+
+def _decodes_as_modelled(option_type: int, body: bytes) -> bool:
+    """Would the decoder turn this raw option into a typed one? (Then the raw form cannot
+    round-trip, and the caller should have used the typed class.)"""
+    if option_type == c.TOPT_UMQ_QINFO:
+        return len(body) >= 2
+    cls = _TOPIC_OPTIONS.get(option_type)
+    return cls is not None and len(body) == cls.LAYOUT.size
 
 
 def encode_topic_options(options: list) -> bytes:
@@ -300,6 +312,8 @@ def encode_packet_options(options: list) -> bytes:
     for option in options:
         what = f"LBMR packet option {type(option).__name__}"
         if isinstance(option, RawPacketOption):
+            if option.option_type in _PACKET_OPTIONS:
+                raise WireError(f"{what}: type 0x{option.option_type:02x} is a modelled option")
             parts.append(tlv(option.option_type, bytes(option.body), what))
         elif type(option) in _PACKET_OPTIONS.values():
             parts.append(tlv(option.OPTION_TYPE, option.LAYOUT.encode(option, what), what))

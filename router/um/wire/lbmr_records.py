@@ -281,11 +281,17 @@ def encode_topic_management(body: TopicManagement) -> bytes:
     return _header(c.LBMR_HDR_TYPE_TOPIC_MGMT, 0, 0, "LBMR TMB") + tmb + b"".join(records)
 
 
+_ALIVE_TYPES = (c.LBMR_HDR_TYPE_UCAST_RCV_ALIVE, c.LBMR_HDR_TYPE_UCAST_SRC_ALIVE)
+_UNDEFINED_HDR_TYPE = 5
+
+
 def encode_raw_body(body: RawBody) -> bytes:
-    if body.hdr_type not in (c.LBMR_HDR_TYPE_UCAST_RCV_ALIVE, c.LBMR_HDR_TYPE_UCAST_SRC_ALIVE,
-                             5, c.LBMR_HDR_TYPE_QUEUE_RES):
+    data = bytes(body.data)
+    if body.hdr_type not in _ALIVE_TYPES + (_UNDEFINED_HDR_TYPE, c.LBMR_HDR_TYPE_QUEUE_RES):
         raise WireError(f"LBMR RawBody: header type {body.hdr_type} has a modelled body")
-    return _header(body.hdr_type, body.tqrs, body.tirs, "LBMR raw body") + bytes(body.data)
+    if body.hdr_type in _ALIVE_TYPES and body.tqrs == body.tirs == 0 and not data:
+        raise WireError("LBMR RawBody: an empty alive packet is an UnicastAlive")
+    return _header(body.hdr_type, body.tqrs, body.tirs, "LBMR raw body") + data
 
 
 def decode_body(hdr_type: int, tqrs: int, tirs: int, reader: Reader):
@@ -301,7 +307,7 @@ def decode_body(hdr_type: int, tqrs: int, tirs: int, reader: Reader):
         body = WildcardQuery(queries, [decode_tir(reader) for _ in range(tirs)])
     elif hdr_type == c.LBMR_HDR_TYPE_TOPIC_MGMT:
         body = _decode_topic_management(reader)
-    elif hdr_type in (2, 3) and tqrs == tirs == 0 and reader.remaining == 0:
+    elif hdr_type in _ALIVE_TYPES and tqrs == tirs == 0 and reader.remaining == 0:
         body = UnicastAlive(hdr_type)
     else:
         body = RawBody(hdr_type, tqrs, tirs, reader.take(reader.remaining))

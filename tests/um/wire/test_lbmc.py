@@ -117,6 +117,7 @@ def test_maximum_message_size():
     m.LbmcMessage(m.LBMC_TYPE_CONTROL, [m.TopicName("a\x00b")]),
     m.LbmcMessage(m.LBMC_TYPE_CONTROL, [m.CtxInst(bytes(8), header_type=0x05)]),
     m.LbmcMessage(m.LBMC_TYPE_CONTROL, [m.RawHeader(m.NHDR_NONE, b"")]),
+    m.LbmcMessage(m.LBMC_TYPE_CONTROL, [m.RawHeader(m.NHDR_TCP_SID, bytes(6))]),   # that is a TcpSid
     m.LbmcMessage(m.LBMC_TYPE_CONTROL, [m.Request(1, 2, 3, "not an ip")]),
 ])
 def test_encoder_rejects_what_does_not_fit(msg):

@@ -1,0 +1,130 @@
+"""The router against the direct path and against a ZeroMQ XSUB/XPUB proxy, side by side in one
+run: throughput at 64 B and 8 KB, and latency at a paced rate (added latency = router − direct).
+
+    python -m bench.router_bench          (or: make bench)
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.report import table, write_section
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python -m bench.router_bench"
+PYTHON = sys.executable
+
+
+def domain(directory: Path, n: int) -> Path:
+    path = directory / f"lan{n}.cfg"
+    base = 17000 + (os.getpid() % 200) * 40 + n * 10
+    path.write_text(f"context resolver_multicast_address 239.198.{os.getpid() % 200}.{n}\n"
+                    f"context resolver_multicast_port {base}\ncontext resolver_multicast_interface 127.0.0.1\n"
+                    f"context transport_tcp_port_low {base + 1}\ncontext transport_tcp_port_high {base + 9}\n")
+    return path
+
+
+def router_config(directory: Path, lan1: Path, lan2: Path) -> Path:
+    path = directory / "bench-router.xml"
+    endpoints = "".join(f"<endpoint><name>LAN{i}</name><domain-id>{i}</domain-id><lbm-config>{cfg}</lbm-config>"
+                        f"</endpoint>" for i, cfg in ((1, lan1), (2, lan2)))
+    path.write_text(f'<tnw-gateway version="1.0"><daemon><name>bench{os.getpid()}</name></daemon>'
+                    f"<portals>{endpoints}</portals></tnw-gateway>")
+    return path
+
+
+def spawn(*args, stdin=None) -> subprocess.Popen:
+    return subprocess.Popen([PYTHON, "-m", *map(str, args)], stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def wait_stderr(proc: subprocess.Popen, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            raise RuntimeError(f"{proc.args} ended before {text!r}")
+        if text in line:
+            return
+    raise RuntimeError(f"no {text!r} from {proc.args}")
+
+
+def um_run(source_cfg: Path, receiver_cfg: Path, count: int, length: int, extra=()) -> dict:
+    """umsrc → umrcv, started once the receiver has joined (bounded in count and time)."""
+    receiver = spawn("router.cli.umrcv", "-c", receiver_cfg, "--json", "-C", count, "--timeout", 300, "bench.topic")
+    source = spawn("router.cli.umsrc", "-c", source_cfg, "--json", "-M", count, "-l", length, "--start-on-stdin",
+                   *extra, "bench.topic", stdin=subprocess.PIPE)
+    try:
+        wait_stderr(receiver, "Beginning of Transport Session")
+        source.stdin.write("go\n")
+        source.stdin.flush()
+        source.communicate(timeout=300)
+        return json.loads(receiver.communicate(timeout=300)[0].splitlines()[-1])
+    finally:
+        for proc in (source, receiver):
+            if proc.poll() is None:
+                proc.kill()
+
+
+def zmq_run(directory: Path, count: int, length: int, rate: float = 0) -> dict:
+    frontend, backend = f"ipc://{directory}/front", f"ipc://{directory}/back"
+    proxy = spawn("bench.zmq_relay", "proxy", frontend, backend)
+    subscriber = spawn("bench.zmq_relay", "sub", backend, count, 300)
+    publisher = spawn("bench.zmq_relay", "pub", frontend, count, length, rate)
+    try:
+        publisher.communicate(timeout=300)
+        return json.loads(subscriber.communicate(timeout=300)[0].splitlines()[-1])
+    finally:
+        for proc in (publisher, subscriber, proxy):
+            if proc.poll() is None:
+                proc.kill()
+
+
+def main() -> int:
+    rows, latency_rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        lan1, lan2 = domain(directory, 1), domain(directory, 2)
+        router = spawn("router.cli.tnwgd", router_config(directory, lan1, lan2))
+        try:
+            wait_stderr(router, "portals are up")
+            for length, count in ((64, 500_000), (8192, 50_000)):
+                direct = um_run(lan1, lan1, count, length)
+                routed = um_run(lan1, lan2, count, length)
+                relayed = zmq_run(directory, count, length)
+                r, d, z = (x["rate_msgs_per_s"] for x in (routed, direct, relayed))
+                rows.append([f"{length} B", count, f"{d:,.0f}", f"{r:,.0f}", f"{z:,.0f}", f"{r / d:.0%}",
+                             f"{r / z:.2f}×", f"{routed['gaps'] + routed['duplicates']}",
+                             f"{relayed['gaps'] + relayed['duplicates'] + count - relayed['received']}"])
+            for rate in (2000,):
+                count = rate * 5
+                direct = um_run(lan1, lan1, count, 64, ("-P", rate, "-F"))
+                routed = um_run(lan1, lan2, count, 64, ("-P", rate, "-F"))
+                relayed = zmq_run(directory, count, 64, rate)
+                latency_rows.append([f"{rate} msgs/s, 64 B", direct["latency_us"]["p50"], direct["latency_us"]["p99"],
+                                     routed["latency_us"]["p50"], routed["latency_us"]["p99"],
+                                     round(routed["latency_us"]["p50"] - direct["latency_us"]["p50"], 1),
+                                     round(routed["latency_us"]["p99"] - direct["latency_us"]["p99"], 1),
+                                     relayed["latency_us"]["p50"], relayed["latency_us"]["p99"]])
+        finally:
+            router.send_signal(signal.SIGTERM)
+            router.wait(30)
+    body = ("Throughput (messages/s at the receiver; every run is bounded in count and time):\n\n" +
+            table(["size", "messages", "direct", "router (1 hop)", "ZeroMQ proxy", "router / direct",
+                   "router / ZeroMQ", "router lost+dup", "ZeroMQ lost+dup"], rows) +
+            "\n\nLatency at a paced rate, flushing each message (µs; added = router − direct):\n\n" +
+            table(["rate", "direct p50", "direct p99", "router p50", "router p99", "added p50", "added p99",
+                   "ZeroMQ p50", "ZeroMQ p99"], latency_rows))
+    print(body)
+    write_section("Router (1 hop) vs direct path vs ZeroMQ proxy", body, COMMAND)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from router.admin import tables
+from router.admin.commands.base import Command
+from router.monitor.rates import rates_of
+from router.monitor.views import version
+
+
+class Status(Command):
+    """Show the router and each portal's worker: state, pid, uptime, restarts, heartbeat, proxies, rates.
+
+    Usage: routerctl status
+
+    Reply data (scripts rely on this shape; fields are only ever added):
+      {"router": NAME, "node_id": INT, "pid": INT, "uptime_s": FLOAT, "config": PATH, "version": STR,
+       "portals": [{"name", "kind", "domain_id", "cost", "pid", "uptime_s", "restarts", "generation",
+                    "heartbeat_age_s", "proxy_receivers", "proxy_sources", "state",
+                    "rx_fragments_per_s", "rx_bytes_per_s", "tx_fragments_per_s", "tx_bytes_per_s"}]}
+    `pid` is null and `uptime_s` 0 while a portal's worker is down; `state` is up, starting or down.
+    """
+
+    def execute(self, supervisor, props: dict) -> dict:
+        status = supervisor.status()
+        for portal in status["portals"]:
+            portal.update(rates_of(supervisor, portal["name"]))
+        status["version"] = version()
+        return status
+
+    def render(self, data: dict) -> str:
+        head = tables.key_values([
+            ("router", data["router"]), ("node id", f"{data['node_id']:#018x}"), ("pid", data["pid"]),
+            ("uptime", tables.duration(data["uptime_s"])), ("config", data["config"]),
+        ])
+        rows = [[p["name"], p["kind"], p["domain_id"], p["cost"], p["state"], p["pid"],
+                 tables.duration(p["uptime_s"]) if p["pid"] else "-", p["restarts"],
+                 f"{p['heartbeat_age_s']:.1f}s", p["proxy_receivers"], p["proxy_sources"],
+                 tables.rate(p.get("rx_fragments_per_s")), tables.rate(p.get("tx_fragments_per_s"))]
+                for p in data["portals"]]
+        headers = ["PORTAL", "KIND", "DOMAIN", "COST", "STATE", "PID", "UPTIME", "RESTARTS", "HEARTBEAT",
+                   "PROXY-RCV", "PROXY-SRC", "RX-FRAG/S", "TX-FRAG/S"]
+        return head + "\n\n" + tables.table(headers, rows, right={2, 3, 5, 6, 7, 8, 9, 10, 11, 12})

@@ -1,0 +1,137 @@
+"""The admin socket in the supervisor: a ZeroMQ ROUTER socket served from the supervisor's loop.
+
+ROUTER, because an asynchronous command (topics) answers later: the reply is addressed by the
+client's identity whenever it is ready, while other requests go on being served. The socket is
+`ipc://<runtime dir>/<name>.admin`, mode 0600 (it accepts commands without authentication, so only
+the router's user may connect), or what `<daemon><admin>` says (tcp:// on loopback only; the
+configuration validator enforces that). The socket file is removed at shutdown.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import zmq
+
+from router.admin.dispatch import dispatch, malformed
+from router.admin.protocol import MAX_REQUEST_BYTES, Errno, encode_reply
+from router.runtime import admin_endpoint
+
+log = logging.getLogger(__name__)
+
+# ZeroMQ drops a peer that sends a bigger frame without telling it; below this, oversized
+# requests get a proper REQUEST_TOO_LARGE reply, above it memory is protected.
+HARD_FRAME_LIMIT = 16 * MAX_REQUEST_BYTES
+MAX_FRAMES = 8                 # identity, REQ delimiter, payload: more is not a request
+REPLY_LINGER_MS = 500          # let the reply to `stop` leave before the socket closes
+
+
+class AdminServer:
+    def __init__(self, supervisor, endpoint: str):
+        self.supervisor = supervisor
+        self.endpoint = endpoint
+        self.path = _ipc_path(endpoint)
+        self.requests = 0
+        self.rejected = 0
+        self.socket = supervisor.zmq.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, REPLY_LINGER_MS)
+        self.socket.setsockopt(zmq.ROUTER_MANDATORY, 0)     # a client gone before its reply: drop it
+        self.socket.setsockopt(zmq.MAXMSGSIZE, HARD_FRAME_LIMIT)
+        self.socket.setsockopt(zmq.SNDHWM, 10_000)
+        old_umask = os.umask(0o177)                          # the socket file is born 0600
+        try:
+            self.socket.bind(endpoint)
+        finally:
+            os.umask(old_umask)
+        if self.path is not None:
+            os.chmod(self.path, 0o600)
+        self.fd = self.socket.getsockopt(zmq.FD)
+        supervisor.loop.add_reader(self.fd, self._readable)
+        log.info("admin socket at %s", endpoint)
+
+    def _readable(self) -> None:
+        # ZeroMQ's fd signals edges, not levels: read until the socket says nothing is left.
+        while self.socket is not None and self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            self._handle(frames)
+
+    def _handle(self, frames: list[bytes]) -> None:
+        self.requests += 1
+        identity, body = frames[0], frames[1:]
+        # A REQ client puts an empty delimiter before its payload and expects it back.
+        prefix = [identity, b""] if body and body[0] == b"" else [identity]
+        payload_frames = body[len(prefix) - 1:]
+        send = lambda reply: self._send(prefix, reply)     # noqa: E731 - bound per request
+        if len(frames) > MAX_FRAMES or len(payload_frames) != 1:
+            self.rejected += 1
+            malformed(send, f"a request is exactly one frame, got {len(payload_frames)}")
+            return
+        payload = payload_frames[0]
+        if len(payload) > MAX_REQUEST_BYTES:
+            self.rejected += 1
+            send(encode_reply(None, None, Errno.REQUEST_TOO_LARGE,
+                              f"request of {len(payload)} bytes; the limit is {MAX_REQUEST_BYTES}"))
+            return
+        dispatch(self.supervisor, payload, send)
+
+    def _send(self, prefix: list[bytes], reply: bytes) -> None:
+        if self.socket is None:
+            return
+        try:
+            self.socket.send_multipart(prefix + [reply], zmq.NOBLOCK)
+        except zmq.ZMQError as err:
+            log.warning("admin reply dropped: %s", err)
+        # Sending can consume the edge that announces the next request: look again soon.
+        self.supervisor.loop.call_later(0, self._readable)
+
+    def close(self) -> None:
+        if self.socket is None:
+            return
+        self.supervisor.loop.remove_reader(self.fd)
+        self.socket.close()
+        self.socket = None
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+
+def _ipc_path(endpoint: str) -> str | None:
+    """The socket file of an ipc:// endpoint (None for tcp:// and Linux's abstract '@' names)."""
+    if endpoint.startswith("ipc://") and not endpoint.startswith("ipc://@"):
+        return endpoint[len("ipc://"):]
+    return None
+
+
+def _in_use(path: str) -> bool:
+    """Another live process listens on this socket file (a second router with the same name)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def start(supervisor) -> AdminServer | None:
+    """The extension factory (router/extensions.py). A router whose admin socket cannot be bound
+    still routes: it logs why and runs without one rather than failing its portals."""
+    endpoint = supervisor.config.daemon.admin or admin_endpoint(supervisor.name, supervisor.runtime)
+    path = _ipc_path(endpoint)
+    if path is not None and os.path.exists(path) and _in_use(path):
+        log.error("admin socket %s is in use by another router named %s; routerctl cannot reach this one "
+                  "(give each router its own <name>)", path, supervisor.name)
+        return None
+    try:
+        return AdminServer(supervisor, endpoint)
+    except (zmq.ZMQError, OSError) as err:
+        log.error("cannot open the admin socket %s: %s; routerctl cannot reach this router", endpoint, err)
+        return None

@@ -1,0 +1,93 @@
+"""/metrics: the router's counters in Prometheus text format (prometheus-client).
+
+A custom collector reads the counters when Prometheus scrapes, so there is no second copy of
+them to keep in step. Every sample has `router` and `portal` labels (plus `kind`, and
+`domain_id` for endpoints); counter names are the DRO's with `umrouter_` in front.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from router.monitor import views
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PREFIX = "umrouter_"
+
+# Levels that go up and down; everything else only grows while the router runs.
+GAUGES = frozenset({
+    "data_bytes_enqueued", "data_bytes_enqueued_max", "data_bytes_enqueued_limit",
+    "proxy_receivers", "proxy_sources", "receiver_topics", "receiver_pcre_patterns", "receiver_regex_patterns",
+    "local_interest_topics", "local_interest_pcre_patterns", "local_interest_regex_patterns",
+    "remote_interest_topics", "remote_interest_pcre_patterns", "remote_interest_regex_patterns",
+    "streams_in", "streams_out", "rtt_min", "rtt_mean", "rtt_max", "last_ka_time",
+})
+PORTAL_LABELS = ["router", "portal", "kind", "domain_id"]
+
+
+class RouterCollector:
+    def __init__(self, supervisor):
+        self.supervisor = supervisor
+
+    def collect(self):
+        supervisor = self.supervisor
+        stats = views.portal_stats(supervisor)
+        status = {p["name"]: p for p in supervisor.status()["portals"]}
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        for portal, counters in stats.items():
+            labels = self._labels(portal, status[portal])
+            for name, value in counters.items():
+                family = families.get(name) or families.setdefault(name, self._family(name))
+                family.add_metric(labels, value)
+        yield from families.values()
+        yield from self._portal_health(status)
+        yield from self._router(stats)
+
+    def _labels(self, portal: str, state: dict) -> list[str]:
+        domain = state.get("domain_id")
+        return [self.supervisor.name, portal, state["kind"], "" if domain is None else str(domain)]
+
+    @staticmethod
+    def _family(name: str):
+        if name in GAUGES:
+            return GaugeMetricFamily(PREFIX + name, f"DRO statistic {name}", labels=PORTAL_LABELS)
+        return CounterMetricFamily(PREFIX + name, f"DRO statistic {name}", labels=PORTAL_LABELS)
+
+    def _portal_health(self, status: dict):
+        up = GaugeMetricFamily(PREFIX + "portal_up", "1 when the portal's worker is running and ready",
+                               labels=PORTAL_LABELS)
+        restarts = CounterMetricFamily(PREFIX + "portal_restarts", "worker restarts since the router started",
+                                       labels=PORTAL_LABELS)
+        heartbeat = GaugeMetricFamily(PREFIX + "portal_heartbeat_age_seconds",
+                                      "time since the worker's loop last beat", labels=PORTAL_LABELS)
+        for name, state in status.items():
+            labels = self._labels(name, state)
+            up.add_metric(labels, 1 if state["state"] == "up" else 0)
+            restarts.add_metric(labels, state["restarts"])
+            heartbeat.add_metric(labels, state["heartbeat_age_s"])
+        return up, restarts, heartbeat
+
+    def _router(self, stats: dict):
+        supervisor = self.supervisor
+        info = GaugeMetricFamily(PREFIX + "router_info", "the router's identity",
+                                 labels=["router", "node_id", "version"])
+        info.add_metric([supervisor.name, str(supervisor.node_id), views.version()], 1)
+        sizes = GaugeMetricFamily(PREFIX + "topic_map_entries", "topics and patterns with interest",
+                                  labels=["router", "map"])
+        for kind, size in views.map_sizes(supervisor).items():
+            sizes.add_metric([supervisor.name, kind], size)
+        unknown = views.unknown_fragments(stats)
+        fragments = CounterMetricFamily(PREFIX + "unknown_fragments", "fragments from unknown sources, all portals",
+                                        labels=["router"])
+        fragments.add_metric([supervisor.name], unknown["fragments"])
+        return info, sizes, fragments
+
+
+def registry_for(supervisor) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RouterCollector(supervisor))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

@@ -1,0 +1,230 @@
+"""The statistics files on disk: a hidden file that grows every interval, published when it rotates.
+
+The current part lives as `.part-N.parquet.open`, a complete Parquet file rewritten every interval
+(written to `.part-N.parquet.tmp`, then renamed over it). At rotation (UTC hour, `max_rows`,
+`max_bytes`) or shutdown it is renamed to `part-N.parquet` and never touched again.
+
+Why not append row groups to an open writer: a Parquet file is readable only once its footer is
+written, so a crash would lose the whole file. Why not rewrite `part-N.parquet` itself in place:
+readers open a file more than once (pyarrow and Spark read the footer, then the pages), and a
+rename between the two opens hands them pages of a newer file than the footer describes. Why not a
+file per interval: 17 280 files a day per router at 5 s, and compacting them is never atomic for a
+reader listing the directory.
+
+So: a reader sees only published files, each complete and immutable (names starting with a dot
+are skipped by Spark and pyarrow); a crash loses at most the interval being written, because the
+next start publishes the `.open` file it left; rewriting is bounded by the rotation limits. The
+price is that the current part becomes visible when it rotates, at most an hour later by default.
+
+Writes happen on one background thread so the supervisor's loop keeps reaping and heartbeating
+while the disk is slow; only the newest snapshot of each file is written, older ones are superseded.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PART = re.compile(r"^\.?part-(\d+)\.parquet(\.open)?$")
+COMPRESSION = "zstd"
+
+
+def partition_dir(root: Path, router: str, when: dt.datetime) -> Path:
+    return root / f"router={router}" / f"date={when.strftime('%Y-%m-%d')}"
+
+
+def open_name(path: Path) -> Path:
+    """Where `part-N.parquet` grows until it is published."""
+    return path.with_name(f".{path.name}.open")
+
+
+def next_part_number(directory: Path) -> int:
+    """One past the highest part there, published or open: a restarted router overwrites nothing."""
+    try:
+        numbers = [int(m.group(1)) for m in map(PART.match, os.listdir(directory)) if m]
+    except OSError:                  # not there yet, or unusable: the write will say so, and retry
+        numbers = []
+    return max(numbers, default=0) + 1
+
+
+def recover(root: Path, router: str) -> list[Path]:
+    """After a crash: publish the `.open` parts it left (complete files) and drop half-written
+    `.tmp` ones. Returns the files published."""
+    published = []
+    base = root / f"router={router}"
+    for leftover in base.glob("date=*/.part-*.parquet.tmp"):
+        leftover.unlink(missing_ok=True)
+    for current in sorted(base.glob("date=*/.part-*.parquet.open")):
+        published.append(publish(current, current.parent / current.name[1:-len(".open")]))
+    return published
+
+
+def publish(current: Path, target: Path) -> Path:
+    """Rename a complete file to its visible name, never over another published file."""
+    if target.exists():
+        target = target.parent / f"part-{next_part_number(target.parent):05d}.parquet"
+    os.replace(current, target)
+    return target
+
+
+@dataclass
+class Snapshot:
+    batches: list
+    rows: int
+    publish: bool = False
+
+
+class BackgroundWriter:
+    """Writes `Snapshot`s of part files on its own thread; the newest snapshot per file wins."""
+
+    def __init__(self, schema):
+        self.schema = schema
+        self.pending: dict[Path, Snapshot] = {}
+        self.failed: dict[Path, Snapshot] = {}    # final snapshots whose write failed: retried with the next
+        self.written: dict[Path, int] = {}        # rows in each open file as last written
+        self.sizes: dict[Path, int] = {}          # its bytes on disk
+        self.writes = self.errors = 0
+        self.last_error: str | None = None
+        self.busy = self.stopping = False
+        self.condition = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="parquet-sink", daemon=True)
+        self.thread.start()
+
+    def submit(self, path: Path, snapshot: Snapshot) -> None:
+        with self.condition:
+            if self.failed:                       # a published file's last rows are not given up on
+                self.pending = {**self.failed, **self.pending}
+                self.failed = {}
+            self.pending[path] = snapshot         # replacing keeps the file's place in the queue
+            self.condition.notify()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything submitted is on disk (or failed); False at the deadline."""
+        deadline = time.monotonic() + timeout
+        with self.condition:
+            while self.pending or self.busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.condition.wait(left)
+        return True
+
+    def stop(self, timeout: float) -> bool:
+        flushed = self.flush(timeout)
+        with self.condition:
+            self.stopping = True
+            self.condition.notify_all()
+        self.thread.join(timeout)
+        return flushed
+
+    def _run(self) -> None:
+        while True:
+            with self.condition:
+                while not self.pending and not self.stopping:
+                    self.condition.wait()
+                if not self.pending:
+                    return
+                path = next(iter(self.pending))
+                snapshot = self.pending.pop(path)
+                self.busy = True
+            try:
+                self._apply(path, snapshot)
+            finally:
+                with self.condition:
+                    self.busy = False
+                    self.condition.notify_all()
+
+    def _apply(self, path: Path, snapshot: Snapshot) -> None:
+        try:
+            if self.written.get(path) != snapshot.rows:
+                self._write(path, snapshot.batches)
+                self.written[path] = snapshot.rows
+            if snapshot.publish:
+                publish(open_name(path), path)
+                self.written.pop(path, None)
+                self.sizes.pop(path, None)
+        except Exception as err:  # disk full, permissions: keep the rows, the next interval retries
+            if snapshot.publish:
+                with self.condition:
+                    self.failed[path] = snapshot
+            self.errors += 1
+            if self.last_error != str(err):
+                log.error("statistics not written to %s (will retry every interval): %s", path, err)
+            self.last_error = str(err)
+
+    def _write(self, path: Path, batches: list) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        temporary = path.with_name(f".{path.name}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # One chunk per column, not one per interval: writing thousands of tiny chunks is 4x slower.
+            table = pa.Table.from_batches(batches, schema=self.schema).combine_chunks()
+            with open(temporary, "wb") as handle:
+                pq.write_table(table, handle, compression=COMPRESSION)
+                handle.flush()
+                os.fsync(handle.fileno())         # the rename must not outrun the data on power loss
+            os.replace(temporary, open_name(path))
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        self.sizes[path] = open_name(path).stat().st_size
+        self.writes += 1
+
+
+class RollingParquetFile:
+    """The part file rows go to now; rotates by UTC hour (or period), row count and size on disk."""
+
+    def __init__(self, root: Path, router: str, writer: BackgroundWriter,
+                 max_rows: int = 10_000, max_bytes: int = 64 << 20, period_minutes: int = 60):
+        self.root, self.router, self.writer = root, router, writer
+        self.max_rows, self.max_bytes, self.period_minutes = max_rows, max_bytes, period_minutes
+        self.path: Path | None = None             # the published name; grows under open_name(path)
+        self.period: dt.datetime | None = None
+        self.batches: list = []
+        self.rows = 0
+        self.last_part: tuple[Path, int] | None = None
+
+    def append(self, batch, when: dt.datetime) -> Path:
+        """Add one interval's rows (a pyarrow RecordBatch) and schedule the file's rewrite."""
+        if self.path is not None and self._full(batch.num_rows, when):
+            self.rotate()
+        if self.path is None:
+            self._open(when)
+        self.batches.append(batch)
+        self.rows += batch.num_rows
+        self.writer.submit(self.path, Snapshot(list(self.batches), self.rows))
+        return self.path
+
+    def rotate(self) -> None:
+        """Publish the current file (after its last snapshot is written) and start afresh."""
+        if self.path is not None:
+            self.writer.submit(self.path, Snapshot(list(self.batches), self.rows, publish=True))
+        self.path, self.period, self.batches, self.rows = None, None, [], 0
+
+    def _full(self, adding: int, when: dt.datetime) -> bool:
+        return (self._period_of(when) != self.period or self.rows + adding > self.max_rows
+                or self.writer.sizes.get(self.path, 0) >= self.max_bytes)
+
+    def _open(self, when: dt.datetime) -> None:
+        directory = partition_dir(self.root, self.router, when)
+        number = next_part_number(directory)
+        # The file rotated a moment ago may still be queued, not on disk yet: never reuse its number.
+        if self.last_part is not None and self.last_part[0] == directory:
+            number = max(number, self.last_part[1] + 1)
+        self.last_part = (directory, number)
+        self.path = directory / f"part-{number:05d}.parquet"
+        self.period = self._period_of(when)
+
+    def _period_of(self, when: dt.datetime) -> dt.datetime:
+        """The UTC period `when` falls in: an hour by default, or `period_minutes` from midnight."""
+        midnight = when.astimezone(dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        minutes = int((when - midnight).total_seconds() // 60)
+        return midnight + dt.timedelta(minutes=minutes - minutes % self.period_minutes)

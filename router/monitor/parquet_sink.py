@@ -1,0 +1,167 @@
+"""The Parquet statistics sink: a supervisor extension that records every portal's counters.
+
+Selected the DRO way, `<monitor interval="5"><format-module module="parquet" options="dir=PATH"/>`;
+every interval it reads each portal's shared counters (a copy of a few hundred bytes, so the
+supervisor's loop is not held up) and appends one row per portal to the router's current part file
+(router/monitor/parquet_files.py), which a background thread rewrites atomically and publishes
+when it rotates. Workers never see any of this: statistics cost forwarding nothing.
+
+Options (`options="k=v;k=v"`): `dir` (default: see `default_directory`); rotation limits of one
+part file: `rotate_minutes` (default 60, how late the newest rows become visible to readers),
+`max_rows` (default 10000) and `max_mb` (default 64).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from pathlib import Path
+
+from router.monitor import stats_schema
+from router.monitor.parquet_files import BackgroundWriter, RollingParquetFile, recover
+
+log = logging.getLogger(__name__)
+
+FLUSH_TIMEOUT = 10.0          # at shutdown, for the last interval to reach the disk
+SYSTEM_DIRECTORY = Path("/var/lib/umrouter/stats")
+
+
+def make(supervisor) -> "ParquetSink | None":
+    """The extension factory (router/extensions.py): a sink when `<monitor>` asks for parquet."""
+    monitor = supervisor.config.daemon.monitor
+    if monitor.format_module != "parquet" or monitor.interval <= 0:
+        return None
+    options = monitor.format_options
+    directory = Path(options["dir"]) if options.get("dir") else default_directory()
+    sink = ParquetSink(supervisor.name, lambda: supervisor.workers, directory,
+                       max_rows=int(_positive(options, "max_rows", 10_000)),
+                       max_bytes=int(_positive(options, "max_mb", 64) * (1 << 20)),
+                       period_minutes=max(1, min(1440, int(_positive(options, "rotate_minutes", 60)))))
+    sink.start(supervisor.loop, monitor.interval)
+    log.info("statistics every %d s to %s", monitor.interval, sink.root / f"router={supervisor.name}")
+    return sink
+
+
+def _positive(options: dict[str, str], key: str, default: float) -> float:
+    """A bad rotation limit is the operator's typo: say so and keep the default, keep routing."""
+    try:
+        value = float(options.get(key, default))
+        if value > 0:
+            return value
+    except ValueError:
+        pass
+    log.error("<format-module module=\"parquet\"> option %s=%r is not a positive number; using %s",
+              key, options.get(key), default)
+    return default
+
+
+def default_directory() -> Path:
+    """`$STATE_DIRECTORY/stats` (systemd's StateDirectory=), else /var/lib/umrouter/stats when
+    writable, else the user's state directory: a router started by hand still keeps statistics."""
+    candidates = []
+    if os.environ.get("STATE_DIRECTORY"):
+        candidates.append(Path(os.environ["STATE_DIRECTORY"].split(":")[0]) / "stats")
+    candidates.append(SYSTEM_DIRECTORY)
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    candidates.append(Path(state_home) / "umrouter" / "stats")
+    for directory in candidates:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(directory, os.W_OK | os.X_OK):
+            return directory
+    return candidates[-1]          # the write fails with a clear message, the router keeps routing
+
+
+class ParquetSink:
+    def __init__(self, router: str, workers, root: Path, max_rows: int = 10_000, max_bytes: int = 64 << 20,
+                 period_minutes: int = 60, clock=lambda: dt.datetime.now(dt.timezone.utc)):
+        self.router, self.workers, self.root, self.clock = router, workers, Path(root), clock
+        self.schema = stats_schema.arrow_schema()
+        self.writer = BackgroundWriter(self.schema)
+        self.file = RollingParquetFile(self.root, router, self.writer, max_rows, max_bytes, period_minutes)
+        self.epochs: dict[str, tuple[object, dt.datetime]] = {}   # portal -> (segment, first seen)
+        self.writers: dict[str, tuple[int | None, int]] = {}      # portal -> (worker pid, restarts then)
+        self.timer = None
+        self.tick_errors = 0
+
+    def start(self, loop, interval: float) -> None:
+        try:
+            for published in recover(self.root, self.router):
+                log.info("published %s, left open by an earlier run that did not stop cleanly", published)
+        except OSError as err:          # an unwritable directory is reported by every write, not fatal
+            log.error("statistics: cannot tidy %s: %s", self.root, err)
+        self.tick()            # a first row at start: the baseline every later delta counts from
+        self.timer = loop.call_every(interval, self.tick)
+
+    def tick(self) -> None:
+        # call_every stops rescheduling a callback that raises: a bug here must not end statistics.
+        try:
+            now = self.clock()
+            batch = self.read_batch(now)
+            if batch.num_rows:
+                self.file.append(batch, now)
+        except Exception:
+            self.tick_errors += 1
+            log.exception("statistics interval skipped")
+
+    def read_batch(self, now: dt.datetime):
+        """One row per portal, as of `now`."""
+        import pyarrow as pa
+        rows = [self._row(name, worker, now) for name, worker in list(self.workers().items())
+                if worker.counters is not None]
+        self._forget_removed_portals()
+        columns = {name: [row[name] for row in rows] for name in stats_schema.COLUMN_NAMES}
+        return pa.RecordBatch.from_pydict(columns, schema=self.schema)
+
+    def _row(self, name: str, worker, now: dt.datetime) -> dict:
+        counters = worker.counters.snapshot()
+        pid, restarts = self._writer(name, worker, counters)
+        row = {name: counters.get(name) for name in stats_schema.COUNTER_COLUMNS}
+        row.update(ts=now, router=self.router, portal=name, portal_kind=worker.config.kind,
+                   domain_id=getattr(worker.config, "domain_id", None), worker_pid=pid,
+                   worker_restarts=restarts, counters_epoch=self._epoch(name, worker, now))
+        return row
+
+    def _writer(self, name: str, worker, counters: dict) -> tuple[int | None, int]:
+        """The worker whose counters these are, and the restart count when it started. The pid is
+        the one the worker wrote at boot (a dead worker's pid stays until its successor writes its
+        own); the restart count is taken when that pid first appears, so both change in the same
+        row and one restart is one segment boundary, not two (the supervisor counts the restart
+        when it reaps, an interval or so before the new worker writes its pid)."""
+        pid = counters.get("worker_pid") or (worker.process.pid if worker.process is not None else None)
+        known = self.writers.get(name)
+        if known is None or known[0] != pid:
+            known = self.writers[name] = (pid, worker.restarts)
+        return known
+
+    def _epoch(self, name: str, worker, now: dt.datetime) -> dt.datetime:
+        # A different segment object means the counters started again from zero (the portal was
+        # removed and added back); the same one means a restarted worker continued them.
+        known = self.epochs.get(name)
+        if known is None or known[0] is not worker.segment:
+            known = self.epochs[name] = (worker.segment, now)
+        return known[1]
+
+    def _forget_removed_portals(self) -> None:
+        current = self.workers()
+        for name in [n for n in self.epochs if n not in current]:
+            del self.epochs[name]
+            self.writers.pop(name, None)
+
+    def close(self) -> None:
+        """At shutdown (workers already stopped): the final counters, then wait for the disk."""
+        if self.timer is not None:
+            self.timer.cancel()
+        self.tick()
+        self.file.rotate()
+        if not self.writer.stop(FLUSH_TIMEOUT):
+            log.error("statistics: the last interval was not written within %.0f s", FLUSH_TIMEOUT)
+
+    def status(self) -> dict:
+        """For the web monitor and routerctl: is the sink keeping up."""
+        return {"dir": str(self.root), "file": str(self.file.path) if self.file.path else None,
+                "rows_in_file": self.file.rows, "writes": self.writer.writes,
+                "write_errors": self.writer.errors, "last_error": self.writer.last_error,
+                "tick_errors": self.tick_errors}

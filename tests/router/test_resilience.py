@@ -1,0 +1,110 @@
+"""The router under trouble: a stalled receiver, a killed worker, reloads good and bad."""
+import os
+import signal
+import time
+
+import pytest
+
+from tests.support.processes import wait_for
+from tests.support.routers import endpoint_xml, write_config
+
+pytestmark = pytest.mark.integration
+
+
+def portals_xml(domains, max_queue=None):
+    before = f"      <max-queue>{max_queue}</max-queue>\n" if max_queue else ""
+    return "".join(endpoint_xml(f"LAN{i + 1}", i + 1, d.config_path, before_config=before)
+                   for i, d in enumerate(domains))
+
+
+def test_stalled_receiver_does_not_slow_the_others(routers, tools, make_domain):
+    lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
+    router = routers.start(portals_xml([lan1, lan2, lan3], max_queue=200_000)).wait_ready()
+    # Paced at a rate the healthy receiver keeps up with; big enough messages that the stalled
+    # receiver's socket buffers (several MB) fill within the run and the portal queue overflows.
+    count, length, rate = 24_000, 1000, 6000
+    stalled = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 240, "fanout")
+    healthy = tools.umrcv("-c", lan3.config_path, "--json", "-C", count, "--timeout", 240, "fanout")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "-P", rate,
+                         "--start-on-stdin", "fanout")
+    for receiver in (stalled, healthy):
+        receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    stalled.proc.send_signal(signal.SIGSTOP)
+    try:
+        source.send_line()
+        assert source.result(240)["sent"] == count
+        got = healthy.result(240)
+        assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
+        wait_for(lambda: router.counters()[1]["transport_topic_fragment_bytes_dropped_would_block"] > 0, 10,
+                 message="LAN2's portal counts what it dropped for its stalled receiver")
+        lan2_counters = router.counters()[1]
+        assert lan2_counters["data_bytes_enqueued_max"] <= 200_000 + 65_536
+        assert router.counters()[2]["transport_topic_fragment_bytes_dropped_would_block"] == 0
+        assert "UMR-3001-1" in router.log()
+    finally:
+        stalled.proc.send_signal(signal.SIGCONT)
+
+
+@pytest.mark.parametrize("victim", [0, 1], ids=["ingress-worker", "egress-worker"])
+def test_killed_worker_is_restarted_and_traffic_resumes(routers, tools, make_domain, victim):
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(portals_xml([lan1, lan2])).wait_ready()
+    rate, seconds = 2000, 8
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, "--idle-timeout", 3, "survivor")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", rate * seconds, "-P", rate, "--start-on-stdin",
+                         "survivor")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    before = router.worker_pids()
+    wait_for(lambda: router.counters()[1]["transport_topic_fragments_sent"] > rate, 20, message="traffic flowing")
+    os.kill(before[str(victim)], signal.SIGKILL)
+    wait_for(lambda: router.worker_pids()[str(victim)] not in (0, before[str(victim)]), 20,
+             message="the supervisor restarts the worker")
+    assert source.result(120)["sent"] == rate * seconds
+    got = receiver.result(60)
+    lost = rate * seconds - got["unique"]
+    # What a restart costs: messages the source sent while no proxy receiver was joined to it
+    # (no retention at a UM source) — the restart backoff, the worker's start and re-resolution.
+    print(f"killed the {'ingress' if victim == 0 else 'egress'} worker: {lost} of {rate * seconds} messages lost")
+    per_source = next(iter(got["per_source"].values()))
+    assert per_source["last_seq"] >= rate * seconds - rate // 2, "traffic resumed after the restart"
+    assert got["duplicates"] == 0
+    assert lost < rate * 5
+    assert "UMR-1101-2" in router.log() and "UMR-1101-3" in router.log()
+
+
+def test_reload_adds_an_endpoint_without_disturbing_traffic(routers, tools, make_domain):
+    lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
+    router = routers.start(portals_xml([lan1, lan2])).wait_ready()
+    rate, seconds = 2000, 8
+    steady = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, "--idle-timeout", 3, "steady")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", rate * seconds, "-P", rate, "--start-on-stdin", "steady")
+    steady.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    pids = router.worker_pids()
+    write_config(router.config.parent, router.name, portals_xml([lan1, lan2, lan3]))
+    router.signal(signal.SIGHUP)
+    wait_for(lambda: "UMR-1002-1" in router.log(), 10, message="reload logged")
+    newcomer = tools.umrcv("-c", lan3.config_path, "--json", "-C", 100, "--timeout", 60, "steady")
+    assert newcomer.result(60)["received"] >= 100
+    assert {k: v for k, v in router.worker_pids().items() if k in ("0", "1")} == pids
+    source.result(120)
+    got = steady.result(60)
+    assert (got["unique"], got["gaps"], got["duplicates"]) == (rate * seconds, 0, 0), got
+
+
+def test_reload_with_an_invalid_file_keeps_the_old_configuration(routers, tools, make_domain):
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(portals_xml([lan1, lan2])).wait_ready()
+    pids = router.worker_pids()
+    good = router.config.read_text()
+    router.config.write_text(good.replace("<domain-id>2</domain-id>", "<domain-id>two</domain-id>"))
+    router.signal(signal.SIGHUP)
+    wait_for(lambda: "UMR-1002-2" in router.log(), 10, message="the rejected reload is logged")
+    assert f"{router.config}:" in router.log() and "domain-id" in router.log()
+    assert router.worker_pids() == pids
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", 1000, "--timeout", 60, "still.routing")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", 1000, "--start-on-stdin", "still.routing")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    assert receiver.result(60)["received"] == 1000
