@@ -1,4 +1,4 @@
-"""The direct path: umsrc -> umrcv over LBT-TCP in one loopback domain.
+"""The direct path: umsrc -> umrcv over LBT-TCP and LBT-IPC in one loopback domain.
 
 This is the baseline the router is measured against: throughput at 64 B and 8 KB, and latency at
 a paced rate. Run: `python -m bench.direct_bench` (or `make bench`).
@@ -50,20 +50,21 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         config = domain_config(directory)
-        for length, count in ((64, 1_000_000), (8192, 100_000)):
-            sent, got = run_pair(config, count, length)
+        for transport, length, count in (("tcp", 64, 1_000_000), ("tcp", 8192, 100_000),
+                                         ("lbtipc", 64, 1_000_000), ("lbtipc", 8192, 100_000)):
+            sent, got = run_pair(config, count, length, ("-T", transport))
             mb_s = got["rate_msgs_per_s"] * length / 1e6
-            rows.append([f"throughput {length} B", count, f"{got['rate_msgs_per_s']:,.0f}", f"{mb_s:,.1f}",
+            rows.append([f"{transport} throughput {length} B", count, f"{got['rate_msgs_per_s']:,.0f}", f"{mb_s:,.1f}",
                          f"{sent['rate_msgs_per_s']:,.0f}", got["gaps"] + got["duplicates"],
                          "", ""])
         for rate in (1000, 10000):
             sent, got = run_pair(config, rate * 5, 64, ("-P", rate, "-F"))
-            rows.append([f"latency at {rate} msgs/s, 64 B, flush", rate * 5, f"{got['rate_msgs_per_s']:,.0f}", "",
+            rows.append([f"tcp latency at {rate} msgs/s, 64 B, flush", rate * 5, f"{got['rate_msgs_per_s']:,.0f}", "",
                          "", got["gaps"] + got["duplicates"],
                          got["latency_us"]["p50"], got["latency_us"]["p99"]])
     body = table(["case", "messages", "receiver msgs/s", "MB/s", "source msgs/s", "lost+dup", "p50 µs", "p99 µs"], rows)
     print(body)
-    write_section("Direct path: umsrc → umrcv over LBT-TCP", body, COMMAND)
+    write_section("Direct path: umsrc → umrcv over LBT-TCP and LBT-IPC", body, COMMAND)
     return 0
 
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -45,14 +46,17 @@ def spawn(*args, stdin=None) -> subprocess.Popen:
 
 
 def wait_stderr(proc: subprocess.Popen, text: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            raise RuntimeError(f"{proc.args} ended before {text!r}")
-        if text in line:
-            return
-    raise RuntimeError(f"no {text!r} from {proc.args}")
+    """Wait for a line on the process's stderr, with a deadline even if it prints nothing."""
+    found = threading.Event()
+
+    def read() -> None:
+        for line in proc.stderr:
+            if text in line:
+                found.set()
+        found.set()
+    threading.Thread(target=read, daemon=True).start()
+    if not found.wait(timeout) or proc.poll() is not None:
+        raise RuntimeError(f"no {text!r} from {' '.join(map(str, proc.args[2:4]))} within {timeout} s")
 
 
 def um_run(source_cfg: Path, receiver_cfg: Path, count: int, length: int, extra=()) -> dict:

@@ -1,7 +1,8 @@
 """`make demo`: the router on the seed's two-LAN example, on loopback.
 
-Starts `tnwgd conf/two-lans.xml`, a receiver in LAN2 and a source in LAN1 (100000 messages over
-LBT-TCP), then prints the receiver's JSON summary and the router's per-portal counters.
+Starts `tnwgd conf/demo-two-lans.xml`, a receiver in LAN2 and a source in LAN1 (100000 messages
+over LBT-TCP), prints the receiver's JSON summary and the router's per-portal counters, then runs
+the Spark pipeline over the statistics the router wrote and says where the report is.
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+CONFIG = CONF / "demo-two-lans.xml"
+STATS = ROOT / "out" / "demo-stats"
+REPORT = ROOT / "out" / "demo-report"
 MESSAGES = 100_000
 TOPIC = "demo.prices"
 SHOWN_COUNTERS = ("transport_topic_fragments_rcvd", "transport_topic_fragments_forwarded",
@@ -46,7 +50,7 @@ def router_counters(router: subprocess.Popen) -> dict[str, dict[str, int]]:
     from router.config import load_gateway_config
     from router.ipc.shm import segment_name
     from router.monitor.counters import COUNTER_NAMES
-    config = load_gateway_config(CONF / "two-lans.xml")
+    config = load_gateway_config(CONFIG)
     found = {}
     for index, portal in enumerate(config.portals):
         path = Path("/dev/shm") / segment_name(config.daemon.name, f"counters{index}", router.pid).lstrip("/")
@@ -56,8 +60,10 @@ def router_counters(router: subprocess.Popen) -> dict[str, dict[str, int]]:
 
 
 def main() -> int:
-    print(f"demo: starting the router on {CONF / 'two-lans.xml'} (LAN1 and LAN2 are loopback domains)", flush=True)
-    router = spawn("router.cli.tnwgd", str(CONF / "two-lans.xml"))
+    import shutil
+    shutil.rmtree(STATS, ignore_errors=True)
+    print(f"demo: starting the router on {CONFIG} (LAN1 and LAN2 are loopback domains)", flush=True)
+    router = spawn("router.cli.tnwgd", str(CONFIG))
     procs = [router]
     try:
         wait_line(router, "portals are up", 30)
@@ -87,6 +93,10 @@ def main() -> int:
     print("router counters by portal:", json.dumps(counters, indent=2))
     ok = received["received"] == sent["sent"] and received["gaps"] == 0
     print("demo: OK, every message crossed the router" if ok else "demo: FAILED, messages were lost")
+    print(f"demo: analysing the router's statistics ({STATS}) with Spark...", flush=True)
+    from spark_pipeline import run_report
+    report = run_report(STATS, REPORT)
+    print(f"demo: report written to {report}")
     return 0 if ok else 1
 
 

@@ -16,7 +16,7 @@ def add_receive_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=0, metavar="S",
                         help="exit after S seconds whatever was received (0: no limit)")
     parser.add_argument("-E", "--exit-on-eos", action="store_true",
-                        help="exit when a joined source ends (after at least one message)")
+                        help="exit when a joined source ends")
     parser.add_argument("--idle-timeout", type=float, default=0, metavar="S",
                         help="exit when nothing has arrived for S seconds (after at least one message)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
@@ -40,7 +40,7 @@ def run_receiver(args, subscribe) -> int:
         # UM's sample receivers report each transport session's start and end like this.
         what = "Beginning of Transport Session" if event.kind == "BOS" else "End of Transport Session"
         print(f"[{event.topic}][{event.source}], {what}", file=sys.stderr, flush=True)
-        if args.exit_on_eos and event.kind == "EOS" and stats.received:
+        if args.exit_on_eos and event.kind == "EOS":
             stop.set()
 
     try:

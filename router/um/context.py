@@ -24,6 +24,8 @@ from router.um.netif import resolve_interface
 from router.um.receiver import OnBatch, OnEvent, OnMessage, Receiver, WildcardReceiver
 from router.um.source import Source
 from router.um.source_cache import Candidate
+from router.lbtipc.receiver import LbtipcSessionClient
+from router.lbtipc.source import LbtipcSourceSession
 from router.um.tcp_receiver import TcpSessionClient
 from router.um.tcp_source import TcpSourceSession
 from router.um.topic_resolver import TopicResolver
@@ -52,12 +54,11 @@ class Context:
         self.channel = LbmrChannel(merged, self.loop, self.resolver.on_packet, self.src_id, packet_options)
         self.tcp_interface = resolve_interface(merged.get("context", "transport_tcp_interface")
                                                or self.channel.interface)
-        self.sessions: dict[int, TcpSourceSession] = {}        # fixed port (0 = shared) -> session
+        self.sessions: dict[tuple, object] = {}                # (transport, fixed port, overflow) -> session
         self.session_users: dict[TcpSourceSession, int] = {}
         self.session_indexes: dict[object, set[int]] = {}       # topic indexes in use per session
         self.next_topic_index = 1
-        self.clients: dict[tuple, TcpSessionClient] = {}
-        self.extra_transports: dict[type, Any] = {}             # transport info type -> attacher
+        self.clients: dict[tuple, object] = {}                 # session key -> TCP / LBT-IPC stream
         self.closed = False
         if self.own_loop:
             self.loop.start_thread()
@@ -122,19 +123,25 @@ class Context:
     def _session_for(self, transport: str, overflow: str, max_queue: int | None):
         if transport not in ("tcp", "lbtipc"):
             raise ValueError(f"source transport {transport} is not supported here (tcp and lbtipc are)")
-        if transport == "lbtipc":
-            factory = self.extra_transports.get("lbtipc_source")
-            if factory is None:
-                raise ValueError("transport lbtipc is not available in this context")
-            return factory(self, overflow=overflow, max_queue=max_queue)
-        fixed = self.config.get("source", "transport_tcp_port")
-        key = (fixed, overflow)
+        get = self.config.get
+        key = (transport, get("source", "transport_tcp_port"), overflow)
         session = self.sessions.get(key)
         if session is None or session.closed:
-            get = self.config.get
+            if transport == "lbtipc":
+                session = LbtipcSourceSession(
+                    self.loop, id_low=get("context", "transport_lbtipc_id_low"),
+                    id_high=get("context", "transport_lbtipc_id_high"),
+                    window=get("source", "transport_lbtipc_transmission_window_size"),
+                    datagram_max_size=get("context", "transport_lbtipc_datagram_max_size"),
+                    batching_minimum_length=get("source", "implicit_batching_minimum_length"),
+                    batching_interval=get("source", "implicit_batching_interval") / 1000,
+                    overflow=overflow, max_queue=max_queue or 8 * 1024 * 1024)
+                self.sessions[key] = session
+                self.session_users[session] = self.session_users.get(session, 0) + 1
+                return session
             session = TcpSourceSession(
                 self.loop, self.tcp_interface, get("context", "transport_tcp_port_low"),
-                get("context", "transport_tcp_port_high"), fixed_port=fixed,
+                get("context", "transport_tcp_port_high"), fixed_port=key[1],
                 datagram_max_size=get("context", "transport_tcp_datagram_max_size"),
                 batching_minimum_length=get("source", "implicit_batching_minimum_length"),
                 batching_interval=get("source", "implicit_batching_interval") / 1000,
@@ -145,35 +152,34 @@ class Context:
         return session
 
     def _attach(self, candidate: Candidate, joined) -> bool:
+        """Join a source: one stream per transport session, shared by this context's receivers."""
         info = candidate.transport
-        if isinstance(info, TcpInfo):
-            key = candidate.session_key
-            client = self.clients.get(key)
-            if client is None:
-                try:
+        key = candidate.session_key
+        client = self.clients.get(key)
+        if client is None:
+            try:
+                if isinstance(info, TcpInfo):
                     client = TcpSessionClient(self.loop, info.ip, info.port, info.session_id or 0,
                                               self._client_closed)
-                except OSError as err:
-                    log.info("cannot join %s: %s", candidate.source_string, err)
+                elif isinstance(info, LbtipcInfo):
+                    client = LbtipcSessionClient(self.loop, info.host_id, info.session_id, info.xport_id,
+                                                 self._client_closed)
+                else:
+                    log.info("cannot join %s: transport not supported here", candidate.source_string)
                     return False
-                self.clients[key] = client
-            client.subscribe(candidate.index, joined)
-            joined.client = client
-            return True
-        attacher = self.extra_transports.get(type(info))
-        if attacher is not None:
-            return attacher(self, candidate, joined)
-        log.info("cannot join %s: transport not supported here", candidate.source_string)
-        return False
+            except OSError as err:
+                log.info("cannot join %s: %s", candidate.source_string, err)
+                return False
+            self.clients[key] = client
+        client.subscribe(candidate.index, joined)
+        joined.client = client
+        return True
 
     def _detach(self, joined) -> None:
         candidate = joined.candidate
         client = self.clients.get(candidate.session_key)
         if client is not None:
             client.unsubscribe(candidate.index, joined)
-        detacher = self.extra_transports.get(("detach", type(candidate.transport)))
-        if detacher is not None:
-            detacher(self, candidate, joined)
 
     def _client_closed(self, client: TcpSessionClient) -> None:
         if self.clients.get(client.key) is client:

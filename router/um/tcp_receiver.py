@@ -1,8 +1,7 @@
-"""The receiver side of LBT-TCP: one connection per source session, frames dispatched by topic index.
+"""The receiver side of LBT-TCP: a non-blocking connection to one source session.
 
-A context opens one connection to each session it has joined sources on, however many of its
-receivers use it. Frames are parsed in place from a large receive buffer; fragments are reassembled
-per (topic index, first sequence number). When the connection ends, every source on it ends (EOS).
+Frames are read into a large buffer and dispatched by topic index (frame_stream.FrameStream).
+The session's TCP_SID control message ties the stream to the session id in the TIR.
 """
 from __future__ import annotations
 
@@ -10,52 +9,27 @@ import errno
 import logging
 import socket
 import time
-from typing import Callable, Protocol
+from typing import Callable
 
-from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE,
-                                 MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG, NHDR_TCP_SID, TCP_SID_HEADER)
+from router.um.frame_stream import FrameStream
+from router.um.wire.lbmc import CONTROL_HEADER, NHDR_TCP_SID, TCP_SID_HEADER
 
 log = logging.getLogger(__name__)
 
 _BUFFER_SIZE = 4 * 1024 * 1024
-_unpack_message = MESSAGE_HEADER.unpack_from
-_unpack_frag = FRAG_HEADER.unpack_from
-_MESSAGE_SIZE = MESSAGE_HEADER.size
-_FRAG_SIZE = FRAG_HEADER.size
 
 
-class Subscription(Protocol):
-    """What a connection delivers to: one joined source (topic index) of one receiver."""
+class TcpSessionClient(FrameStream):
+    """A connection to one source session (ip, port, session id)."""
 
-    def on_batch(self, messages: list[tuple]) -> None: ...
-    def on_frames(self, frames: bytes, count: int, longest: int) -> None: ...
-    def on_eos(self) -> None: ...
-
-# A subscription with `raw = True` (a router's proxy receiver) gets the LBMC frames themselves,
-# fragments as they came: `on_frames(frames, count, longest)`, the bytes of `count` whole frames
-# of its topic index from one read. The router forwards frames; it does not reassemble them. A topic index is either raw or not within
-# one connection (a router's context holds only proxy receivers).
-
-
-class TcpSessionClient:
-    """A non-blocking connection to one source session (ip, port, session id)."""
-
-    def __init__(self, loop, ip: str, port: int, session_id: int, on_closed: Callable[["TcpSessionClient"], None]):
-        self.loop = loop
-        self.key = ("tcp", ip, port, session_id)
+    def __init__(self, loop, ip: str, port: int, session_id: int, on_closed: Callable[[FrameStream], None]):
+        super().__init__(loop, ("tcp", ip, port, session_id), on_closed)
         self.ip, self.port, self.session_id = ip, port, session_id
-        self.on_closed = on_closed
-        self.subscriptions: dict[int, list[Subscription]] = {}
-        self.raw_indexes: set[int] = set()
-        self.paused = False
+        self.description = f"LBT-TCP stream from {ip}:{port}"
         self.buffer = bytearray(_BUFFER_SIZE)
         self.view = memoryview(self.buffer)
         self.filled = 0
-        self.fragments: dict[tuple[int, int], list] = {}     # (tidx, first_sqn) -> [bytearray, received]
-        self.counters = {"frames": 0, "bytes": 0, "unknown_frames": 0, "malformed": 0,
-                         "fragments": 0, "reassembled": 0}
         self.connected = False
-        self.closed = False
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setblocking(False)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
@@ -66,13 +40,7 @@ class TcpSessionClient:
         loop.add_writer(self.sock.fileno(), self._connect_done)
         self.opened = time.monotonic()
 
-    def subscribe(self, tidx: int, subscription: Subscription) -> None:
-        self.subscriptions.setdefault(tidx, []).append(subscription)
-        if getattr(subscription, "raw", False):
-            self.raw_indexes.add(tidx)
-
     def pause(self) -> None:
-        """Stop reading (the router's rings are full): TCP pushes back to the source."""
         if self.connected and not self.paused and not self.closed:
             self.paused = True
             self.loop.remove_reader(self.sock.fileno())
@@ -82,16 +50,6 @@ class TcpSessionClient:
             self.paused = False
             self.loop.add_reader(self.sock.fileno(), self._readable)
             self.loop.call_later(0, self._readable)
-
-    def unsubscribe(self, tidx: int, subscription: Subscription) -> None:
-        subs = self.subscriptions.get(tidx, [])
-        if subscription in subs:
-            subs.remove(subscription)
-        if not subs:
-            self.subscriptions.pop(tidx, None)
-            self.raw_indexes.discard(tidx)
-        if not self.subscriptions:
-            self.close(notify=False)
 
     def _connect_done(self) -> None:
         self.loop.remove_writer(self.sock.fileno())
@@ -104,6 +62,8 @@ class TcpSessionClient:
         self.loop.add_reader(self.sock.fileno(), self._readable)
 
     def _readable(self) -> None:
+        if self.closed:
+            return
         try:
             received = self.sock.recv_into(self.view[self.filled:])
         except (BlockingIOError, InterruptedError):
@@ -115,130 +75,26 @@ class TcpSessionClient:
             return
         self.filled += received
         self.counters["bytes"] += received
-        consumed = self._parse(self.filled)
+        consumed = self._parse(bytes(self.view[:self.filled]))
         if consumed:
             remaining = self.filled - consumed
             if remaining:
                 self.buffer[:remaining] = self.buffer[consumed:self.filled]
             self.filled = remaining
 
-    def _parse(self, end: int) -> int:
-        """Dispatch every complete frame in buffer[:end]; returns the bytes consumed.
+    def _control(self, data: bytes, offset: int, msglen: int, next_hdr: int) -> bool:
+        if next_hdr == NHDR_TCP_SID and msglen >= CONTROL_HEADER.size + TCP_SID_HEADER.size:
+            sid = TCP_SID_HEADER.unpack_from(data, offset + CONTROL_HEADER.size)[3]
+            if self.session_id and sid != self.session_id:
+                log.info("TCP source %s:%d has session id %08X, expected %08X: a new source on that port",
+                         self.ip, self.port, sid, self.session_id)
+                self.close()
+                return False
+        return True
 
-        One copy of the received bytes, then payloads are sliced from it; each subscription gets
-        the frames of one read as one batch (fewer Python calls per message)."""
-        data = bytes(self.view[:end])
-        subscriptions, raw_indexes = self.subscriptions, self.raw_indexes
-        batches: dict[int, list] = {}
-        raw_spans: dict[int, list] = {}
-        offset = frames = 0
-        while end - offset >= 4:
-            msglen = (data[offset + 2] << 8) | data[offset + 3]
-            if msglen < 4:
-                self._malformed(f"frame length {msglen}")
-                return end
-            if end - offset < msglen:
-                break
-            ver_type, next_hdr = data[offset], data[offset + 1]
-            if ver_type == LBMC_TYPE_MESSAGE and msglen >= _MESSAGE_SIZE:
-                _, _, _, tidx, sqn = _unpack_message(data, offset)
-                if tidx in raw_indexes:
-                    if next_hdr == NHDR_FRAG and msglen < _MESSAGE_SIZE + _FRAG_SIZE:
-                        self._malformed("fragment shorter than its headers")
-                        return end
-                    run = raw_spans.get(tidx)      # [start, end, frames, longest, earlier runs]
-                    if run is None:
-                        raw_spans[tidx] = [offset, offset + msglen, 1, msglen, None]
-                    else:
-                        if run[1] != offset:        # interleaved with another topic: a new run
-                            if run[4] is None:
-                                run[4] = []
-                            run[4].append(data[run[0]:run[1]])
-                            run[0] = offset
-                        run[1] = offset + msglen
-                        run[2] += 1
-                        if msglen > run[3]:
-                            run[3] = msglen
-                elif next_hdr == NHDR_DATA:
-                    if tidx in subscriptions:
-                        batch = batches.get(tidx)
-                        if batch is None:
-                            batch = batches[tidx] = []
-                        batch.append((sqn, data[offset + _MESSAGE_SIZE:offset + msglen]))
-                elif next_hdr == NHDR_FRAG:
-                    whole = self._fragment(data, offset, msglen, tidx, subscriptions.get(tidx))
-                    if whole is not None:
-                        batches.setdefault(tidx, []).append(whole)
-                else:
-                    self.counters["unknown_frames"] += 1
-            elif ver_type == LBMC_TYPE_CONTROL and next_hdr == NHDR_TCP_SID \
-                    and msglen >= CONTROL_HEADER.size + TCP_SID_HEADER.size:
-                sid = TCP_SID_HEADER.unpack_from(data, offset + CONTROL_HEADER.size)[3]
-                if self.session_id and sid != self.session_id:
-                    log.info("TCP source %s:%d has session id %08X, expected %08X: a new source on that port",
-                             self.ip, self.port, sid, self.session_id)
-                    self.close()
-                    return end
-            else:
-                self.counters["unknown_frames"] += 1
-            offset += msglen
-            frames += 1
-        self.counters["frames"] += frames
-        for tidx, batch in batches.items():
-            for sub in subscriptions.get(tidx, ()):
-                sub.on_batch(batch)
-        for tidx, (start, stop, count, longest, earlier) in raw_spans.items():
-            frames = data[start:stop] if earlier is None else b"".join(earlier) + data[start:stop]
-            for sub in subscriptions.get(tidx, ()):
-                sub.on_frames(frames, count, longest)
-        return offset
-
-    def _fragment(self, data: bytes, offset: int, msglen: int, tidx: int, subs):
-        """Fold one fragment in; returns (first_sqn, payload) when the message is complete."""
-        self.counters["fragments"] += 1
-        if msglen < _MESSAGE_SIZE + _FRAG_SIZE:
-            self._malformed("fragment shorter than its headers")
-            return None
-        next_hdr, _, _, first_sqn, frag_offset, total = _unpack_frag(data, offset + _MESSAGE_SIZE)
-        if next_hdr != NHDR_DATA or not subs:
-            return None
-        piece = data[offset + _MESSAGE_SIZE + _FRAG_SIZE:offset + msglen]
-        key = (tidx, first_sqn)
-        entry = self.fragments.get(key)
-        if entry is None:
-            if total > 64 * 1024 * 1024:
-                self._malformed(f"fragmented message of {total} bytes")
-                return None
-            entry = self.fragments[key] = [bytearray(total), 0]
-        if frag_offset + len(piece) > len(entry[0]):
-            self._malformed("fragment beyond the message's length")
-            del self.fragments[key]
-            return None
-        entry[0][frag_offset:frag_offset + len(piece)] = piece
-        entry[1] += len(piece)
-        if entry[1] < len(entry[0]):
-            return None
-        del self.fragments[key]
-        self.counters["reassembled"] += 1
-        return first_sqn, bytes(entry[0])
-
-    def _malformed(self, what: str) -> None:
-        self.counters["malformed"] += 1
-        log.warning("malformed LBT-TCP stream from %s:%d (%s); connection dropped", self.ip, self.port, what)
-        self.loop.call_later(0, self.close)
-
-    def close(self, notify: bool = True) -> None:
-        if self.closed:
-            return
-        self.closed = True
+    def _close_transport(self) -> None:
         fd = self.sock.fileno()
         if fd >= 0:
             self.loop.remove_reader(fd)
             self.loop.remove_writer(fd)
         self.sock.close()
-        subscriptions, self.subscriptions = self.subscriptions, {}
-        if notify:
-            for subs in subscriptions.values():
-                for sub in list(subs):
-                    sub.on_eos()
-        self.on_closed(self)

@@ -1,8 +1,7 @@
-"""The source side of LBT-TCP: one listening session, its receivers' connections, implicit batching.
+"""The source side of LBT-TCP: one listening session and its receivers' connections.
 
 Sources of a context share one session (as in UM), each with its own topic index; the stream is a
-plain concatenation of LBMC frames. Sends are batched (`implicit_batching_minimum_length`, flushed
-by size or by `implicit_batching_interval`) so small messages are not one syscall each. Sockets are
+plain concatenation of LBMC frames (batched by batching_session.BatchingSession). Sockets are
 non-blocking; each connection has an output queue. When a queue passes its limit the session either
 blocks the sending thread until the receiver catches up (applications: TCP flow control reaches the
 publisher) or drops the batch for that connection and counts it (the router: one slow receiver must
@@ -15,24 +14,14 @@ import logging
 import os
 import select
 import socket
-import threading
 import time
 
-import numpy as np
-
-from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE,
-                                 MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG, NHDR_NONE, NHDR_TCP_SID,
-                                 TCP_SID_HEADER)
+from router.um.batching_session import BatchingSession
+from router.um.wire.lbmc import CONTROL_HEADER, LBMC_TYPE_CONTROL, NHDR_NONE, NHDR_TCP_SID, TCP_SID_HEADER
 from router.um.wire.lbmr import TcpInfo
 from router.um.wire.otid import tcp_otid
 
 log = logging.getLogger(__name__)
-
-_MESSAGE_OVERHEAD = MESSAGE_HEADER.size
-_FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
-_pack_message = MESSAGE_HEADER.pack
-_TIDX_BYTES = np.arange(4, 8)          # where an LBMC MESSAGE frame keeps its topic index
-_pack_frag = FRAG_HEADER.pack
 
 
 class _Connection:
@@ -46,7 +35,7 @@ class _Connection:
         self.dropped_bytes = 0
 
 
-class TcpSourceSession:
+class TcpSourceSession(BatchingSession):
     """A listening LBT-TCP session. Thread-safe: applications send from their own threads while the
     context's loop accepts connections and drains queues."""
 
@@ -54,22 +43,13 @@ class TcpSourceSession:
                  datagram_max_size: int = 65535, batching_minimum_length: int = 2048,
                  batching_interval: float = 0.2, overflow: str = "block",
                  max_queue: int = 8 * 1024 * 1024, nodelay: bool = True):
-        self.loop = loop
+        super().__init__(loop, datagram_max_size=datagram_max_size, batching_minimum_length=batching_minimum_length,
+                         batching_interval=batching_interval, overflow=overflow, max_queue=max_queue)
         self.interface = interface
         self.session_id = int.from_bytes(os.urandom(4), "big") or 1
-        self.datagram_max_size = datagram_max_size
-        self.batching_minimum_length = batching_minimum_length
-        self.batching_interval = batching_interval
-        self.overflow = overflow
-        self.max_queue = max_queue
         self.nodelay = nodelay
-        self.lock = threading.RLock()
         self.connections: list[_Connection] = []
-        self.batch = bytearray()
-        self.flush_timer_armed = False
-        self.closed = False
-        self.counters = {"frames_sent": 0, "bytes_sent": 0, "batches": 0, "connections_accepted": 0,
-                         "dropped_would_block_bytes": 0, "dropped_would_block_batches": 0}
+        self.counters["connections_accepted"] = 0
         self.listener = self._listen(interface, port_low, port_high, fixed_port)
         self.port = self.listener.getsockname()[1]
         loop.add_reader(self.listener.fileno(), self._accept)
@@ -143,81 +123,8 @@ class TcpSourceSession:
     def receiver_count(self) -> int:
         return len(self.connections)
 
-    # -- sending ---------------------------------------------------------------------------------
-    def send(self, tidx: int, sqn: int, payload, flush: bool = False) -> int:
-        """Append one message for topic `tidx`; returns the next sequence number."""
-        size = len(payload)
-        with self.lock:
-            if size + _MESSAGE_OVERHEAD <= self.datagram_max_size:
-                self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_DATA, size + _MESSAGE_OVERHEAD, tidx, sqn)
-                self.batch += payload
-                sqn += 1
-            else:
-                sqn = self._append_fragments(tidx, sqn, payload)
-            if flush:
-                self._flush_locked()
-            else:
-                self._flush_or_arm_timer()
-        return sqn
-
-    def send_raw(self, frames, offsets=None, tidx: int | None = None) -> None:
-        """Append whole LBMC frames as they are (a router forwarding a source's frames). With
-        `tidx`, the topic index of each frame (at `offsets`) is rewritten to it first."""
-        if tidx is not None:
-            frames = bytearray(frames)
-            view = np.frombuffer(frames, dtype=np.uint8)
-            view[(offsets.astype(np.int64)[:, None] + _TIDX_BYTES)] = np.frombuffer(
-                tidx.to_bytes(4, "big"), dtype=np.uint8)
-            del view
-        with self.lock:
-            self.batch += frames
-            self._flush_or_arm_timer()
-
-    def _append_fragments(self, tidx: int, sqn: int, payload) -> int:
-        piece = self.datagram_max_size - _FRAGMENT_OVERHEAD
-        view = memoryview(payload)
-        total = len(view)
-        first = sqn
-        for offset in range(0, total, piece):
-            chunk = view[offset:offset + piece]
-            self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_FRAG, len(chunk) + _FRAGMENT_OVERHEAD, tidx, sqn)
-            self.batch += _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, first, offset, total)
-            self.batch += chunk
-            sqn += 1
-            if len(self.batch) >= self.batching_minimum_length:
-                self._flush_locked()
-        return sqn
-
-    def _flush_or_arm_timer(self) -> None:
-        """Implicit batching: send a full batch now, else make sure the interval flushes it."""
-        if len(self.batch) >= self.batching_minimum_length:
-            self._flush_locked()
-        elif not self.flush_timer_armed:
-            self.flush_timer_armed = True
-            self.loop.call_soon_threadsafe(self._arm_flush_timer)
-
-    def _arm_flush_timer(self) -> None:
-        self.loop.call_later(self.batching_interval, self._timer_flush)
-
-    def _timer_flush(self) -> None:
-        with self.lock:
-            self.flush_timer_armed = False
-            if self.batch:
-                self._flush_locked()
-
-    def flush(self) -> None:
-        with self.lock:
-            self._flush_locked()
-        if self.overflow == "block":
-            self.wait_drained(0)
-
-    def _flush_locked(self) -> None:
-        if not self.batch:
-            return
-        data = bytes(self.batch)
-        self.batch.clear()
-        self.counters["batches"] += 1
-        self.counters["bytes_sent"] += len(data)
+    def _deliver(self, data: bytes) -> None:
+        """Queue a batch on every connection (lock held); a full queue blocks or drops."""
         for connection in list(self.connections):
             if connection.queue and len(connection.queue) + len(data) > self.max_queue:
                 if self.overflow == "drop":

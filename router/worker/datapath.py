@@ -165,6 +165,7 @@ class DataPath:
 
     def _space_freed(self) -> None:
         self.producer_wakeup.drain()
+        self.producer.unpark()
         while self.pending:
             batch = list(self.pending)
             self.pending.clear()

@@ -133,3 +133,29 @@ def test_fragment_larger_than_the_egress_datagram_size_is_dropped_and_counted(ro
     got = receiver.result(60)
     assert got["received"] == 10 and list(got["per_source"]) == ["00000005"], got
     assert "UMR-3001-2" in router.log()
+
+
+def test_protocol_conversion_lbt_ipc_in_tcp_out(routers, tools, make_domain):
+    lan1, lan2 = make_domain(), make_domain()
+    start_router(routers, [lan1, lan2])
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", 50_000, "--timeout", 240, "ipc.to.tcp")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-T", "lbtipc", "-M", 50_000, "--start-on-stdin",
+                         "ipc.to.tcp")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    got = receiver.result(240)
+    assert (got["received"], got["gaps"], got["duplicates"]) == (50_000, 0, 0), got
+    assert got["um_sources"][0].startswith("TCP:")
+
+
+def test_protocol_conversion_tcp_in_lbt_ipc_out(routers, tools, make_domain):
+    lan1 = make_domain()
+    lan2 = make_domain("source transport lbtipc")        # the router's proxy sources in LAN2 use LBT-IPC
+    start_router(routers, [lan1, lan2])
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", 50_000, "--timeout", 240, "tcp.to.ipc")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", 50_000, "-l", 200, "--start-on-stdin", "tcp.to.ipc")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    got = receiver.result(240)
+    assert (got["received"], got["gaps"], got["duplicates"]) == (50_000, 0, 0), got
+    assert got["um_sources"][0].startswith("LBT-IPC:")

@@ -1,0 +1,98 @@
+"""The LBT-IPC receiver side: attach to a source's ring as a consumer and dispatch its frames.
+
+Records are batches of LBMC frames, parsed exactly as a TCP stream (frame_stream.FrameStream).
+The receiver sleeps on its wakeup FIFO; a producer writes it only when the receiver is parked.
+EOS comes from the source's end record, or from noticing that the source's process is gone.
+"""
+from __future__ import annotations
+
+import logging
+
+from router.ipc.ring import ConsumerLapped
+from router.ipc.ring_consumer import RingConsumer
+from router.ipc.shm import SharedSegment, pid_alive
+from router.ipc.wakeup import RingWakeups
+from router.lbtipc import naming
+from router.lbtipc.source import RECORD_END, RECORD_FRAMES, SLOTS
+from router.um.frame_stream import FrameStream
+
+log = logging.getLogger(__name__)
+
+READ_LIMIT = 1024
+CHECK_INTERVAL = 1.0
+
+
+class LbtipcSessionClient(FrameStream):
+    def __init__(self, loop, host_id: int, session_id: int, xport_id: int, on_closed):
+        super().__init__(loop, ("lbtipc", host_id, xport_id, session_id), on_closed)
+        if host_id != naming.host_id():
+            raise OSError(f"LBT-IPC session {xport_id}/{session_id:08x} is on another host")
+        name = naming.find_segment(xport_id, session_id)
+        if name is None:
+            raise OSError(f"no LBT-IPC session {xport_id}/{session_id:08x} on this host")
+        self.description = f"LBT-IPC session {xport_id}/{session_id:08x}"
+        self.owner_pid = int(name.split(".")[2])
+        self.segment = SharedSegment.attach(name)
+        self.slot = naming.claim_slot(name, SLOTS)
+        self.wakeups = RingWakeups.fifos(name, SLOTS, create=False)
+        self.consumer = RingConsumer(self.segment.memory, self.slot, wakeups=self.wakeups)
+        self.ended = False
+        loop.add_reader(self.consumer.fileno(), self._woken)
+        self._check = loop.call_every(CHECK_INTERVAL, self._check_source)
+        loop.call_later(0, self._woken)
+
+    def _woken(self) -> None:
+        if self.closed or self.paused:
+            return
+        consumer = self.consumer
+        consumer.unpark()
+        while not self.closed:
+            try:
+                delivered = consumer.read_batch(self._record, READ_LIMIT)
+            except ConsumerLapped as err:
+                self.counters["malformed"] += 1
+                log.warning("%s: %s", self.description, err)
+                continue
+            if self.ended:
+                self.close()
+                return
+            if delivered == READ_LIMIT:
+                self.loop.call_later(0, self._woken)       # let other sockets have a turn
+                return
+            if consumer.prepare_to_park():
+                return
+            consumer.unpark()
+
+    def _record(self, record_type: int, payload) -> None:
+        if record_type == RECORD_FRAMES:
+            data = bytes(payload)
+            self.counters["bytes"] += len(data)
+            if self._parse(data) != len(data):
+                self._malformed("a record that is not whole frames")
+        elif record_type == RECORD_END:
+            self.ended = True
+
+    def _check_source(self) -> None:
+        """Heartbeat our slot (so an idle source keeps waiting for us) and notice a dead source."""
+        if self.closed:
+            return
+        self.consumer.heartbeat()
+        if not pid_alive(self.owner_pid):
+            log.info("%s: its source process %d is gone", self.description, self.owner_pid)
+            self.close()
+
+    def pause(self) -> None:
+        self.paused = True          # the ring fills and the source waits: flow control
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.loop.call_later(0, self._woken)
+
+    def _close_transport(self) -> None:
+        self._check.cancel()
+        self.loop.remove_reader(self.consumer.fileno())
+        self.consumer.close()
+        self.wakeups.close()
+        naming.release_slot(self.segment.name, self.slot)
+        self.segment.close()

@@ -1,0 +1,124 @@
+"""What every transport's sending side shares: LBMC framing, fragmentation, implicit batching.
+
+Messages become LBMC MESSAGE frames (with FRAG headers above the datagram size) appended to one
+batch, sent by size (`implicit_batching_minimum_length`) or by `implicit_batching_interval`, so
+small messages are not one system call each. A router's proxy sources append whole frames as
+they came (`send_raw`). Subclasses deliver a finished batch: to TCP connections, into a ring.
+Thread-safe: applications send from their own threads while the context's loop runs timers.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
+
+_MESSAGE_OVERHEAD = MESSAGE_HEADER.size
+_FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
+_pack_message = MESSAGE_HEADER.pack
+_pack_frag = FRAG_HEADER.pack
+_TIDX_BYTES = np.arange(4, 8)          # where an LBMC MESSAGE frame keeps its topic index
+
+
+class BatchingSession:
+    def __init__(self, loop, *, datagram_max_size: int, batching_minimum_length: int,
+                 batching_interval: float, overflow: str, max_queue: int):
+        self.loop = loop
+        self.datagram_max_size = datagram_max_size
+        self.batching_minimum_length = batching_minimum_length
+        self.batching_interval = batching_interval
+        self.overflow = overflow              # "block" (applications) or "drop" (router proxies)
+        self.max_queue = max_queue
+        self.lock = threading.RLock()
+        self.batch = bytearray()
+        self.flush_timer_armed = False
+        self.closed = False
+        self.counters = {"bytes_sent": 0, "batches": 0,
+                         "dropped_would_block_bytes": 0, "dropped_would_block_batches": 0}
+
+    def send(self, tidx: int, sqn: int, payload, flush: bool = False) -> int:
+        """Append one message for topic `tidx`; returns the next sequence number."""
+        size = len(payload)
+        with self.lock:
+            if size + _MESSAGE_OVERHEAD <= self.datagram_max_size:
+                self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_DATA, size + _MESSAGE_OVERHEAD, tidx, sqn)
+                self.batch += payload
+                sqn += 1
+            else:
+                sqn = self._append_fragments(tidx, sqn, payload)
+            if flush:
+                self._flush_locked()
+            else:
+                self._flush_or_arm_timer()
+        return sqn
+
+    def send_raw(self, frames, offsets=None, tidx: int | None = None) -> None:
+        """Append whole LBMC frames as they are (a router forwarding a source's frames). With
+        `tidx`, the topic index of each frame (at `offsets`) is rewritten to it first."""
+        if tidx is not None:
+            frames = bytearray(frames)
+            view = np.frombuffer(frames, dtype=np.uint8)
+            view[(offsets.astype(np.int64)[:, None] + _TIDX_BYTES)] = np.frombuffer(
+                tidx.to_bytes(4, "big"), dtype=np.uint8)
+            del view
+        with self.lock:
+            self.batch += frames
+            self._flush_or_arm_timer()
+
+    def _append_fragments(self, tidx: int, sqn: int, payload) -> int:
+        piece = self.datagram_max_size - _FRAGMENT_OVERHEAD
+        view = memoryview(payload)
+        total = len(view)
+        first = sqn
+        for offset in range(0, total, piece):
+            chunk = view[offset:offset + piece]
+            self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_FRAG, len(chunk) + _FRAGMENT_OVERHEAD, tidx, sqn)
+            self.batch += _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, first, offset, total)
+            self.batch += chunk
+            sqn += 1
+            if len(self.batch) >= self.batching_minimum_length:
+                self._flush_locked()
+        return sqn
+
+    def _flush_or_arm_timer(self) -> None:
+        """Implicit batching: send a full batch now, else make sure the interval flushes it."""
+        if len(self.batch) >= self.batching_minimum_length:
+            self._flush_locked()
+        elif not self.flush_timer_armed:
+            self.flush_timer_armed = True
+            self.loop.call_soon_threadsafe(self._arm_flush_timer)
+
+    def _arm_flush_timer(self) -> None:
+        self.loop.call_later(self.batching_interval, self._timer_flush)
+
+    def _timer_flush(self) -> None:
+        with self.lock:
+            self.flush_timer_armed = False
+            if self.batch:
+                self._flush_locked()
+
+    def flush(self) -> None:
+        with self.lock:
+            self._flush_locked()
+        if self.overflow == "block":
+            self.wait_drained(0)
+
+    def _flush_locked(self) -> None:
+        """Hand the batch to the transport. Lock held."""
+        if not self.batch:
+            return
+        data = bytes(self.batch)
+        self.batch.clear()
+        self.counters["batches"] += 1
+        self.counters["bytes_sent"] += len(data)
+        self._deliver(data)
+
+    def _deliver(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def wait_drained(self, limit: int, only=None, timeout: float | None = None) -> bool:
+        """Block until the transport holds at most `limit` queued bytes (a transport with no
+        queues of its own returns at once)."""
+        return True
+

@@ -1,0 +1,191 @@
+"""What every transport's receiving side shares: LBMC frames dispatched by topic index.
+
+A context opens one stream per source transport session it has joined sources on (a TCP
+connection, an LBT-IPC ring), however many of its receivers use it. Fragments are reassembled per
+(topic index, first sequence number). When the stream ends, every source on it ends (EOS).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Protocol
+
+from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
+
+log = logging.getLogger(__name__)
+
+_unpack_message = MESSAGE_HEADER.unpack_from
+_unpack_frag = FRAG_HEADER.unpack_from
+_MESSAGE_SIZE = MESSAGE_HEADER.size
+_FRAG_SIZE = FRAG_HEADER.size
+MAX_REASSEMBLED = 64 * 1024 * 1024
+
+
+class Subscription(Protocol):
+    """What a connection delivers to: one joined source (topic index) of one receiver."""
+
+    def on_batch(self, messages: list[tuple]) -> None: ...
+    def on_frames(self, frames: bytes, count: int, longest: int) -> None: ...
+    def on_eos(self) -> None: ...
+
+# A subscription with `raw = True` (a router's proxy receiver) gets the LBMC frames themselves,
+# fragments as they came: `on_frames(frames, count, longest)`, the bytes of `count` whole frames
+# of its topic index from one read. The router forwards frames; it does not reassemble them. A
+# topic index is either raw or not within one stream (a router's context holds only proxy receivers).
+
+
+class FrameStream:
+    """Subscriptions by topic index, frame parsing and reassembly; subclasses move the bytes."""
+
+    description = "stream"
+
+    def __init__(self, loop, key: tuple, on_closed: Callable[["FrameStream"], None]):
+        self.loop = loop
+        self.key = key
+        self.on_closed = on_closed
+        self.subscriptions: dict[int, list[Subscription]] = {}
+        self.raw_indexes: set[int] = set()
+        self.fragments: dict[tuple[int, int], list] = {}     # (tidx, first_sqn) -> [bytearray, received]
+        self.counters = {"frames": 0, "bytes": 0, "unknown_frames": 0, "malformed": 0,
+                         "fragments": 0, "reassembled": 0}
+        self.paused = False
+        self.closed = False
+
+    def subscribe(self, tidx: int, subscription: Subscription) -> None:
+        self.subscriptions.setdefault(tidx, []).append(subscription)
+        if getattr(subscription, "raw", False):
+            self.raw_indexes.add(tidx)
+
+    def unsubscribe(self, tidx: int, subscription: Subscription) -> None:
+        subs = self.subscriptions.get(tidx, [])
+        if subscription in subs:
+            subs.remove(subscription)
+        if not subs:
+            self.subscriptions.pop(tidx, None)
+            self.raw_indexes.discard(tidx)
+        if not self.subscriptions:
+            self.close(notify=False)
+
+    def pause(self) -> None:
+        """Stop taking data (the router's rings are full): the source's flow control pushes back."""
+
+    def resume(self) -> None:
+        """Take data again after `pause`."""
+
+    def _control(self, data: bytes, offset: int, msglen: int, next_hdr: int) -> bool:
+        """A CONTROL frame; False ends the stream (the transport decides what its controls mean)."""
+        return True
+
+    def _parse(self, data: bytes) -> int:
+        """Dispatch every complete frame in `data`; returns the bytes consumed.
+
+        Payloads are sliced from one bytes object; each subscription gets the frames of one read
+        as one batch (fewer Python calls per message)."""
+        end = len(data)
+        subscriptions, raw_indexes = self.subscriptions, self.raw_indexes
+        batches: dict[int, list] = {}
+        raw_spans: dict[int, list] = {}
+        offset = frames = 0
+        while end - offset >= 4:
+            msglen = (data[offset + 2] << 8) | data[offset + 3]
+            if msglen < 4:
+                self._malformed(f"frame length {msglen}")
+                return end
+            if end - offset < msglen:
+                break
+            ver_type, next_hdr = data[offset], data[offset + 1]
+            if ver_type == LBMC_TYPE_MESSAGE and msglen >= _MESSAGE_SIZE:
+                _, _, _, tidx, sqn = _unpack_message(data, offset)
+                if tidx in raw_indexes:
+                    if next_hdr == NHDR_FRAG and msglen < _MESSAGE_SIZE + _FRAG_SIZE:
+                        self._malformed("fragment shorter than its headers")
+                        return end
+                    run = raw_spans.get(tidx)      # [start, end, frames, longest, earlier runs]
+                    if run is None:
+                        raw_spans[tidx] = [offset, offset + msglen, 1, msglen, None]
+                    else:
+                        if run[1] != offset:        # interleaved with another topic: a new run
+                            if run[4] is None:
+                                run[4] = []
+                            run[4].append(data[run[0]:run[1]])
+                            run[0] = offset
+                        run[1] = offset + msglen
+                        run[2] += 1
+                        if msglen > run[3]:
+                            run[3] = msglen
+                elif next_hdr == NHDR_DATA:
+                    if tidx in subscriptions:
+                        batch = batches.get(tidx)
+                        if batch is None:
+                            batch = batches[tidx] = []
+                        batch.append((sqn, data[offset + _MESSAGE_SIZE:offset + msglen]))
+                elif next_hdr == NHDR_FRAG:
+                    whole = self._fragment(data, offset, msglen, tidx, subscriptions.get(tidx))
+                    if whole is not None:
+                        batches.setdefault(tidx, []).append(whole)
+                else:
+                    self.counters["unknown_frames"] += 1
+            elif ver_type == LBMC_TYPE_CONTROL:
+                if not self._control(data, offset, msglen, next_hdr):
+                    return end
+            else:
+                self.counters["unknown_frames"] += 1
+            offset += msglen
+            frames += 1
+        self.counters["frames"] += frames
+        for tidx, batch in batches.items():
+            for sub in subscriptions.get(tidx, ()):
+                sub.on_batch(batch)
+        for tidx, (start, stop, count, longest, earlier) in raw_spans.items():
+            frames = data[start:stop] if earlier is None else b"".join(earlier) + data[start:stop]
+            for sub in subscriptions.get(tidx, ()):
+                sub.on_frames(frames, count, longest)
+        return offset
+
+    def _fragment(self, data: bytes, offset: int, msglen: int, tidx: int, subs):
+        """Fold one fragment in; returns (first_sqn, payload) when the message is complete."""
+        self.counters["fragments"] += 1
+        if msglen < _MESSAGE_SIZE + _FRAG_SIZE:
+            self._malformed("fragment shorter than its headers")
+            return None
+        next_hdr, _, _, first_sqn, frag_offset, total = _unpack_frag(data, offset + _MESSAGE_SIZE)
+        if next_hdr != NHDR_DATA or not subs:
+            return None
+        piece = data[offset + _MESSAGE_SIZE + _FRAG_SIZE:offset + msglen]
+        key = (tidx, first_sqn)
+        entry = self.fragments.get(key)
+        if entry is None:
+            if total > 64 * 1024 * 1024:
+                self._malformed(f"fragmented message of {total} bytes")
+                return None
+            entry = self.fragments[key] = [bytearray(total), 0]
+        if frag_offset + len(piece) > len(entry[0]):
+            self._malformed("fragment beyond the message's length")
+            del self.fragments[key]
+            return None
+        entry[0][frag_offset:frag_offset + len(piece)] = piece
+        entry[1] += len(piece)
+        if entry[1] < len(entry[0]):
+            return None
+        del self.fragments[key]
+        self.counters["reassembled"] += 1
+        return first_sqn, bytes(entry[0])
+
+    def _malformed(self, what: str) -> None:
+        self.counters["malformed"] += 1
+        log.warning("malformed %s (%s); dropped", self.description, what)
+        self.loop.call_later(0, self.close)
+
+    def close(self, notify: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._close_transport()
+        subscriptions, self.subscriptions = self.subscriptions, {}
+        if notify:
+            for subs in subscriptions.values():
+                for sub in list(subs):
+                    sub.on_eos()
+        self.on_closed(self)
+
+    def _close_transport(self) -> None:
+        raise NotImplementedError
