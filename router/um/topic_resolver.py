@@ -90,10 +90,11 @@ class TopicResolver:
             self._reschedule()
         cached = self.cache.get(receiver.topic)
         if cached is not None:
+            # Known sources are joined after the settle time too: the answers to this receiver's
+            # first query may still bring a cheaper path for the same OTID.
             for otid in cached.otids():
-                best = cached.best(otid)
-                if best is not None:
-                    receiver._join(best)
+                if cached.best(otid) is not None:
+                    self._schedule_join(receiver.topic, otid)
 
     def remove_receiver(self, receiver: Receiver) -> None:
         receivers = self.receivers.get(receiver.topic, [])

@@ -1,0 +1,400 @@
+"""A peer portal's TCP link to its companion on another router, driven by an EventLoop.
+
+One side is the initiator (connects to ``<initiator><address>:<port>``, and again every
+``reconnect-interval`` after a failure or a loss, each failure logged with its attempt number),
+the other the acceptor (listens on ``<listen-port>`` and serves one companion at a time: a
+second concurrent connection is accepted only to be closed, and logged). On connect both sides
+send the handshake (peer_handshake.py) and check the companion's; then the link is up: LBMC
+messages both ways, DRO keepalives with RTT (peer_keepalive.py), batching and a bounded queue
+(peer_outbound.py). A link that hears nothing for the keepalive timeout, a malformed byte stream
+(counted in ``link_malformed``), or a closed socket takes the link down; nothing raises into the
+owner's loop.
+
+The owner gets ``on_up(peer_name, node_id)``, ``on_down(reason)`` and ``on_message(message)``
+(every message but the handshake and keepalives) and calls :meth:`PeerLink.send_control` /
+:meth:`PeerLink.send_data`. The lifecycle is the table in peer_link_states.py (zguide style): a
+(state, event) pair names the next state and the action; pairs not in the table are ignored.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+from typing import Callable
+
+from router.eventlog import MESSAGE_IDS, event
+from router.monitor.counters import PortalCounters
+from router.portals import peer_outbound, peer_sockets
+from router.portals.peer_handshake import HandshakeError, build_handshake, is_handshake, parse_handshake
+from router.portals.peer_keepalive import KeepaliveMonitor, keepalive_header
+from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRANSITIONS, PEER_LINK_EVENTS, LinkEvent,
+                                             LinkState)
+from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_TYPE_CONTROL, LbmcMessage, WireError, encode_lbmc,
+                                 split_lbmc_stream)
+
+log = logging.getLogger(__name__)
+
+RECV_CHUNK = 262144
+
+S, E = LinkState, LinkEvent
+
+
+class PeerLink:
+    def __init__(self, config, loop, own_name: str, node_id: int,
+                 on_up: Callable[[str, int], None] | None = None, on_down: Callable[[str], None] | None = None,
+                 on_message: Callable[[LbmcMessage], None] | None = None, counters=None,
+                 log_event: Callable[[str, str], None] | None = None,
+                 handshake_timeout_ms: int = 5000, connect_timeout_ms: int = 5000):
+        link = config.link
+        if link.dual or (link.initiator is None) == (link.acceptor is None):
+            raise ValueError(f"peer portal {config.name}: the link needs exactly one of <initiator>/<acceptor>")
+        self.config, self.link, self.loop = config, link, loop
+        self.name = config.name
+        self.own_name, self.node_id = own_name, node_id
+        self.on_up, self.on_down, self.on_message = on_up, on_down, on_message
+        self.counters = counters if counters is not None else PortalCounters()
+        self._log_event = log_event or self._default_log_event
+        self.handshake_timeout_ms, self.connect_timeout_ms = handshake_timeout_ms, connect_timeout_ms
+        self.is_initiator = link.initiator is not None
+        self._table = INITIATOR_TRANSITIONS if self.is_initiator else ACCEPTOR_TRANSITIONS
+        keepalive = config.gateway_keepalive
+        self.keepalive = KeepaliveMonitor(keepalive.interval, keepalive.timeout, keepalive.idle, self.counters)
+        self.queue = peer_outbound.OutboundQueue(config.max_queue, config.batching.min_length,
+                                                 config.max_datagram, self.counters)
+        self.state = self._previous_state = LinkState.STOPPED
+        self.peer = None                        # PeerIdentity while handshaken
+        self.peer_address: tuple[str, int] | None = None
+        self.connect_failures = 0               # consecutive; reset when the link comes up
+        self.refused_connections = 0
+        self.handshake_failures = 0
+        self.dropping = False                   # in a "would block" episode (logged once per episode)
+        self._sock: socket.socket | None = None
+        self._listener: socket.socket | None = None
+        self._receive = bytearray()
+        self._writer_registered = False
+        self._timers: dict[str, object] = {}
+        self._generation = 0                    # bumps per connection: stale timer callbacks see it
+
+    # -- the owner's side ---------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            self._fire(E.START)
+        except BaseException:
+            self._shutdown("start failed")
+            self.state = S.STOPPED
+            raise
+
+    def stop(self) -> None:
+        self._fire(E.STOP, "stopped")
+
+    @property
+    def is_up(self) -> bool:
+        return self.state is S.UP
+
+    @property
+    def listening_port(self) -> int | None:
+        return self._listener.getsockname()[1] if self._listener is not None else None
+
+    def send_control(self, message: LbmcMessage | bytes) -> bool:
+        """Send a control message now (flushing the batch ahead of it); False if the link is down."""
+        self.counters.add("gateway_cntl_msgs")
+        if self.state is not S.UP:
+            return False
+        return self._queue_control(message)
+
+    def send_data(self, message: LbmcMessage | bytes, fragments: int = 1) -> bool:
+        """Queue a data message for the next batch; False (and counted) if down or the queue is full."""
+        data = encode_lbmc(message) if isinstance(message, LbmcMessage) else bytes(message)
+        if self.state is not S.UP:
+            self.counters.add_pair("data_fragments_forwarded", "data_fragment_bytes_forwarded", fragments, len(data))
+            self.counters.add_pair("data_fragments_dropped_not_operational",
+                                   "data_fragment_bytes_dropped_not_operational", fragments, len(data))
+            return False
+        status = self.queue.add_data(data, fragments)
+        if status == peer_outbound.DROPPED:
+            if not self.dropping:       # once per episode: a full queue drops thousands a second
+                self.dropping = True
+                self._log_event("drops-would-block", f"peer link queue full ({self.queue.max_queue} bytes): "
+                                                     f"dropping data until it drains")
+            return False
+        if status == peer_outbound.BATCH_STARTED:
+            self._set_timer("batch", self.config.batching.batch_interval, self._on_batch_interval)
+        if self.queue.has_unwritten:
+            self._write()
+        return True
+
+    # -- the state machine ----------------------------------------------------------------------------
+    def _fire(self, event_: LinkEvent, detail=None) -> None:
+        transition = self._table.get((self.state, event_))
+        if transition is None:
+            log.debug("peer %s: %s ignored in state %s", self.name, event_.value, self.state.value)
+            return
+        self._previous_state, self.state = self.state, transition[0]
+        getattr(self, transition[1])(detail)
+
+    def _begin_connect(self, _detail) -> None:
+        self._generation += 1
+        try:
+            self._sock, self.peer_address, result = peer_sockets.start_connect(self.link)
+        except OSError as err:
+            self._fire(E.CONNECT_FAILED, str(err))
+            return
+        if result == 0:
+            self._fire(E.CONNECTED)
+        elif result in (errno.EINPROGRESS, errno.EWOULDBLOCK):
+            self.loop.add_writer(self._sock, self._on_connect_ready)
+            self._set_timer("connect", self.connect_timeout_ms,
+                            lambda: self._fire(E.CONNECT_FAILED, f"no answer within {self.connect_timeout_ms} ms"))
+        else:
+            self._fire(E.CONNECT_FAILED, os.strerror(result))
+
+    def _on_connect_ready(self) -> None:
+        self.loop.remove_writer(self._sock)
+        self._cancel_timer("connect")
+        error = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if error:
+            self._fire(E.CONNECT_FAILED, os.strerror(error))
+        else:
+            self._fire(E.CONNECTED)
+
+    def _connect_failed(self, reason: str) -> None:
+        self._close_connection()
+        self.connect_failures += 1
+        initiator = self.link.initiator
+        self._log_event("peer-connect-failed",
+                        f"connect to {initiator.address}:{initiator.port} failed (attempt {self.connect_failures}): "
+                        f"{reason}; retrying in {initiator.reconnect_interval} ms")
+        self._schedule_retry()
+
+    def _schedule_retry(self) -> None:
+        self._set_timer("retry", self.link.initiator.reconnect_interval, lambda: self._fire(E.RETRY))
+
+    def _listen(self, _detail) -> None:
+        self._listener = peer_sockets.open_listener(self.link, self.name)
+        self.loop.add_reader(self._listener, self._on_acceptable)
+
+    def _on_acceptable(self) -> None:
+        while self._listener is not None:
+            try:
+                conn, address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:          # e.g. EMFILE: log and let the loop try again later
+                log.warning("peer %s: accept failed: %s", self.name, err)
+                return
+            self._fire(E.ACCEPTED, (conn, address))
+
+    def _refuse_second(self, accepted) -> None:
+        conn, address = accepted
+        conn.close()
+        self.refused_connections += 1
+        self._log_event("peer-connection-refused",
+                        f"refused a second connection from {address[0]}:{address[1]}: companion "
+                        f"{self._peer_text()} is already connected (one companion per peer portal)")
+
+    def _begin_handshake(self, accepted) -> None:
+        if accepted is not None:
+            self._generation += 1
+            self._sock, self.peer_address = accepted
+        sock = self._sock
+        peer_sockets.apply_link_options(sock, self.link)
+        self._receive.clear()
+        self.keepalive.reset()
+        self.loop.add_reader(sock, self._on_readable)
+        self._set_timer("handshake", self.handshake_timeout_ms, lambda: self._fire(
+            E.HANDSHAKE_FAILED, f"no handshake from the companion within {self.handshake_timeout_ms} ms"))
+        self._set_timer("tick", self.keepalive.check_interval_s() * 1000, self._tick)
+        self._queue_control(build_handshake(self.own_name, self.node_id))
+
+    def _announce_up(self, identity) -> None:
+        self._cancel_timer("handshake")
+        self.peer = identity
+        self.connect_failures = 0
+        self.counters.add("link_connects")
+        self._log_event("peer-link-up", f"peer portal {self.name} has just established a connection to gateway "
+                                        f"named: {identity.name} with node id: {identity.node_id}")
+        self._call_owner(self.on_up, identity.name, identity.node_id)
+
+    def _handshake_failed(self, reason: str) -> None:
+        self.handshake_failures += 1
+        self._log_event("peer-handshake-failed", f"connection with {self._address_text()} closed before the link "
+                                                 f"came up: {reason}")
+        self._close_connection()
+        if self.state is S.WAITING:
+            self._schedule_retry()
+
+    def _link_lost(self, reason: str) -> None:
+        peer = self._peer_text()
+        fragments, data_bytes = self._close_connection()
+        self.counters.add("link_disconnects")
+        dropped = f"; {fragments} queued data fragments ({data_bytes} bytes) dropped" if fragments else ""
+        self._log_event("peer-link-down", f"link to {peer} went down: {reason}{dropped}")
+        if self.state is S.WAITING:
+            self._schedule_retry()
+        self._call_owner(self.on_down, reason)
+
+    def _shutdown(self, reason) -> None:
+        was_up = self._previous_state is S.UP
+        self._close_connection()
+        for name in list(self._timers):
+            self._cancel_timer(name)
+        if self._listener is not None:
+            self.loop.remove_reader(self._listener)
+            self._listener.close()
+            self._listener = None
+        if was_up:
+            self.counters.add("link_disconnects")
+            self._call_owner(self.on_down, reason or "stopped")
+
+    def _close_connection(self) -> tuple[int, int]:
+        for name in ("connect", "handshake", "tick", "batch"):
+            self._cancel_timer(name)
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            self.loop.remove_reader(sock)
+            self.loop.remove_writer(sock)
+            sock.close()
+        self._writer_registered = False
+        self._receive.clear()
+        self.peer = None
+        self.dropping = False
+        return self.queue.discard()
+
+    # -- I/O -------------------------------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        try:
+            data = self._sock.recv(RECV_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as err:
+            self._fire(E.LOST, f"receive failed: {err}")
+            return
+        if not data:
+            self._fire(E.LOST, "the companion closed the connection")
+            return
+        self.keepalive.note_received()
+        self._receive += data
+        try:
+            messages, used = split_lbmc_stream(self._receive)
+        except WireError as err:
+            self.counters.add("link_malformed")
+            self._log_event("malformed-input", f"peer link from {self._address_text()}: malformed LBMC stream "
+                                               f"({err}); dropping the connection")
+            self._fire(E.LOST, f"malformed stream: {err}")
+            return
+        sizes = peer_sockets.message_sizes(self._receive, used)
+        del self._receive[:used]
+        generation = self._generation
+        for message, size in zip(messages, sizes):
+            if self._generation != generation or self._sock is None:
+                return                      # a message took the link down: drop the rest
+            self._dispatch(message, size)
+
+    def _dispatch(self, message: LbmcMessage, size: int) -> None:
+        control = message.msg_type == LBMC_TYPE_CONTROL
+        if control:
+            self.counters.add_pair("gateway_cntl_msgs_rcvd", "gateway_cntl_msg_bytes_rcvd", 1, size)
+        else:
+            self.counters.add_pair("data_msgs_rcvd", "data_msg_bytes_rcvd", 1, size)
+        if self.state is S.HANDSHAKING:
+            try:
+                self._fire(E.HANDSHAKE_OK, parse_handshake(message, self.node_id))
+            except HandshakeError as err:
+                self._fire(E.HANDSHAKE_FAILED, str(err))
+            return
+        if is_handshake(message):
+            self.counters.add("link_malformed")
+            self._fire(E.LOST, "protocol error: a second handshake on an established link")
+            return
+        keepalive = keepalive_header(message)
+        if keepalive is not None:
+            if keepalive.flags & KA_QUERY:
+                self._queue_control(self.keepalive.make_response(keepalive))
+            elif keepalive.flags & KA_RESPONSE:
+                self.keepalive.on_response(keepalive)
+            return
+        self._call_owner(self.on_message, message)
+
+    def _queue_control(self, message: LbmcMessage | bytes) -> bool:
+        data = encode_lbmc(message) if isinstance(message, LbmcMessage) else bytes(message)
+        if not self.queue.add_control(data):
+            return False
+        self.counters.add("gateway_cntl_msgs_sent")
+        self._write()
+        return True
+
+    def _write(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        try:
+            written = self.queue.write_to(sock)
+        except OSError as err:
+            self._fire(E.LOST, f"send failed: {err}")
+            return
+        if written:
+            self.keepalive.note_sent()
+        if self.queue.has_unwritten and not self._writer_registered:
+            self.loop.add_writer(sock, self._write)
+            self._writer_registered = True
+        elif not self.queue.has_unwritten:
+            if self._writer_registered:
+                self.loop.remove_writer(sock)
+                self._writer_registered = False
+            if self.dropping and not self.queue.batch_pending:
+                self.dropping = False
+                log.info("peer %s: queue drained, no longer dropping", self.name)
+
+    def _on_batch_interval(self) -> None:
+        self.queue.flush_batch()
+        self._write()
+
+    def _tick(self) -> None:
+        self._set_timer("tick", self.keepalive.check_interval_s() * 1000, self._tick)
+        if self.state is not S.UP:
+            return
+        if self.keepalive.is_dead():
+            self._fire(E.LOST, f"nothing received for {self.keepalive.silent_ms():.0f} ms "
+                               f"(gateway-keepalive timeout {self.config.gateway_keepalive.timeout} ms)")
+        elif self.keepalive.query_due():
+            self.send_control(self.keepalive.make_query())
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def _call_owner(self, callback, *args) -> None:
+        if callback is None:
+            return
+        try:
+            callback(*args)
+        except Exception:               # the owner's bug must not take the link (or a batch) down
+            log.exception("peer %s: callback %r failed", self.name, callback)
+
+    def _set_timer(self, name: str, delay_ms: float, callback: Callable[[], None]) -> None:
+        self._cancel_timer(name)
+        generation = self._generation
+
+        def fire() -> None:
+            if self._timers.get(name) is timer and self._generation == generation:
+                del self._timers[name]
+                callback()
+        timer = self.loop.call_later(delay_ms / 1000, fire)
+        self._timers[name] = timer
+
+    def _cancel_timer(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _peer_text(self) -> str:
+        return f"{self.peer.name} (node id {self.peer.node_id})" if self.peer else self._address_text()
+
+    def _address_text(self) -> str:
+        return f"{self.peer_address[0]}:{self.peer_address[1]}" if self.peer_address else "the companion"
+
+    def _default_log_event(self, name: str, text: str) -> None:
+        if name in MESSAGE_IDS:
+            event(name, text, self.name)
+            return
+        message_id, level = PEER_LINK_EVENTS[name]
+        log.log(level, "%s: portal %s: %s", message_id, self.name, text)
+

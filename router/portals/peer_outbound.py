@@ -1,0 +1,147 @@
+"""The peer link's outbound queue: batching, a byte bound, and honest drop counting.
+
+Data messages collect in a batch that goes out when it reaches ``<batching><min-length>``,
+when its first message has waited ``<batch-interval>`` (the link's timer calls
+:meth:`OutboundQueue.flush_batch`), when the next message would make it exceed
+``<max-datagram>``, or when a control message is sent: control messages flush the batch first
+(order is kept) and are never held back (spec/dro.md §1.6).
+
+Everything not yet written to the socket (batch + unwritten chunks) counts against
+``<max-queue>`` bytes; a data message that would exceed it is dropped and counted "would block"
+(spec/dro.md §2.1). Control messages may use :data:`CONTROL_HEADROOM` bytes beyond the bound, so
+a keepalive response or a route-info still goes out on a link busy with data. Data left in the
+queue when the connection goes down is counted "not operational" by :meth:`discard`.
+Fragments are counted "sent" only once the socket took all of their bytes.
+"""
+from __future__ import annotations
+
+import socket
+from collections import deque
+
+CONTROL_HEADROOM = 65536
+_MAX_IOVEC = 64
+
+QUEUED = "queued"
+BATCH_STARTED = "batch-started"     # the first message of a new batch: start the batch timer
+DROPPED = "dropped"
+
+
+class _Chunk:
+    __slots__ = ("view", "fragments", "data_bytes")
+
+    def __init__(self, data: bytes, fragments: int, data_bytes: int):
+        self.view, self.fragments, self.data_bytes = memoryview(data), fragments, data_bytes
+
+
+class OutboundQueue:
+    def __init__(self, max_queue: int, min_length: int, max_datagram: int, counters):
+        self.max_queue = max_queue
+        self.min_length = min_length
+        self.max_datagram = max_datagram
+        self.counters = counters
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
+        self._batch_fragments = 0
+        self._chunks: deque[_Chunk] = deque()
+        self._unwritten = 0
+        counters.set("data_bytes_enqueued_limit", max_queue)
+
+    @property
+    def total_bytes(self) -> int:
+        return self._batch_bytes + self._unwritten
+
+    @property
+    def has_unwritten(self) -> bool:
+        return bool(self._chunks)
+
+    @property
+    def batch_pending(self) -> bool:
+        return bool(self._batch)
+
+    def add_data(self, data: bytes, fragments: int = 1) -> str:
+        counters = self.counters
+        counters.add_pair("data_fragments_forwarded", "data_fragment_bytes_forwarded", fragments, len(data))
+        if self.total_bytes + len(data) > self.max_queue:
+            counters.add_pair("data_fragments_dropped_would_block", "data_fragment_bytes_dropped_would_block",
+                              fragments, len(data))
+            return DROPPED
+        if self._batch and self._batch_bytes + len(data) > self.max_datagram:
+            self.flush_batch()
+        started = not self._batch
+        self._batch.append(data)
+        self._batch_bytes += len(data)
+        self._batch_fragments += fragments
+        if self._batch_bytes >= self.min_length:
+            self.flush_batch()
+            started = False
+        self._update_gauges()
+        return BATCH_STARTED if started else QUEUED
+
+    def add_control(self, data: bytes) -> bool:
+        """Queue a control message behind any pending batch; False if even the headroom is full."""
+        if self.total_bytes + len(data) > self.max_queue + CONTROL_HEADROOM:
+            return False
+        self.flush_batch()
+        self._chunks.append(_Chunk(data, 0, 0))
+        self._unwritten += len(data)
+        self._update_gauges()
+        return True
+
+    def flush_batch(self) -> None:
+        """Close the current batch: it becomes one chunk for the socket."""
+        if not self._batch:
+            return
+        data = self._batch[0] if len(self._batch) == 1 else b"".join(self._batch)
+        self._chunks.append(_Chunk(data, self._batch_fragments, len(data)))
+        self._unwritten += len(data)
+        self._batch, self._batch_bytes, self._batch_fragments = [], 0, 0
+        self.counters.add("batches")
+
+    def write_to(self, sock: socket.socket) -> int:
+        """Write as much as the socket takes; the bytes written. OSError other than
+        BlockingIOError (a reset, a broken pipe) is the caller's: the connection is gone."""
+        written = 0
+        while self._chunks:
+            views = [chunk.view for chunk in list(self._chunks)[:_MAX_IOVEC]]
+            try:
+                sent = sock.sendmsg(views)
+            except BlockingIOError:
+                break
+            if sent == 0:
+                break
+            written += sent
+            self._advance(sent)
+        self._update_gauges()
+        return written
+
+    def _advance(self, sent: int) -> None:
+        self._unwritten -= sent
+        while sent:
+            chunk = self._chunks[0]
+            if sent < len(chunk.view):
+                chunk.view = chunk.view[sent:]
+                return
+            sent -= len(chunk.view)
+            self._chunks.popleft()
+            if chunk.fragments:
+                self.counters.add_pair("data_fragments_sent", "data_fragment_bytes_sent",
+                                       chunk.fragments, chunk.data_bytes)
+
+    def discard(self) -> tuple[int, int]:
+        """Drop everything (the connection is gone); data counted "not operational".
+        Returns (fragments, bytes) of data dropped."""
+        fragments = self._batch_fragments + sum(c.fragments for c in self._chunks)
+        data_bytes = self._batch_bytes + sum(c.data_bytes for c in self._chunks)
+        if fragments:
+            self.counters.add_pair("data_fragments_dropped_not_operational",
+                                   "data_fragment_bytes_dropped_not_operational", fragments, data_bytes)
+        self._chunks.clear()
+        self._unwritten = 0
+        self._batch, self._batch_bytes, self._batch_fragments = [], 0, 0
+        self._update_gauges()
+        return fragments, data_bytes
+
+    def _update_gauges(self) -> None:
+        total = self.total_bytes
+        self.counters.set("data_bytes_enqueued", total)
+        self.counters.set_max("data_bytes_enqueued_max", total)

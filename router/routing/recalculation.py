@@ -1,0 +1,162 @@
+"""When to recalculate routes: after the topology has been quiet for ``backoff-interval``.
+
+A failing link flaps, a restarting router announces itself several times: recalculating on every
+change would move receivers back and forth. So each change is noted with the trigger the DRO
+logs (LINK CAME UP, LINK WENT DOWN, NEW DRO DISCOVERED, NODE UPDATED, DRO TIMED OUT, FORCED
+RECALC, and cost changes), and the recalculation runs once nothing changed for
+``backoff-interval`` ms (spec/dro.md §1.3, §2.5). A topology that keeps changing holds the
+recalculation up; past ``warning-interval`` that is logged as a warning (and again every
+``warning-interval``), as is a recalculation that itself took longer than the route-info
+propagation interval. FORCED RECALC (from the web monitor) does not wait.
+
+The owner calls :meth:`RecalculationScheduler.poll` from its route-info check timer (every
+``check-interval``) or at :meth:`next_deadline_ms`; times are monotonic milliseconds.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+# Lifecycle log ids for routing (to be merged into router.eventlog.MESSAGE_IDS by integration).
+ROUTING_EVENTS: dict[str, tuple[str, int]] = {
+    "route-change-noted": ("UMR-4001-1", logging.INFO),
+    "route-recalculated": ("UMR-4001-2", logging.INFO),
+    "route-recalculation-held-up": ("UMR-4001-3", logging.WARNING),
+    "route-recalculation-slow": ("UMR-4001-4", logging.WARNING),
+    "forbidden-topology": ("UMR-4002-1", logging.ERROR),
+}
+
+
+def log_routing_event(name: str, text: str) -> None:
+    """Default ``log_event``: the id from ROUTING_EVENTS, logged on this module's logger."""
+    message_id, level = ROUTING_EVENTS[name]
+    log.log(level, "%s: %s", message_id, text)
+
+
+class RecalcTrigger(Enum):
+    LINK_CAME_UP = "LINK CAME UP"
+    LINK_WENT_DOWN = "LINK WENT DOWN"
+    NEW_DRO_DISCOVERED = "NEW DRO DISCOVERED"
+    NODE_UPDATED = "NODE UPDATED"
+    DRO_TIMED_OUT = "DRO TIMED OUT"
+    FORCED_RECALC = "FORCED RECALC"
+    COST_CHANGED = "COST CHANGED"
+
+
+@dataclass(frozen=True)
+class TopologyChange:
+    trigger: RecalcTrigger
+    detail: str                     # e.g. "portal PEER1" or "router B (node 0x1f)"
+    at_ms: float
+
+    def describe(self) -> str:
+        return f"{self.trigger.value} ({self.detail})" if self.detail else self.trigger.value
+
+
+class RecalculationScheduler:
+    """Collects topology changes and runs ``recalculate(changes)`` once they settle."""
+
+    def __init__(self, recalculate: Callable[[list[TopologyChange]], None], backoff_interval_ms: int = 5000,
+                 warning_interval_ms: int = 10000, slow_threshold_ms: int | None = 1000,
+                 log_event: Callable[[str, str], None] = log_routing_event,
+                 clock: Callable[[], float] = time.monotonic):
+        if backoff_interval_ms > warning_interval_ms:
+            raise ValueError(f"route-recalculation backoff-interval {backoff_interval_ms} ms exceeds "
+                             f"warning-interval {warning_interval_ms} ms")
+        self._recalculate = recalculate
+        self.backoff_interval_ms = backoff_interval_ms
+        self.warning_interval_ms = warning_interval_ms
+        self.slow_threshold_ms = slow_threshold_ms
+        self._log_event = log_event
+        self._clock = clock                 # only to time recalculate() itself
+        self._pending: list[TopologyChange] = []
+        self._forced = False
+        self._last_warning_ms: float | None = None
+        self.recalculations = 0
+        self.held_up_warnings = 0
+        self.last_recalculation_ms: float | None = None
+        self.last_duration_ms = 0.0
+        self.last_changes: list[TopologyChange] = []
+
+    @property
+    def pending(self) -> list[TopologyChange]:
+        return list(self._pending)
+
+    @property
+    def has_calculated(self) -> bool:
+        """False until the first recalculation (UIMs before it are dropped, spec/dro.md §2.5)."""
+        return self.recalculations > 0
+
+    def note(self, trigger: RecalcTrigger, detail: str, now_ms: float) -> None:
+        """Record a change; the recalculation waits ``backoff-interval`` from the latest one."""
+        change = TopologyChange(trigger, detail, now_ms)
+        self._pending.append(change)
+        if trigger is RecalcTrigger.FORCED_RECALC:
+            self._forced = True
+        self._log_event("route-change-noted", f"route recalculation triggered: {change.describe()}")
+
+    def force(self, now_ms: float, detail: str = "") -> None:
+        self.note(RecalcTrigger.FORCED_RECALC, detail, now_ms)
+
+    def next_deadline_ms(self) -> float | None:
+        """When poll() next has something to do (recalculate or warn), None if nothing pending."""
+        if not self._pending:
+            return None
+        if self._forced:
+            return self._pending[-1].at_ms
+        due = self._pending[-1].at_ms + self.backoff_interval_ms
+        warn_from = self._last_warning_ms if self._last_warning_ms is not None else self._pending[0].at_ms
+        return min(due, warn_from + self.warning_interval_ms)
+
+    def poll(self, now_ms: float) -> bool:
+        """Recalculate if the changes have settled (or one was forced); True if it ran."""
+        if not self._pending:
+            return False
+        if self._forced or now_ms - self._pending[-1].at_ms >= self.backoff_interval_ms:
+            self._run(now_ms)
+            return True
+        self._maybe_warn(now_ms)
+        return False
+
+    def _maybe_warn(self, now_ms: float) -> None:
+        since = self._last_warning_ms if self._last_warning_ms is not None else self._pending[0].at_ms
+        if now_ms - since < self.warning_interval_ms:
+            return
+        self._last_warning_ms = now_ms
+        self.held_up_warnings += 1
+        held = now_ms - self._pending[0].at_ms
+        self._log_event("route-recalculation-held-up",
+                        f"route recalculation held up for {held:.0f} ms by a topology that keeps changing "
+                        f"({len(self._pending)} changes, latest {self._pending[-1].describe()})")
+
+    def _run(self, now_ms: float) -> None:
+        changes, self._pending = self._pending, []
+        self._forced = False
+        self._last_warning_ms = None
+        started = self._clock()
+        self._recalculate(changes)
+        self.last_duration_ms = (self._clock() - started) * 1000
+        self.recalculations += 1
+        self.last_recalculation_ms = now_ms
+        self.last_changes = changes
+        triggers = ", ".join(_summarise(changes))
+        self._log_event("route-recalculated", f"routes recalculated after {triggers}")
+        if self.slow_threshold_ms is not None and self.last_duration_ms > self.slow_threshold_ms:
+            self._log_event("route-recalculation-slow",
+                            f"route recalculation took {self.last_duration_ms:.0f} ms, longer than the "
+                            f"route-info propagation interval ({self.slow_threshold_ms} ms)")
+
+
+def _summarise(changes: list[TopologyChange]) -> list[str]:
+    """Distinct change descriptions in order, at most 5 then a count (keeps one log line short)."""
+    seen: list[str] = []
+    for change in changes:
+        text = change.describe()
+        if text not in seen:
+            seen.append(text)
+    return seen[:5] + ([f"and {len(seen) - 5} more"] if len(seen) > 5 else [])

@@ -1,0 +1,64 @@
+"""Forbidden topologies (spec/dro.md §2.5) are detected and say clearly what is wrong."""
+from router.routing.topology import (TWO_DOMAIN_IDS_FOR_ONE_DOMAIN, TWO_ENDPOINTS_ON_ONE_DOMAIN, TWO_PEER_LINKS,
+                                     Topology)
+
+from tests.routing.net import Net
+
+
+def test_a_supported_topology_has_no_findings():
+    net = Net().router("A", 1).router("B", 2).endpoint("A", 1, identity="lan1").endpoint("B", 1, identity="lan1")
+    net.endpoint("A", 2).endpoint("B", 3).peer("A", "B")
+    assert net.topology("A").forbidden() == []
+
+
+def test_two_peer_links_between_the_same_two_routers():
+    net = Net().router("A", 0x1A).router("B", 0x2B).endpoint("A", 1).endpoint("B", 2)
+    net.peer("A", "B", 1, 1).peer("A", "B", 5, 5)
+    findings = net.topology("A").forbidden()
+    assert {f.kind for f in findings} == {TWO_PEER_LINKS}
+    mine = next(f for f in findings if "A->B" in f.message)
+    assert "routers A (node 0x1a) and B (node 0x2b) are joined by 2 peer links" in mine.message
+    assert "portals A->B, A->B#" in mine.message and mine.routers == (0x1A, 0x2B)
+    # Traffic still flows, on the cheaper link.
+    assert net.routes("A").path(1, 2).cost == 1 + 1
+
+
+def test_two_endpoints_of_one_router_on_one_domain():
+    net = Net().router("A", 7).endpoint("A", 4, portal="LAN4a").endpoint("A", 4, portal="LAN4b").endpoint("A", 5)
+    findings = net.topology("A").forbidden()
+    assert [f.kind for f in findings] == [TWO_ENDPOINTS_ON_ONE_DOMAIN]
+    assert findings[0].message == (
+        "forbidden topology: router A (node 0x7) has 2 endpoint portals on domain 4 (portals LAN4a, LAN4b); "
+        "a router may have only one endpoint portal per domain")
+
+
+def test_one_router_reaching_one_domain_under_two_ids():
+    net = Net().router("A", 7).endpoint("A", 4, identity="239.1.1.1:12965").endpoint("A", 5,
+                                                                                      identity="239.1.1.1:12965")
+    findings = net.topology("A").forbidden()
+    assert [f.kind for f in findings] == [TWO_ENDPOINTS_ON_ONE_DOMAIN]
+    assert "one domain (239.1.1.1:12965) under domain ids 4, 5" in findings[0].message
+
+
+def test_two_domain_ids_for_one_domain_across_routers():
+    net = Net().router("A", 1).router("B", 2)
+    net.endpoint("A", 11, identity="239.1.1.1:12965").endpoint("B", 12, identity="239.1.1.1:12965")
+    net.endpoint("A", 20).endpoint("B", 30)
+    findings = net.topology("A").forbidden()
+    assert [f.kind for f in findings] == [TWO_DOMAIN_IDS_FOR_ONE_DOMAIN]
+    message = findings[0].message
+    assert "one domain (239.1.1.1:12965) has 2 domain ids: 11 (by A (node 0x1)); 12 (by B (node 0x2))" in message
+    # A third router only sees the identity key (labels do not travel), and still detects it.
+    net.router("C", 3).endpoint("C", 40)
+    assert "identity key 0x" in net.topology("C").forbidden()[0].message
+
+
+def test_domain_id_conflict_heard_in_a_domain_expires():
+    topology = Topology(1, "A", timeout_ms=4000)
+    topology.note_domain_id_conflict(5, 9, "portal LAN1 heard a router at 10.0.0.7 announce LOCAL_DOMAIN 9", 0)
+    topology.note_domain_id_conflict(5, 5, "same id is fine", 0)
+    findings = topology.forbidden()
+    assert [f.kind for f in findings] == [TWO_DOMAIN_IDS_FOR_ONE_DOMAIN]
+    assert "two domain ids, 5 and 9 (portal LAN1 heard" in findings[0].message
+    topology.expire(4000)
+    assert topology.forbidden() == []
