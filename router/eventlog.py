@@ -39,6 +39,16 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "drops-queue-failure": ("UMR-3001-3", logging.WARNING),
     "ring-full": ("UMR-3002-1", logging.WARNING),
     "malformed-input": ("UMR-3003-1", logging.WARNING),
+    "peer-link-up": ("UMR-1201-1", logging.INFO),
+    "peer-link-down": ("UMR-1201-2", logging.WARNING),
+    "peer-connect-failed": ("UMR-1201-3", logging.WARNING),
+    "peer-connection-refused": ("UMR-1201-4", logging.WARNING),
+    "peer-handshake-failed": ("UMR-1201-5", logging.WARNING),
+    "route-change-noted": ("UMR-4001-1", logging.INFO),
+    "route-recalculated": ("UMR-4001-2", logging.INFO),
+    "route-recalculation-held-up": ("UMR-4001-3", logging.WARNING),
+    "route-recalculation-slow": ("UMR-4001-4", logging.WARNING),
+    "forbidden-topology": ("UMR-4002-1", logging.ERROR),
 }
 
 

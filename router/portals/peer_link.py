@@ -23,12 +23,12 @@ import os
 import socket
 from typing import Callable
 
-from router.eventlog import MESSAGE_IDS, event
+from router.eventlog import event
 from router.monitor.counters import PortalCounters
 from router.portals import peer_outbound, peer_sockets
 from router.portals.peer_handshake import HandshakeError, build_handshake, is_handshake, parse_handshake
 from router.portals.peer_keepalive import KeepaliveMonitor, keepalive_header
-from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRANSITIONS, PEER_LINK_EVENTS, LinkEvent,
+from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRANSITIONS, LinkEvent,
                                              LinkState)
 from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_TYPE_CONTROL, LbmcMessage, WireError, encode_lbmc,
                                  split_lbmc_stream)
@@ -392,9 +392,5 @@ class PeerLink:
         return f"{self.peer_address[0]}:{self.peer_address[1]}" if self.peer_address else "the companion"
 
     def _default_log_event(self, name: str, text: str) -> None:
-        if name in MESSAGE_IDS:
-            event(name, text, self.name)
-            return
-        message_id, level = PEER_LINK_EVENTS[name]
-        log.log(level, "%s: portal %s: %s", message_id, self.name, text)
+        event(name, text, self.name)
 

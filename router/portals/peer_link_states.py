@@ -2,7 +2,7 @@
 
 :class:`router.portals.peer_link.PeerLink` looks each event up here and calls the named action;
 a pair not in the table is ignored (e.g. a late timer for a connection already gone). STOP is
-valid in every state but STOPPED. PEER_LINK_EVENTS are the log ids the transitions emit.
+valid in every state but STOPPED. Its log ids are in router.eventlog.MESSAGE_IDS (peer-link-*).
 """
 from __future__ import annotations
 
@@ -58,12 +58,3 @@ for _table in (INITIATOR_TRANSITIONS, ACCEPTOR_TRANSITIONS):
             _table[(_state, E.STOP)] = (S.STOPPED, "_shutdown")
 del _table, _state
 
-
-# Lifecycle log ids of the peer link (to be merged into router.eventlog.MESSAGE_IDS by integration).
-PEER_LINK_EVENTS: dict[str, tuple[str, int]] = {
-    "peer-link-up": ("UMR-1201-1", logging.INFO),
-    "peer-link-down": ("UMR-1201-2", logging.WARNING),
-    "peer-connect-failed": ("UMR-1201-3", logging.WARNING),
-    "peer-connection-refused": ("UMR-1201-4", logging.WARNING),
-    "peer-handshake-failed": ("UMR-1201-5", logging.WARNING),
-}

@@ -20,22 +20,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
 
+from router.eventlog import event
+
 log = logging.getLogger(__name__)
 
-# Lifecycle log ids for routing (to be merged into router.eventlog.MESSAGE_IDS by integration).
-ROUTING_EVENTS: dict[str, tuple[str, int]] = {
-    "route-change-noted": ("UMR-4001-1", logging.INFO),
-    "route-recalculated": ("UMR-4001-2", logging.INFO),
-    "route-recalculation-held-up": ("UMR-4001-3", logging.WARNING),
-    "route-recalculation-slow": ("UMR-4001-4", logging.WARNING),
-    "forbidden-topology": ("UMR-4002-1", logging.ERROR),
-}
-
-
 def log_routing_event(name: str, text: str) -> None:
-    """Default ``log_event``: the id from ROUTING_EVENTS, logged on this module's logger."""
-    message_id, level = ROUTING_EVENTS[name]
-    log.log(level, "%s: %s", message_id, text)
+    """Default ``log_event``: the DRO-style line with its id from router.eventlog."""
+    event(name, text)
 
 
 class RecalcTrigger(Enum):

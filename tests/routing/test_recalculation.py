@@ -82,7 +82,7 @@ def test_backoff_beyond_warning_interval_is_refused():
 
 def test_default_logging_uses_the_routing_ids(caplog):
     s = RecalculationScheduler(lambda changes: None, backoff_interval_ms=0, warning_interval_ms=0)
-    with caplog.at_level("INFO", logger="router.routing.recalculation"):
+    with caplog.at_level("INFO", logger="router"):
         s.note(RecalcTrigger.DRO_TIMED_OUT, "router C", 0)
         s.poll(0)
     assert "UMR-4001-1: route recalculation triggered: DRO TIMED OUT (router C)" in caplog.text
