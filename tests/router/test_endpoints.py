@@ -1,8 +1,11 @@
 """Endpoint portals: three domains, interest-driven proxies, purge and final advertisements,
 cost and hop count on the wire, both directions at once."""
-import time
+import socket
 
 import pytest
+
+from router.um.wire.errors import WireError
+from router.um.wire.lbmr import COST_INFINITE, CostOption, decode_lbmr
 
 from tests.support.processes import wait_for
 from tests.support.routers import FAST_PURGE, endpoint_xml
@@ -59,6 +62,7 @@ def test_departed_receiver_purges_interest_and_proxy_sends_final_advertisements(
     lan1, lan2 = make_domain(), make_domain()
     router = start_router(routers, [lan1, lan2], costs=(1, 7), after_config=FAST_PURGE)
     pcap = tmp_path / "lan2.pcapng"
+    finals = FinalAdvertisementWatcher(lan2, "fleeting")
     with LiveCapture(capture_filter=f"udp port {lan2.port}", path=pcap):
         source = tools.umsrc("-c", lan1.config_path, "--json", "-M", 1_000_000, "-P", 200, "-W", 1, "fleeting")
         receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", 50, "--timeout", 60, "fleeting")
@@ -67,8 +71,10 @@ def test_departed_receiver_purges_interest_and_proxy_sends_final_advertisements(
         wait_for(lambda: router.counters()[1]["proxy_sources"] == 0, 15, message="proxy source deleted")
         wait_for(lambda: router.counters()[0]["proxy_receivers"] == 0, 15, message="proxy receiver deleted")
         wait_for(lambda: router.counters()[1]["local_interest_topics"] == 0, 5, message="interest purged")
-        time.sleep(0.5)      # let the last final advertisement reach the capture
+        # The capture has them once a listener in the same domain has heard them.
+        wait_for(finals.heard, 5, message="the proxy source's final advertisements in LAN2")
         source.stop()
+    finals.close()
     decode_as = [f"udp.port=={lan2.port},lbmr"]
     assert_no_expert_info(pcap, decode_as)
     frames = decode(pcap, decode_as, fields=["lbmr.tir.name", "lbmr.topt.cost.cost", "lbmr.topt.cost.hop_count",
@@ -79,6 +85,38 @@ def test_departed_receiver_purges_interest_and_proxy_sends_final_advertisements(
     assert "-1" in costs, "the deleted proxy source sent final advertisements"
     assert all(f.get("lbmr.topt.cost.hop_count") == ["1"] for f in proxy_tirs)
     assert any(f.get("lbmr.opt.local_domain.local_domain_id") == ["2"] for f in proxy_tirs)
+
+
+class FinalAdvertisementWatcher:
+    """Listens in a domain for TIRs of `topic` with cost 0xFFFFFFFF (final advertisements)."""
+
+    def __init__(self, domain, topic: str):
+        self.topic = topic
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        self.sock.bind((domain.group, domain.port))
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                             socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
+        self.sock.setblocking(False)
+        self.seen = False
+
+    def heard(self) -> bool:
+        while not self.seen:
+            try:
+                packet = decode_lbmr(self.sock.recv(65536))
+            except BlockingIOError:
+                break
+            except WireError:
+                continue
+            for tir in getattr(packet.body, "tirs", ()):
+                if tir.topic == self.topic and any(isinstance(o, CostOption) and o.cost == COST_INFINITE
+                                                   for o in tir.options):
+                    self.seen = True
+        return self.seen
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def test_both_directions_at_once(routers, tools, make_domain):

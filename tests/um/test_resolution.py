@@ -72,7 +72,10 @@ def test_same_otid_joins_only_the_cheaper_and_moves_on_final_advertisement(conte
     got = Collector()
     subscriber.receiver("quotes", got.on_message, got.on_event)
     wait_for(lambda: cheap.receiver_count == 1, 10, message="receiver joins the cheaper path")
-    time.sleep(0.3)   # give a wrong join to the expensive path every chance to happen
+    # A receiver joins one path per OTID: its single BOS names the cheap source, so no join of the
+    # expensive path can follow until that source ends.
+    wait_for(lambda: [e.kind for e in got.events] == ["BOS"], 5, message="one BOS")
+    assert got.events[0].source == cheap.source_string
     assert expensive.receiver_count == 0
     cheap.send(b"via-cheap", flush=True)
     wait_for(lambda: got.payloads() == [b"via-cheap"], 10, message="message over the cheap path")
