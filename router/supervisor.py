@@ -27,6 +27,9 @@ from router.ipc import bus_messages as bm
 from router.ipc.bus import BusHub
 from router.ipc.shm import SharedSegment, remove_stale
 from router.monitor.counters import SEGMENT_BYTES, PortalCounters
+from router.routing.service import RoutingService
+from router.routing.topology import Adjacency, new_node_id
+from router.um.lbmr_channel import domain_identity
 from router.runtime import bus_endpoints, runtime_dir
 from router.um.loop import EventLoop
 from router.worker.datapath import DataPathSpec, RingSet
@@ -61,6 +64,7 @@ class Worker:
     retired: bool = False                 # removed by reload: do not restart
     boot_failures: int = 0
     history: list = field(default_factory=list)
+    link: dict = field(default_factory=dict)      # a peer portal's link: {"up", "peer", "peer_node_id"}
 
 
 class Supervisor:
@@ -73,7 +77,7 @@ class Supervisor:
         self.utc = utc
         self.pid = os.getpid()
         # The DRO's 64-bit "UM Router ID": unique per run, shown by routerctl and the web monitor.
-        self.node_id = int.from_bytes(os.urandom(8), "big") >> 1
+        self.node_id = new_node_id()
         self.loop = EventLoop("supervisor")
         self.signals: deque[int] = deque()
         self.stopping = False
@@ -86,6 +90,11 @@ class Supervisor:
         self.hub = BusHub(self.zmq, *bus_endpoints(self.name, self.pid, self.runtime), self.loop)
         self.hub.on_message = self._on_bus
         self.rings = RingSet(self.name)
+        self.routing = RoutingService(self.node_id, self.name, self.config.daemon, self._send_route_info,
+                                      self._publish_routes)
+        info = self.config.daemon.route_info
+        self.loop.call_every(info.propagation_interval / 1000, self.routing.propagate)
+        self.loop.call_every(info.check_interval / 1000, self.routing.check)
         self.extensions: list = []        # admin socket, web monitor, statistics sink (router/extensions.py)
         self.last_watchdog = 0.0
         self._queries: dict[int, dict] = {}
@@ -157,6 +166,9 @@ class Supervisor:
         worker = Worker(portal, index, PortalCounters(segment.memory[:SEGMENT_BYTES]), segment)
         self.rings.create(index)
         self.workers[portal.name] = worker
+        if portal.kind == "endpoint":
+            self.routing.set_route_portal(portal.name, True)
+            self.routing.set_adjacency(portal.name, _domain_adjacency(portal))
         self._spawn(worker)
         return worker
 
@@ -171,7 +183,8 @@ class Supervisor:
                           counters_segment=worker.segment,
                           datapath=DataPathSpec(self.rings, self.portal_indexes()),
                           log_type=self.config.daemon.log.type, log_path=self.config.daemon.log.path,
-                          utc=self.utc)
+                          utc=self.utc, node_id=self.node_id, router_name=self.name,
+                          route_info=self.config.daemon.route_info)
         process = multiprocess.get_context("fork").Process(target=worker_main, args=(spec,),
                                                            name=f"tnwgd-{worker.config.name}", daemon=False)
         process.start()
@@ -213,7 +226,42 @@ class Supervisor:
             worker = self.workers.get(message.portal)
             if worker is not None and worker.process is not None and message.pid == worker.process.pid:
                 worker.ready = True
+                self.hub.send_to(message.portal, self._route_table())
                 self.hub.portal_up(message.portal, worker.index, worker.generation)
+        elif isinstance(message, bm.RouteInfoMessage):
+            self.routing.on_route_info(message.portal, message.data)
+        elif isinstance(message, bm.PeerState):
+            self._peer_state(message)
+        elif isinstance(message, bm.DomainConflict):
+            self.routing.note_domain_id_conflict(message.portal, message.domain_id, message.heard_domain_id,
+                                                 message.heard_from)
+
+    # -- routing -------------------------------------------------------------------------------
+    def _peer_state(self, message: bm.PeerState) -> None:
+        worker = self.workers.get(message.portal)
+        if worker is None:
+            return
+        worker.link = {"up": bool(message.up), "peer": message.peer_name, "peer_node_id": message.peer_node_id}
+        if message.up:
+            self.routing.set_route_portal(message.portal, True)
+            self.routing.set_adjacency(message.portal, Adjacency.router(message.peer_node_id, worker.config.cost,
+                                                                        message.portal))
+        else:
+            self._peer_gone(message.portal)
+
+    def _peer_gone(self, portal: str) -> None:
+        self.routing.set_route_portal(portal, False)
+        self.routing.set_adjacency(portal, None)
+
+    def _send_route_info(self, portal: str, data: bytes) -> None:
+        self.hub.send_to(portal, bm.RouteInfoMessage(portal, data))
+
+    def _route_table(self) -> bm.RouteTable:
+        version, local_id, records = self.routing.table()
+        return bm.RouteTable(version, local_id, tuple(records))
+
+    def _publish_routes(self, table: list) -> None:
+        self.hub.publish(bm.RouteTable(table[0], table[1], tuple(table[2])))
 
     def _reap(self) -> None:
         for name, worker in list(self.workers.items()):
@@ -224,6 +272,9 @@ class Supervisor:
             process.join(0)
             worker.process = None
             self.hub.portal_down(name, worker.index)
+            if worker.config.kind == "peer" and worker.link.get("up"):
+                worker.link = {**worker.link, "up": False}
+                self._peer_gone(name)
             if worker.retired or self.stopping:
                 continue
             uptime = time.monotonic() - worker.started
@@ -296,6 +347,7 @@ class Supervisor:
             if dataclasses.replace(old_portal, cost=new_portal.cost) == new_portal:
                 cost_only.append(name)
                 self.hub.send_to(name, bm.SetCost(name, new_portal.cost))
+                self._cost_changed(worker)
             elif worker.process is not None:
                 worker.restart_at = time.monotonic()
                 worker.backoff = BACKOFF_FIRST
@@ -311,8 +363,19 @@ class Supervisor:
         systemd_notify.notify("READY=1", f"STATUS=routing: {len(self.workers)} portals up")
         return summary
 
+    def _cost_changed(self, worker: Worker) -> None:
+        """A cost-only reload: the adjacency's cost changes, the others hear it in route-info."""
+        config = worker.config
+        if config.kind == "endpoint":
+            self.routing.set_adjacency(config.name, _domain_adjacency(config))
+        elif worker.link.get("up"):
+            self.routing.set_adjacency(config.name, Adjacency.router(worker.link["peer_node_id"], config.cost,
+                                                                     config.name))
+
     def _retire(self, name: str) -> None:
         worker = self.workers.pop(name)
+        self.routing.set_route_portal(name, False)
+        self.routing.set_adjacency(name, None)
         worker.retired = True
         if worker.process is not None:
             _kill(worker.process.pid, signal.SIGTERM)
@@ -371,12 +434,21 @@ class Supervisor:
                 "proxy_receivers": counters["proxy_receivers"], "proxy_sources": counters["proxy_sources"],
                 "state": "up" if alive and worker.ready else ("starting" if alive else "down"),
             })
+            if worker.config.kind == "peer":
+                portals[-1]["link"] = "up" if worker.link.get("up") else "down"
+                portals[-1]["peer"] = worker.link.get("peer") or None
+                portals[-1]["peer_node_id"] = worker.link.get("peer_node_id") or None
         return {"router": self.name, "node_id": self.node_id, "pid": self.pid,
                 "uptime_s": round(time.time() - self.started, 3), "config": str(self.config_path),
-                "portals": portals}
+                "portals": portals, "topology_signature": f"{self.routing.signature:#018x}",
+                "routers_known": len(self.routing.topology.routers())}
 
     def portal_counters(self) -> dict[str, dict[str, int]]:
         return {name: worker.counters.snapshot() for name, worker in self.workers.items()}
+
+
+def _domain_adjacency(portal) -> Adjacency:
+    return Adjacency.domain(portal.domain_id, portal.cost, portal.name, domain_identity(portal.receiver_um))
 
 
 def _drain_socket(sock: socket.socket) -> None:

@@ -42,7 +42,7 @@ class BusHub:
         self.publisher.bind(publish_endpoint)
         self.endpoints = (request_endpoint, publish_endpoint)
         self.sequence = 0
-        self.interest: dict[tuple[str, int, str], bm.Interest] = {}
+        self.interest: dict[tuple[str, int, int, str], bm.Interest] = {}   # (portal, domain, kind, symbol)
         self.portals: dict[str, tuple[int, int]] = {}        # portal -> (index, generation)
         self.keepalives: dict[str, float] = {}
         self.counters = {"messages": 0, "malformed": 0}
@@ -87,7 +87,7 @@ class BusHub:
         self.sequence += 1
         numbered = bm.Interest(interest.portal, interest.domain_id, interest.kind, interest.symbol,
                                interest.op, self.sequence)
-        key = (interest.portal, interest.kind, interest.symbol)
+        key = (interest.portal, interest.domain_id, interest.kind, interest.symbol)
         if interest.op == bm.OP_CANCEL:
             self.interest.pop(key, None)
         else:

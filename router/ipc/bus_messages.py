@@ -99,13 +99,48 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
+class RouteTable:
+    """The routes after a recalculation: the topology map's records, from which each worker builds
+    the same paths (router.routing.service.snapshot_from_plain). Newer versions replace older."""
+    version: int
+    local_id: int
+    records: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class PeerState:
+    """A peer portal's link came up to (or went down from) the named router."""
+    portal: str
+    up: int
+    peer_name: str
+    peer_node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouteInfoMessage:
+    """A route-info LBMC message: from a worker, one that arrived on `portal`; to a worker, one
+    to put on `portal`'s link or domain (the supervisor floods them on)."""
+    portal: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DomainConflict:
+    """An endpoint heard another router announce a different domain id for its domain."""
+    portal: str
+    domain_id: int
+    heard_domain_id: int
+    heard_from: str
+
+
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     """Stop gracefully: proxy sources send final advertisements first."""
     reason: str
 
 
 KINDS: list[type] = [Hello, Interest, Snapshot, PortalUp, PortalDown, Keepalive, SetCost, Shutdown, PortalRemoved,
-                     Query, Answer]
+                     Query, Answer, RouteTable, PeerState, RouteInfoMessage, DomainConflict]
 _KIND_OF = {cls: number for number, cls in enumerate(KINDS)}
 
 
@@ -123,7 +158,7 @@ def _plain(value):
     return value
 
 
-_TYPES = {"str": str, "int": int, "float": (int, float), "tuple": (list, tuple), "dict": dict}
+_TYPES = {"str": str, "int": int, "float": (int, float), "tuple": (list, tuple), "dict": dict, "bytes": bytes}
 
 
 def decode(data: bytes):

@@ -50,7 +50,17 @@ PEER_COUNTERS = (
 
 # One layout for every portal (a peer's names follow the endpoint's) keeps the Parquet schema
 # and the shared segments uniform; counters a kind never touches stay zero.
-COUNTER_NAMES = ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
+# Added with multi-hop routing (appended: earlier Parquet files keep their columns' positions).
+ROUTING_COUNTERS = (
+    "streams_dropped_hop_count",            # sources that crossed 255 routers: a routing loop
+    "rtt_sum_us",                           # with rtt_samples: the exact mean over any interval
+    "interest_msgs_sent", "interest_msgs_rcvd",
+    "advertisements_sent", "advertisements_rcvd",
+    "route_info_msgs_sent", "route_info_msgs_rcvd",
+)
+
+COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
+                 + ROUTING_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

@@ -6,6 +6,10 @@ its DRO name rather than by its position in a table.
 from __future__ import annotations
 
 from html import escape
+from urllib.parse import urlencode
+
+from router.monitor.pages import LINKS
+from router.monitor.views import adjacency_summary, adjacent_text, forbidden_line
 
 STYLE = """
 body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; margin: 1.5em; color: #222; }
@@ -17,13 +21,13 @@ td.n { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #eef; }
 pre { background: #f6f6f6; padding: 1em; border: 1px solid #ddd; overflow-x: auto; }
 .muted { color: #777; }
+.forbidden { background: #fdd; border: 2px solid #c00; color: #900; padding: 0.5em 1em; font-weight: bold; }
+.error { color: #900; font-weight: bold; }
 """
 
 
 def page(title: str, router: str, body: str) -> bytes:
-    nav = " ".join(f'<a href="{href}">{escape(text)}</a>' for text, href in (
-        ("Main", "/"), ("Portals", "/portals"), ("Topology Info", "/topology"),
-        ("UM Router Configuration", "/config"), ("Metrics", "/metrics")))
+    nav = " ".join(f'<a href="{escape(href)}">{escape(text)}</a>' for text, href in LINKS)
     document = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 f"<title>{escape(title)} - {escape(router)}</title><style>{STYLE}</style></head>"
                 f"<body><nav>{nav}</nav><h1>{escape(title)}</h1>\n{body}\n"
@@ -102,24 +106,96 @@ def _proxies(topics: dict | None) -> str:
 
 
 def topology(data: dict) -> bytes:
+    names = {data["node_id"]: data["router"], **{o["node_id"]: o["router"] for o in data["other_routers"]}}
+    # Forbidden topologies first, as routerctl topology prints them: they need an operator.
+    forbidden = "".join(f'<p class="forbidden" data-kind="{escape(item["kind"])}">'
+                        f'{escape(forbidden_line(item["message"]))}</p>' for item in data["forbidden"])
+    age = data["last_recalculation_age_s"]
     rows = [("UM Router name", escape(data["router"])), ("UM Router ID", f"{data['node_id']:#018x}"),
-            ("Self version", escape(data["version"])), ("UM Router count", str(data["router_count"])),
-            ("TRD count", str(data["domain_count"]))]
+            ("Software version", escape(data["version"])), ("Self version", _text(data["self_version"])),
+            ("Topology signature", _text(data["signature"])),
+            ("Announced signature", _text(data["announced_signature"])),
+            ("Converged", f'<span data-converged="{str(data["converged"]).lower()}">'
+                          f'{"yes" if data["converged"] else "no"}</span>'),
+            ("UM Router count", str(data["router_count"])), ("TRD count", str(data["domain_count"])),
+            ("Route table version", _text(data["map_version"])),
+            ("Recalculations", str(data["recalculations"])),
+            ("Last recalculation (seconds ago)", "-" if age is None else f"{age:.1f}"),
+            ("Last recalculation triggered by", escape(", ".join(data["last_changes"])) or "-"),
+            ("Changes pending", escape(", ".join(data["pending_changes"])) or "-")]
     portal_rows = "".join(
         f"<tr><td>{escape(p['name'])}</td><td>{escape(p['kind'])}</td>"
-        f"<td class=\"n\">{_adjacent(p)}</td>"
+        f"<td>{escape(adjacent_text(p, names))}</td>"
         f"<td class=\"n\">{p['cost']}</td></tr>" for p in data["portals"])
-    table = ("<table><tr><th>Portal</th><th>Kind</th><th>Adjacent domain / router</th><th>Cost</th></tr>"
-             f"{portal_rows}</table>")
-    others = "".join(f"<li>{escape(o['router'])} ({o['node_id']:#018x})</li>" for o in data["other_routers"])
+    portals_table = ("<table><tr><th>Portal</th><th>Kind</th><th>Adjacent domain / router</th><th>Cost</th></tr>"
+                     f"{portal_rows}</table>")
+    routers = [(f"{data['router']} (this router)", data["node_id"], data["self_version"],
+                data["announced_signature"], None, data["portals"])]
+    routers += [(o["router"], o["node_id"], o["version"], o["signature"], o["last_heard_age_ms"], o["portals"])
+                for o in data["other_routers"]]
+    router_rows = "".join(
+        f"<tr><td>{escape(name)}</td><td>{node_id:#x}</td><td class=\"n\">{_text(version)}</td>"
+        f"<td>{_text(signature)}</td><td class=\"n\">{'-' if heard is None else f'{heard / 1000:.1f}'}</td>"
+        f"<td>{escape(adjacency_summary(portals, names))}</td></tr>"
+        for name, node_id, version, signature, heard, portals in routers)
+    routers_table = ("<table><tr><th>Name</th><th>Node ID</th><th>Version</th><th>Signature</th>"
+                     f"<th>Last heard (seconds ago)</th><th>Adjacencies</th></tr>{router_rows}</table>")
+    path_rows = "".join(
+        f"<tr><td class=\"n\">{p['from']}</td><td class=\"n\">{p['to']}</td><td class=\"n\">{p['cost']}</td>"
+        f"<td><a href=\"{escape(_path_href(p['from'], p['to']))}\">{escape(p['text'])}</a></td></tr>"
+        for p in data["paths"])
+    paths_table = (f"<table><tr><th>From</th><th>To</th><th>Cost</th><th>Route</th></tr>{path_rows}</table>"
+                   if path_rows else "<p>-</p>")
+    counters = _pairs([(name, str(value)) for name, value in data["routing_counters"].items()])
     return page("Topology Info", data["router"],
-                _pairs(rows) + "<h2>Portals</h2>" + table + "<h2>Other routers</h2>"
-                + (f"<ul>{others}</ul>" if others else "<p>-</p>"))
+                forbidden + _pairs(rows) + "<h2>Portals</h2>" + portals_table + "<h2>Routers</h2>" + routers_table
+                + "<h2>Paths</h2>" + paths_table
+                + ("<h2>Route information</h2>" + counters if data["routing_counters"] else ""))
 
 
-def _adjacent(portal: dict) -> str:
-    value = portal.get("adjacent_domain_id", portal.get("adjacent_node_id"))
-    return "-" if value is None else str(value)
+def _text(value) -> str:
+    return "-" if value is None else escape(str(value))
+
+
+def _path_href(source, destination) -> str:
+    return "/path?" + urlencode({"from": source, "to": destination})
+
+
+def path(data: dict) -> bytes:
+    body = _path_form(data)
+    if data["error"] is not None:
+        body += f'<p class="error">{escape(data["error"])}</p>'
+    found = data["path"]
+    if found is not None:
+        rows = []
+        for number, hop in enumerate(found["hops"]):
+            if hop["kind"] == "domain":
+                rows.append(f'<tr><td class="n">{number}</td><td>domain {hop["node"]}</td><td>-</td>'
+                            f'<td class="n muted">-</td><td>-</td></tr>')
+            else:
+                rows.append(f'<tr data-hop="{number}"><td class="n">{number}</td>'
+                            f'<td>router {escape(hop["name"] or "?")}</td><td>{hop["node"]:#x}</td>'
+                            f'<td class="n" data-hop-cost="{escape(hop["name"])}">{hop["cost"]}</td>'
+                            f'<td>{escape(hop["portal"] or "-")}</td></tr>')
+        body += (f'<h2>From domain {found["from"]} to domain {found["to"]}</h2>'
+                 f'<p>Total cost <span data-path-cost="total">{found["cost"]}</span>, '
+                 f'{found["routers"]} router(s)</p>'
+                 "<table><tr><th>Hop</th><th>Node</th><th>Node ID</th><th>Cost (leaving)</th>"
+                 f"<th>Leaves by</th></tr>{''.join(rows)}</table><p>{escape(found['text'])}</p>")
+    return page("Path Info", data["router"], body)
+
+
+def _path_form(data: dict) -> str:
+    """GET /path?from=D&to=D: two select lists of the domains in the map."""
+    if not data["domains"]:
+        return '<p class="muted">no domains in the topology map</p>'
+    selects = []
+    for field, label in (("from", "From domain"), ("to", "To domain")):
+        chosen = "" if data[field] is None else str(data[field])
+        options = "".join(f'<option value="{escape(str(domain))}"{" selected" if str(domain) == chosen else ""}>'
+                          f'{escape(str(domain))}</option>' for domain in data["domains"])
+        selects.append(f'<label>{label} <select name="{field}">{options}</select></label>')
+    return f'<form method="get" action="/path">{" ".join(selects)} <button type="submit">Show path</button></form>'
 
 
 def config(data: dict) -> bytes:

@@ -2,7 +2,8 @@
 
 Pages follow the DRO's web monitor (seed section 6, spec/dro.md §3.4): a main page with the map
 sizes and unknown fragments, a portals page, one page per portal with its receive and send
-statistics in two columns (fragments or messages | bytes), a topology page, the configuration.
+statistics in two columns (fragments or messages | bytes), a topology page, a path-info page
+(the path between two domains, hop by hop), the configuration.
 Every figure comes from router/monitor/views.py, as `routerctl stats` does.
 """
 from __future__ import annotations
@@ -67,7 +68,7 @@ ENDPOINT_INTEREST = (
     ("Proxy sources", "proxy_sources"),
 )
 
-LINKS = (("Main", "/"), ("Portals", "/portals"), ("Topology Info", "/topology"),
+LINKS = (("Main", "/"), ("Portals", "/portals"), ("Topology Info", "/topology"), ("Path Info", "/path"),
          ("UM Router Configuration", "/config"), ("Prometheus metrics", "/metrics"))
 
 
@@ -115,6 +116,21 @@ def _rows(definitions, counters: dict) -> list[dict]:
 
 def topology_page(supervisor) -> dict:
     return views.topology(supervisor)
+
+
+def path_page(supervisor, query: dict[str, list[str]]) -> dict:
+    """`query` is the parsed query string (`from` and `to` domain ids). Without both, the page
+    is the form alone; otherwise it also carries the path, or the error saying why there is none."""
+    routing = getattr(supervisor, "routing", None)
+    domains = list(routing.routes.domains) if routing is not None else []
+    source, destination = (query.get(key, [""])[0].strip() for key in ("from", "to"))
+    page = {"router": supervisor.name, "domains": domains, "from": source or None, "to": destination or None,
+            "path": None, "error": None}
+    if source and destination:
+        page.update(views.path_info(supervisor, source, destination))
+    elif source or destination:
+        page["error"] = "choose both a source (from) and a destination (to) domain"
+    return page
 
 
 class ConfigText:

@@ -3,9 +3,10 @@
     /                 main page: identity, topic and pattern map sizes, unknown fragments, links
     /portals          every portal, linked to its page
     /portal/NAME      a portal's interest, proxies and receive/send statistics
-    /topology         this router in the routing graph
+    /topology         the routing graph: routers, adjacencies, signatures, forbidden topologies, paths
+    /path?from=D&to=D the path between two domains, hop by hop (a form picks the two)
     /config           the configuration file the router runs
-    /json/main, /json/portals, /json/portal/NAME, /json/topology, /json/config
+    /json/main, /json/portals, /json/portal/NAME, /json/topology, /json/path?from=D&to=D, /json/config
     /metrics          Prometheus text format
 
 Enabled by `<web-monitor>interface:port</web-monitor>` (the validator's host: an address, or
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from urllib.parse import parse_qs
 
 from router.monitor import html, metrics, pages
 from router.monitor.http_loop import HttpRequest, HttpServer, Respond
@@ -50,6 +52,8 @@ class WebMonitor:
             path = "/" if path == "/main" else path
         if path == "/metrics" and not as_json:
             respond(200, metrics.CONTENT_TYPE, metrics.render(self.registry))
+        elif path == "/path":
+            self._send(respond, pages.path_page(self.supervisor, parse_qs(request.query)), html.path, as_json)
         elif path in self.pages:
             build, render = self.pages[path]
             self._send(respond, build(), render, as_json)

@@ -14,17 +14,23 @@ import time
 import numpy as np
 
 from router.ipc import bus_messages as bm
+from router.portals.domain_routes import DomainRouteChannel
+from router.portals.egress_records import EgressRecords
+from router.portals.forwarding import ForwardingView
 from router.portals.ingress import Ingress
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings
 from router.portals.proxy_sources import ProxySourceTable
+from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
+from router.portals.streams import StreamTable
 from router.um.context import Context
-from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RecordError, StreamAdvert,
-                                   decode_eos, decode_frames, frame_offsets)
+from router.worker.records import frame_offsets
 from router.um.wire.lbmr import (SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE, TMR_FLAG_WILDCARD_PCRE,
                                  TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC, TMR_TOPIC_USE,
-                                 TRREQ_QUERY, TRREQ_WILDCARD_QUERY, LbmrPacket, LocalDomainOption,
-                                 SrcTypeOption, Tmr, TopicManagement, TopicResolution, TopicResRequest,
-                                 WildcardQuery, PATTERN_PCRE)
+                                 TRREQ_QUERY, TRREQ_WILDCARD_QUERY, GatewayContextInfo, GatewayInterest,
+                                 InterestRecord, LbmrPacket, LocalDomainOption, SrcIdOption, SrcTypeOption, Tmr,
+                                 TopicManagement, TopicResolution, TopicResRequest, WildcardQuery)
+from router.um.wire.lbmr_constants import (INTEREST_CANCEL, INTEREST_PATTERN, INTEREST_REFRESH, PATTERN_PCRE,
+                                           PATTERN_REGEX)
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +40,11 @@ _TMR_FLAGS_OF_KIND = {kind: flags for flags, kind in _KIND_OF_TMR_FLAGS.items()}
 _COUNT_NAMES = {bm.INTEREST_TOPIC: "topics", bm.INTEREST_PCRE: "pcre_patterns", bm.INTEREST_REGEX: "regex_patterns"}
 
 
-class EndpointPortal:
+class EndpointPortal(EgressRecords):
     kind = "endpoint"
 
     def __init__(self, config, index: int, portal_indexes: dict[str, int], loop, um_config,
-                 bus, datapath, counters, log_event):
+                 bus, datapath, counters, log_event, node_id: int = 1, route_info=None):
         self.config = config
         self.name = config.name
         self.index = index
@@ -52,13 +58,29 @@ class EndpointPortal:
         resolution = config.topic_resolution
         self.interest = DomainInterest(_use_query_settings(resolution.topic_use_query),
                                        _use_query_settings(resolution.pattern_use_query))
-        self.table = InterestTable()
+        self.view = ForwardingView(self.name, portal_indexes)
         self.context = Context(config=um_config, loop=loop, packet_options=self._packet_options)
         self.context.add_lbmr_listener(self._on_lbmr)
         self.egress = ProxySourceTable(self.context, self.cost, self.domain_id, config.max_queue,
                                        config.source_deletion_delay / 1000, counters, log_event)
         self.datapath = datapath
-        self.ingress = Ingress(self, self.context, datapath, counters)
+        self.streams = StreamTable(self.name, self.view, datapath, counters, log_event)
+        self.ingress = Ingress(self, self.context, self.streams, counters)
+        # Interest to and from the other routers on this domain (multi-hop), and route-info.
+        bounds = resolution.remote_topic_interest
+        self.announcer = InterestAnnouncer(bounds.min_interval / 1000, bounds.max_interval / 1000)
+        self.remote = RemoteInterest(config.remote_topic.timeout / 1000, config.remote_pattern.timeout / 1000)
+        self._emit_timer = None
+        check = min(config.remote_topic.check_interval, config.remote_pattern.check_interval) / 1000
+        self._remote_timer = loop.call_every(check, self._expire_remote)
+        propagation = (route_info.propagation_interval if route_info is not None else 1000) / 1000
+        self.routes_channel = DomainRouteChannel(
+            self.name, loop, self.context.channel.interface, node_id,
+            route_info.timeout if route_info is not None else 4000, self.context.channel.send_packet,
+            self._route_info_in, counters, log_event)
+        self._ctxinfo_timer = loop.call_every(propagation, self.routes_channel.announce)
+        loop.call_later(0, self.routes_channel.announce)
+        self._conflicts_logged: dict[int, float] = {}
         self.counters.set("data_bytes_enqueued_limit", config.max_queue)
         self._interest_timer = None
         self._last_logged: dict[str, float] = {}
@@ -74,7 +96,10 @@ class EndpointPortal:
     def _on_lbmr(self, packet: LbmrPacket, address) -> None:
         self.counters.add("lbmr_packets_rcvd")
         if any(isinstance(o, SrcTypeOption) and o.src_type == SRC_TYPE_TNWGD for o in packet.options):
-            return     # another router's proxies (or our own): not receivers of this domain
+            # Another router's proxies are not receivers of this domain; what it says to routers is.
+            if not any(isinstance(o, SrcIdOption) and o.src_id == self.context.src_id for o in packet.options):
+                self._from_router(packet, address)
+            return
         body, now = packet.body, time.monotonic()
         if isinstance(body, TopicResolution):
             for topic in body.tqrs:
@@ -101,16 +126,84 @@ class EndpointPortal:
             self._count_interest()
             self._schedule_interest_check()
 
+    # -- other routers on this domain -------------------------------------------------------------
+    def _from_router(self, packet: LbmrPacket, address) -> None:
+        for option in packet.options:
+            if isinstance(option, LocalDomainOption) and option.domain_id != self.domain_id:
+                self._domain_conflict(option.domain_id, f"{address[0]}:{address[1]}")
+        body = packet.body
+        if isinstance(body, GatewayInterest):
+            self._heard_remote_interest(body)
+        elif isinstance(body, GatewayContextInfo):
+            self.routes_channel.heard(body, address[0])
+
+    def _domain_conflict(self, heard: int, sender: str) -> None:
+        now = time.monotonic()
+        if now - self._conflicts_logged.get(heard, -1e9) >= 5.0:
+            self._conflicts_logged[heard] = now
+            self.bus.send(bm.DomainConflict(self.name, self.domain_id, heard, sender))
+
+    def _heard_remote_interest(self, body: GatewayInterest) -> None:
+        now = time.monotonic()
+        self.counters.add("interest_msgs_rcvd", len(body.records))
+        for record in body.records:
+            if record.domain_id == self.domain_id:
+                continue         # this domain's own receivers: we hear their queries ourselves
+            if record.flags & INTEREST_PATTERN:
+                kind = bm.INTEREST_PCRE if record.pattern_type == PATTERN_PCRE else bm.INTEREST_REGEX
+            else:
+                kind = bm.INTEREST_TOPIC
+            item = (kind, record.symbol, record.domain_id)
+            if record.flags & INTEREST_CANCEL:
+                if self.remote.cancel(item):
+                    self.bus.send(bm.Interest(self.name, record.domain_id, kind, record.symbol, bm.OP_CANCEL))
+            elif self.remote.heard(item, now):
+                self.log_event("interest-added", f"{_COUNT_NAMES[kind][:-1]} {record.symbol} for domain "
+                                                 f"{record.domain_id} (from another router)")
+                self.bus.send(bm.Interest(self.name, record.domain_id, kind, record.symbol, bm.OP_ADD))
+
+    def _expire_remote(self) -> None:
+        for kind, symbol, domain in self.remote.expire(time.monotonic()):
+            self.log_event("interest-removed", f"{_COUNT_NAMES[kind][:-1]} {symbol} for domain {domain} "
+                                               f"(not refreshed by another router)")
+            self.bus.send(bm.Interest(self.name, domain, kind, symbol, bm.OP_CANCEL))
+
+    def _schedule_emit(self, delay: float | None = None) -> None:
+        wait = self.announcer.next_due(time.monotonic()) if delay is None else delay
+        self._emit_timer = _rearm(self.loop, self._emit_timer, wait, self._emit_interest)
+
+    def _emit_interest(self) -> None:
+        """Interest this domain's other routers must hear on behalf of our other portals."""
+        self._emit_timer = None
+        send, first, cancels = self.announcer.due(time.monotonic())
+        first = set(first)
+        records = [_interest_record(item, 0 if item in first else INTEREST_REFRESH) for item in send]
+        records += [_interest_record(item, INTEREST_CANCEL) for item in cancels]
+        budget = self.context.channel.max_datagram - 64
+        batch, used = [], 0
+        for record in records:
+            size = 8 + len(record.symbol.encode()) + 1
+            if batch and used + size > budget:
+                self.context.channel.send_packet(LbmrPacket(GatewayInterest(batch)))
+                batch, used = [], 0
+            batch.append(record)
+            used += size
+        if batch:
+            self.context.channel.send_packet(LbmrPacket(GatewayInterest(batch)))
+        self.counters.add("interest_msgs_sent", len(records))
+        self._schedule_emit()
+
+    def _route_info_in(self, data: bytes) -> None:
+        self.bus.send(bm.RouteInfoMessage(self.name, data))
+
     def _count_interest(self) -> None:
         for kind, name in _COUNT_NAMES.items():
             self.counters.set(f"local_interest_{name}", len(self.interest.symbols(kind)))
 
     # -- keeping it alive: use queries, purge ------------------------------------------------------
     def _schedule_interest_check(self, delay: float | None = None) -> None:
-        if self._interest_timer is not None:
-            self._interest_timer.cancel()
         wait = self.interest.next_due(time.monotonic()) if delay is None else delay
-        self._interest_timer = self.loop.call_later(min(wait, 60.0), self._check_interest)
+        self._interest_timer = _rearm(self.loop, self._interest_timer, wait, self._check_interest)
 
     def _check_interest(self) -> None:
         self._interest_timer = None
@@ -137,6 +230,8 @@ class EndpointPortal:
         for kind in _COUNT_NAMES:
             for symbol in self.interest.symbols(kind):
                 local.apply(bm.Interest(self.name, self.domain_id, kind, symbol, bm.OP_ADD))
+        for kind, symbol, domain in self.remote.heard_at:
+            local.apply(bm.Interest(self.name, domain, kind, symbol, bm.OP_ADD))
         for topic in self.egress.topics():
             if not local.portals_for(topic):
                 self.egress.drop_topic(topic)
@@ -158,26 +253,24 @@ class EndpointPortal:
 
     # -- the router-wide view ----------------------------------------------------------------------
     def on_bus(self, message) -> None:
-        if isinstance(message, bm.Snapshot):
-            for portal, index, _ in message.portals:
-                self._portal_known(portal, index)
-            self.table.load(message)
+        changed = self.view.apply(message, self.datapath)
+        if changed == "snapshot":
             self._restore_interest(message)
             self._interest_changed()
-        elif isinstance(message, bm.Interest):
-            if self.table.apply(message):
-                self._interest_changed()
-        elif isinstance(message, bm.PortalUp) and message.portal != self.name:
-            self._portal_known(message.portal, message.index)
-            self.ingress.remask()
-            self.ingress.readvertise_to(1 << message.index)
+        elif changed in ("interest", "routes"):
+            self._interest_changed()
+        elif changed == "portal-up":
+            self.streams.remask()
+            self.streams.readvertise_to(1 << message.index)
+        elif isinstance(message, bm.RouteInfoMessage) and message.portal == self.name:
+            self.routes_channel.send(message.data)
         elif isinstance(message, bm.PortalDown):
             self.egress.end_streams_of_ring(message.index)
         elif isinstance(message, bm.PortalRemoved):
-            self.portal_indexes.pop(message.portal, None)
+            self.view.forget_portal(message.portal)
             self.egress.end_streams_of_ring(message.index)
             self.datapath.detach(message.index)
-            self.ingress.remask()
+            self._interest_changed()
         elif isinstance(message, bm.SetCost) and message.portal == self.name:
             self.cost = message.cost
             self.egress.set_cost(message.cost)
@@ -187,64 +280,44 @@ class EndpointPortal:
         domain's receivers are still there; use queries will confirm or expire them."""
         now = time.monotonic()
         for interest in snapshot.interest:
-            if interest.portal == self.name:
+            if interest.portal == self.name and interest.domain_id == self.domain_id:
                 self.interest.heard(interest.kind, interest.symbol, now)
+            elif interest.portal == self.name:
+                self.remote.heard((interest.kind, interest.symbol, interest.domain_id), now)
         self._count_interest()
         self._schedule_interest_check()
 
-    def _portal_known(self, portal: str, index: int) -> None:
-        """Another portal's worker is up: address it by its index and read its ring."""
-        if portal != self.name:
-            self.portal_indexes[portal] = index
-            self.datapath.attach(index)
-
     def _interest_changed(self) -> None:
-        topics, patterns = self.table.wanted_by_others(self.name)
+        topics, patterns = self.view.pulled()
         self.ingress.update(topics, patterns)
-        remote = {kind: 0 for kind in _COUNT_NAMES}
-        for topic, portals in self.table.topics.items():
-            remote[bm.INTEREST_TOPIC] += bool(portals - {self.name})
-        for (kind, _), portals in self.table.patterns.items():
-            remote[kind] += bool(portals - {self.name})
+        remote = self.view.remote_counts()
         for kind, name in _COUNT_NAMES.items():
             self.counters.set(f"remote_interest_{name}", remote[kind])
+        self.announcer.update(self.view.emitted(), time.monotonic())
+        self._schedule_emit()
 
     # -- records from the other portals' rings (the egress side) ----------------------------------
-    def on_record(self, ring: int, record_type: int, payload) -> None:
-        if record_type == RECORD_FRAMES:
-            try:
-                stream_id, count, longest, frames = decode_frames(payload)
-            except RecordError as err:
-                self.counters.add("ring_records_malformed")
-                log.warning("portal %s: %s", self.name, err)
-                return
-            entry = self.egress.by_stream.get((ring, stream_id))
-            if entry is None:
-                self.counters.add_pair("transport_topic_fragments_dropped_error",
-                                       "transport_topic_fragment_bytes_dropped_error", count, len(frames))
-                return
-            proxy, rewrite = entry
-            session = proxy.source.session
-            if longest > session.datagram_max_size:
-                self._send_fitting_frames(proxy, rewrite, frames)
-                return
-            session.send_raw(frames, frame_offsets(frames) if rewrite is not None else None, rewrite)
-            self._sent_frames += count
-            self._sent_bytes += len(frames)
-        elif record_type == RECORD_ADVERT:
-            try:
-                advert = StreamAdvert.decode(payload)
-            except RecordError as err:
-                self.counters.add("ring_records_malformed")
-                log.warning("portal %s: %s", self.name, err)
-                return
-            # The ingress addressed it to us from the router-wide interest table; when that
-            # interest goes, the ingress re-masks and sends EOS.
-            self.egress.advertise(ring, advert)
-        elif record_type == RECORD_EOS:
-            self.egress.end_stream(ring, decode_eos(payload))
-        else:
-            self.counters.add("ring_records_malformed")
+    def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+        entry = self.egress.by_stream.get((ring, stream_id))
+        if entry is None:
+            return False
+        proxy, rewrite = entry
+        session = proxy.source.session
+        if longest > session.datagram_max_size:
+            self._send_fitting_frames(proxy, rewrite, frames)
+            return True
+        session.send_raw(frames, frame_offsets(frames) if rewrite is not None else None, rewrite)
+        self._sent_frames += count
+        self._sent_bytes += len(frames)
+        return True
+
+    def egress_advert(self, ring: int, advert) -> None:
+        # The ingress addressed it to us from the router-wide interest and routes; when either
+        # changes, the ingress re-masks and sends EOS.
+        self.egress.advertise(ring, advert)
+
+    def egress_eos(self, ring: int, stream_id: int) -> None:
+        self.egress.end_stream(ring, stream_id)
 
     def flush(self) -> None:
         """The rings are drained: send what the proxy sources have batched. Batches form while
@@ -282,6 +355,9 @@ class EndpointPortal:
 
     def refresh_queue_counters(self) -> None:
         """Bytes waiting in proxy sources' connections, and what they dropped ("would block")."""
+        channel = self.context.channel.counters       # the resolver channel counts what it sends
+        self.counters.set("lbmr_packets_sent", channel["packets_sent"])
+        self.counters.set("lbmr_malformed", channel["malformed"])
         enqueued = 0
         dropped_bytes = dropped_batches = 0
         for session in self.egress.sessions():
@@ -296,13 +372,6 @@ class EndpointPortal:
             self.counters.set("transport_topic_fragments_dropped_would_block", dropped_batches)
             self._rate_limited("drops-would-block", f"a receiver is not keeping up: {dropped_bytes} bytes dropped "
                                f"so far (queue limit {self.config.max_queue} bytes)")
-
-    def mask_for(self, topic: str) -> int:
-        mask = 0
-        for portal in self.table.portals_for(topic):
-            if portal != self.name and portal in self.portal_indexes:
-                mask |= 1 << self.portal_indexes[portal]
-        return mask
 
     def egress_has_otid(self, otid: bytes) -> bool:
         return otid in self.egress.by_otid
@@ -319,18 +388,47 @@ class EndpointPortal:
                                           "origin_domain_id": p.advert.origin_domain_id,
                                           "receivers": p.source.receiver_count}
                                          for p in self.egress.by_otid.values()), key=lambda d: (d["topic"], d["source"])),
-                "streams": sorted(({"topic": s.advert.topic, "source": s.advert.source, "to": bin(s.mask).count("1")}
-                                   for s in self.ingress.streams.values()), key=lambda d: (d["topic"], d["source"])),
+                "streams": sorted(({"topic": s.advert.topic, "source": s.advert.source, "to": bin(s.mask).count("1"),
+                                    "origin_domain_id": s.advert.origin_domain_id, "hop_count": s.advert.hop_count}
+                                   for s in self.streams.streams.values()), key=lambda d: (d["topic"], d["source"])),
+                "remote_interest": sorted(f"{_COUNT_NAMES[k][:-1]} {s} for domain {d}"
+                                          for k, s, d in self.remote.heard_at),
+                "route_info_address": f"{self.routes_channel.address[0]}:{self.routes_channel.address[1]}",
+                "routers_on_domain": sorted(f"{n.node_id:#x} at {n.address[0]}:{n.address[1]}"
+                                            f"{'' if n.connected else ' (connecting)'}"
+                                            for n in self.routes_channel.neighbors.values()),
+                "interest_sent_to_routers": sorted(f"{_COUNT_NAMES[k][:-1]} {s} for domain {d}"
+                                                   for k, s, d in self.announcer.items),
             }
         return {"error": f"unknown query {what!r}"}
 
     def close(self) -> None:
         self._queue_timer.cancel()
+        self._remote_timer.cancel()
+        self._ctxinfo_timer.cancel()
+        if self._emit_timer is not None:
+            self._emit_timer.cancel()
+        self.routes_channel.close()
         if self._interest_timer is not None:
             self._interest_timer.cancel()
         self.ingress.close()
         self.egress.close()
         self.context.close()
+
+
+def _rearm(loop, timer, wait: float, callback):
+    """Replace a pending timer; waits are capped so a clock oddity never parks a check for long."""
+    if timer is not None:
+        timer.cancel()
+    return loop.call_later(min(wait, 60.0), callback)
+
+
+def _interest_record(item, flags: int) -> InterestRecord:
+    kind, symbol, domain = item
+    if kind == bm.INTEREST_TOPIC:
+        return InterestRecord(flags, 0, domain, symbol)
+    return InterestRecord(flags | INTEREST_PATTERN, PATTERN_PCRE if kind == bm.INTEREST_PCRE else PATTERN_REGEX,
+                          domain, symbol)
 
 
 def _use_query_settings(query) -> UseQuerySettings:

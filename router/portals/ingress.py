@@ -1,39 +1,30 @@
 """The ingress side of a portal: proxy receivers, and the streams they feed into the rings.
 
-A proxy receiver exists for a topic (or pattern) only while another portal has interest in it.
-Each source it joins becomes a stream: announced in-band (ADVERT) to the interested portals before
-its data, then its frames, then EOS. When a portal becomes interested in a topic whose streams are
-already flowing (or a portal's worker restarts), the ADVERTs are re-sent to that portal alone.
+A proxy receiver exists for a topic (or pattern) only while another portal has interest in it
+that the routes bring through this portal (router.portals.forwarding). Each source it joins
+becomes a stream of router.portals.streams, which tells the right portals about it.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 
 from router.um.messages import BOS, EOS
-from router.worker.records import StreamAdvert, encode_frames
 
 log = logging.getLogger(__name__)
 
 
-class Stream:
-    __slots__ = ("stream_id", "advert", "mask", "joined")
-
-    def __init__(self, stream_id: int, advert: StreamAdvert, mask: int, joined):
-        self.stream_id, self.advert, self.mask, self.joined = stream_id, advert, mask, joined
-
-
 class Ingress:
-    def __init__(self, portal, context, datapath, counters):
-        self.portal = portal                 # the EndpointPortal: name, cost, domain, masks
+    def __init__(self, portal, context, streams, counters):
+        self.portal = portal                 # the EndpointPortal: name, domain, egress
         self.context = context
-        self.datapath = datapath
+        self.streams = streams               # router.portals.streams.StreamTable
         self.counters = counters
         self.receivers: dict[str, object] = {}                  # topic -> proxy Receiver
         self.wildcards: dict[tuple[int, str], object] = {}      # (kind, pattern) -> proxy WildcardReceiver
-        self.streams: dict[int, Stream] = {}                    # stream id -> stream
-        self.stream_of_joined: dict[int, Stream] = {}           # id(joined source) -> stream
-        self._ids = itertools.count(1)
+        self.stream_of_joined: dict[int, object] = {}           # id(joined source) -> Stream
+        # One stream per originating source: a topic receiver and a matching wildcard receiver
+        # both join it, but only the first joined copy feeds the stream (the rest stand by).
+        self.joined_of_otid: dict[bytes, list] = {}
 
     # -- proxy receivers follow the other portals' interest ------------------------------------
     def update(self, topics: set[str], patterns: set[tuple[int, str]]) -> None:
@@ -41,7 +32,7 @@ class Ingress:
             self.receivers[topic] = self.context.receiver(topic, on_event=self._on_event, raw=True)
             self.portal.log_event("proxy-receiver-created", f"topic {topic}")
         for topic in self.receivers.keys() - topics:
-            self.receivers.pop(topic).close()
+            self._close(self.receivers.pop(topic))
             self.portal.log_event("proxy-receiver-deleted", f"topic {topic}")
         for key in patterns - self.wildcards.keys():
             kind = "pcre" if key[0] == 1 else "regex"
@@ -49,12 +40,19 @@ class Ingress:
                                                                  kind=kind, raw=True)
             self.portal.log_event("proxy-wildcard-receiver-created", f"{kind} pattern {key[1]}")
         for key in self.wildcards.keys() - patterns:
-            self.wildcards.pop(key).close()
+            self._close(self.wildcards.pop(key))
         self.counters.set("proxy_receivers", len(self.receivers) + len(self.wildcards))
         self.counters.set("receiver_topics", len(self.receivers))
         self.counters.set("receiver_pcre_patterns", sum(1 for k in self.wildcards if k[0] == 1))
         self.counters.set("receiver_regex_patterns", sum(1 for k in self.wildcards if k[0] == 2))
-        self.remask()
+        self.streams.remask()
+
+    def _close(self, receiver) -> None:
+        """Closing a receiver reports no EOS: end the streams of the sources it had joined first."""
+        for topic_receiver in [receiver, *getattr(receiver, "topics", {}).values()]:
+            for joined in list(getattr(topic_receiver, "joined", {}).values()):
+                self._end(joined)
+        receiver.close()
 
     # -- streams -----------------------------------------------------------------------------------
     def _on_event(self, event) -> None:
@@ -68,63 +66,51 @@ class Ingress:
         candidate = joined.candidate
         if self.portal.egress_has_otid(candidate.otid):
             return          # our own proxy source in this domain: forwarding it would loop
-        stream_id = next(self._ids) & 0xFFFFFFFF
+        standing = self.joined_of_otid.setdefault(candidate.otid, [])
+        if any(other is joined for other in standing):
+            return
+        standing.append(joined)
+        if len(standing) > 1:
+            joined.forward = _ignore         # a second copy of a source already streaming
+            return
+        self._stream(joined)
+
+    def _stream(self, joined) -> None:
+        candidate = joined.candidate
         origin = candidate.domain_id if candidate.domain_id is not None else self.portal.domain_id
-        advert = StreamAdvert(stream_id, joined.topic, candidate.otid, candidate.cost, candidate.hop_count,
-                              origin, joined.source, self.portal.name, candidate.index)
-        stream = Stream(stream_id, advert, self.portal.mask_for(joined.topic), joined)
-        self.streams[stream_id] = stream
+        stream = self.streams.begin(joined.topic, candidate.otid, candidate.cost, candidate.hop_count or 0, origin,
+                                    joined.source, candidate.index, joined.client)
+        if stream is None:
+            return
         self.stream_of_joined[id(joined)] = stream
-        joined.forward = lambda frames, count, longest, s=stream: self._forward(s, frames, count, longest)
-        self.counters.add("streams_in")
-        if stream.mask:
-            self.datapath.advert(stream.mask, advert)
+        forward = self.streams.forward
+        joined.forward = lambda frames, count, longest, s=stream: forward(s, frames, count, longest)
 
     def _end(self, joined) -> None:
+        standing = self.joined_of_otid.get(joined.candidate.otid, [])
+        if any(other is joined for other in standing):
+            standing[:] = [other for other in standing if other is not joined]
+            if not standing:
+                del self.joined_of_otid[joined.candidate.otid]
         stream = self.stream_of_joined.pop(id(joined), None)
         if stream is None:
             return
-        del self.streams[stream.stream_id]
-        if stream.mask:
-            self.datapath.eos(stream.mask, stream.stream_id)
-
-    def _forward(self, stream: Stream, frames: bytes, count: int, longest: int) -> None:
-        """The frames one read brought for one stream: one ring record for all of them."""
-        size = len(frames)
-        self.counters.add_pair("transport_topic_fragments_rcvd", "transport_topic_fragment_bytes_rcvd", count, size)
-        if not stream.mask:
-            self.counters.add_pair("transport_topic_fragments_rcvd_unknown",
-                                   "transport_topic_fragment_bytes_rcvd_unknown", count, size)
+        if standing:                         # another copy of the source takes over the stream
+            self.stream_of_joined[id(standing[0])] = stream
+            forward = self.streams.forward
+            standing[0].forward = lambda frames, count, longest, s=stream: forward(s, frames, count, longest)
             return
-        self.datapath.frames(stream.mask, encode_frames(stream.stream_id, frames, count, longest),
-                             stream.joined.client)
-        self.counters.add_pair("transport_topic_fragments_forwarded", "transport_topic_fragment_bytes_forwarded",
-                               count, size)
-
-    def remask(self) -> None:
-        """Interest changed: recompute each stream's portals; newcomers get the ADVERT first."""
-        for stream in self.streams.values():
-            mask = self.portal.mask_for(stream.advert.topic)
-            added = mask & ~stream.mask
-            removed = stream.mask & ~mask
-            if added:
-                self.datapath.advert(added, stream.advert)
-            if removed:
-                self.datapath.eos(removed, stream.stream_id)
-            stream.mask = mask
-
-    def readvertise_to(self, portal_bit: int) -> None:
-        """A portal's worker (re)started: it must hear of every stream meant for it."""
-        for stream in self.streams.values():
-            if stream.mask & portal_bit:
-                self.datapath.advert(portal_bit, stream.advert)
+        self.streams.end(stream)
 
     def close(self) -> None:
-        for stream in list(self.streams.values()):
-            if stream.mask:
-                self.datapath.eos(stream.mask, stream.stream_id)
-        self.streams.clear()
+        self.streams.close()
+        self.stream_of_joined.clear()
+        self.joined_of_otid.clear()
         for receiver in list(self.receivers.values()) + list(self.wildcards.values()):
             receiver.close()
         self.receivers.clear()
         self.wildcards.clear()
+
+
+def _ignore(frames, count, longest) -> None:
+    """Data of a standby copy of a source: the first copy carries it."""

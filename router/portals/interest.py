@@ -93,31 +93,48 @@ class DomainInterest:
 
 
 class InterestTable:
-    """Every portal's interest, as the bus replicates it."""
+    """Every portal's interest, as the bus replicates it: for each topic or pattern, the
+    (portal, destination domain) pairs that want it. An endpoint's own receivers are its own
+    domain; interest heard from other routers names the domain its receivers are in."""
 
     def __init__(self):
-        self.topics: dict[str, set[str]] = {}                        # topic -> portals
-        self.patterns: dict[tuple[int, str], set[str]] = {}          # (kind, pattern) -> portals
+        self.topics: dict[str, set[tuple[str, int]]] = {}                        # topic -> {(portal, domain)}
+        self.patterns: dict[tuple[int, str], set[tuple[str, int]]] = {}          # (kind, pattern) -> same
         self._compiled: dict[str, re.Pattern | None] = {}
 
     def apply(self, interest: bm.Interest) -> bool:
-        """Fold one update in; True when the set of interested portals changed."""
+        """Fold one update in; True when the set of interested (portal, domain) pairs changed."""
         table = self.topics if interest.kind == bm.INTEREST_TOPIC else self.patterns
         key = interest.symbol if interest.kind == bm.INTEREST_TOPIC else (interest.kind, interest.symbol)
-        portals = table.get(key)
+        member = (interest.portal, interest.domain_id)
+        members = table.get(key)
         if interest.op == bm.OP_CANCEL:
-            if portals is None or interest.portal not in portals:
+            if members is None or member not in members:
                 return False
-            portals.discard(interest.portal)
-            if not portals:
+            members.discard(member)
+            if not members:
                 del table[key]
             return True
-        if portals is None:
-            portals = table[key] = set()
-        if interest.portal in portals:
+        if members is None:
+            members = table[key] = set()
+        if member in members:
             return False
-        portals.add(interest.portal)
+        members.add(member)
         return True
+
+    def drop_portal(self, portal: str) -> bool:
+        """A portal was removed: forget its interest; True if there was any."""
+        changed = False
+        for table in (self.topics, self.patterns):
+            for key in list(table):
+                kept = {m for m in table[key] if m[0] != portal}
+                if kept != table[key]:
+                    changed = True
+                    if kept:
+                        table[key] = kept
+                    else:
+                        del table[key]
+        return changed
 
     def load(self, snapshot: bm.Snapshot) -> None:
         self.topics.clear()
@@ -133,17 +150,20 @@ class InterestTable:
                 self._compiled[text] = None
         return self._compiled[text]
 
-    def portals_for(self, topic: str) -> set[str]:
-        """Portals with a receiver for `topic`, directly or through a matching pattern."""
-        portals = set(self.topics.get(topic, ()))
+    def portals_for(self, topic: str) -> set[tuple[str, int]]:
+        """(portal, domain) pairs with a receiver for `topic`, directly or through a matching pattern."""
+        members = set(self.topics.get(topic, ()))
         for (_, text), interested in self.patterns.items():
             compiled = self.pattern(text)
             if compiled is not None and compiled.search(topic):
-                portals |= interested
-        return portals
+                members |= interested
+        return members
 
-    def wanted_by_others(self, portal: str) -> tuple[set[str], set[tuple[int, str]]]:
-        """Topics and patterns some other portal wants: what `portal` needs proxy receivers for."""
-        topics = {t for t, portals in self.topics.items() if portals - {portal}}
-        patterns = {p for p, portals in self.patterns.items() if portals - {portal}}
-        return topics, patterns
+    def items(self):
+        """Every (kind, symbol, portal, domain) in the table."""
+        for topic, members in self.topics.items():
+            for portal, domain in members:
+                yield bm.INTEREST_TOPIC, topic, portal, domain
+        for (kind, pattern), members in self.patterns.items():
+            for portal, domain in members:
+                yield kind, pattern, portal, domain

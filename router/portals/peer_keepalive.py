@@ -113,6 +113,7 @@ class KeepaliveMonitor:
         counters.set("rtt_min", rtt_us if samples == 1 else min(rtt_us, counters.get("rtt_min")))
         counters.set_max("rtt_max", rtt_us)
         counters.set("rtt_mean", self._rtt_sum_us // samples)
+        counters.set("rtt_sum_us", self._rtt_sum_us)
         counters.set("last_ka_time", int(self._wall_clock()))      # seconds since the epoch
         return rtt_us
 

@@ -45,7 +45,9 @@ class PeerLink:
                  on_up: Callable[[str, int], None] | None = None, on_down: Callable[[str], None] | None = None,
                  on_message: Callable[[LbmcMessage], None] | None = None, counters=None,
                  log_event: Callable[[str, str], None] | None = None,
-                 handshake_timeout_ms: int = 5000, connect_timeout_ms: int = 5000):
+                 handshake_timeout_ms: int = 5000, connect_timeout_ms: int = 5000,
+                 on_data: Callable[[LbmcMessage, bytes], None] | None = None,
+                 on_read_done: Callable[[], None] | None = None):
         link = config.link
         if link.dual or (link.initiator is None) == (link.acceptor is None):
             raise ValueError(f"peer portal {config.name}: the link needs exactly one of <initiator>/<acceptor>")
@@ -53,6 +55,9 @@ class PeerLink:
         self.name = config.name
         self.own_name, self.node_id = own_name, node_id
         self.on_up, self.on_down, self.on_message = on_up, on_down, on_message
+        # Data messages go to on_data with their bytes (forwarded as they are); on_read_done
+        # follows each socket read, so the owner can hand on a read's worth of data at once.
+        self.on_data, self.on_read_done = on_data, on_read_done
         self.counters = counters if counters is not None else PortalCounters()
         self._log_event = log_event or self._default_log_event
         self.handshake_timeout_ms, self.connect_timeout_ms = handshake_timeout_ms, connect_timeout_ms
@@ -73,6 +78,7 @@ class PeerLink:
         self._listener: socket.socket | None = None
         self._receive = bytearray()
         self._writer_registered = False
+        self._reading_paused = False
         self._timers: dict[str, object] = {}
         self._generation = 0                    # bumps per connection: stale timer callbacks see it
 
@@ -123,6 +129,23 @@ class PeerLink:
         if self.queue.has_unwritten:
             self._write()
         return True
+
+    def flush(self) -> None:
+        """Send the batch being built now (the owner knows no more data is coming for a while)."""
+        if self.state is S.UP and self.queue.batch_pending:
+            self._on_batch_interval()
+
+    def pause_reading(self) -> None:
+        """Stop reading the link (the ring it feeds is full); TCP pushes back on the companion."""
+        if self._sock is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.loop.remove_reader(self._sock)
+
+    def resume_reading(self) -> None:
+        if self._reading_paused:
+            self._reading_paused = False
+            if self._sock is not None:
+                self.loop.add_reader(self._sock, self._on_readable)
 
     # -- the state machine ----------------------------------------------------------------------------
     def _fire(self, event_: LinkEvent, detail=None) -> None:
@@ -256,6 +279,7 @@ class PeerLink:
             self.loop.remove_writer(sock)
             sock.close()
         self._writer_registered = False
+        self._reading_paused = False
         self._receive.clear()
         self.peer = None
         self.dropping = False
@@ -284,14 +308,19 @@ class PeerLink:
             self._fire(E.LOST, f"malformed stream: {err}")
             return
         sizes = peer_sockets.message_sizes(self._receive, used)
+        received = bytes(self._receive[:used])
         del self._receive[:used]
         generation = self._generation
+        offset = 0
         for message, size in zip(messages, sizes):
             if self._generation != generation or self._sock is None:
                 return                      # a message took the link down: drop the rest
-            self._dispatch(message, size)
+            self._dispatch(message, size, received, offset)
+            offset += size
+        if self.on_read_done is not None and self.state is S.UP:
+            self._call_owner(self.on_read_done)
 
-    def _dispatch(self, message: LbmcMessage, size: int) -> None:
+    def _dispatch(self, message: LbmcMessage, size: int, received: bytes = b"", offset: int = 0) -> None:
         control = message.msg_type == LBMC_TYPE_CONTROL
         if control:
             self.counters.add_pair("gateway_cntl_msgs_rcvd", "gateway_cntl_msg_bytes_rcvd", 1, size)
@@ -306,6 +335,9 @@ class PeerLink:
         if is_handshake(message):
             self.counters.add("link_malformed")
             self._fire(E.LOST, "protocol error: a second handshake on an established link")
+            return
+        if not control and self.on_data is not None:
+            self._call_owner(self.on_data, message, received[offset:offset + size])
             return
         keepalive = keepalive_header(message)
         if keepalive is not None:

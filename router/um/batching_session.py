@@ -21,6 +21,15 @@ _pack_frag = FRAG_HEADER.pack
 _TIDX_BYTES = np.arange(4, 8)          # where an LBMC MESSAGE frame keeps its topic index
 
 
+def rewrite_tidx(frames, offsets, tidx: int) -> bytearray:
+    """A copy of whole LBMC data frames with the topic index of each (starting at `offsets`) set to `tidx`."""
+    frames = bytearray(frames)
+    view = np.frombuffer(frames, dtype=np.uint8)
+    view[(offsets.astype(np.int64)[:, None] + _TIDX_BYTES)] = np.frombuffer(tidx.to_bytes(4, "big"), dtype=np.uint8)
+    del view
+    return frames
+
+
 class BatchingSession:
     def __init__(self, loop, *, datagram_max_size: int, batching_minimum_length: int,
                  batching_interval: float, overflow: str, max_queue: int):
@@ -57,11 +66,7 @@ class BatchingSession:
         """Append whole LBMC frames as they are (a router forwarding a source's frames). With
         `tidx`, the topic index of each frame (at `offsets`) is rewritten to it first."""
         if tidx is not None:
-            frames = bytearray(frames)
-            view = np.frombuffer(frames, dtype=np.uint8)
-            view[(offsets.astype(np.int64)[:, None] + _TIDX_BYTES)] = np.frombuffer(
-                tidx.to_bytes(4, "big"), dtype=np.uint8)
-            del view
+            frames = rewrite_tidx(frames, offsets, tidx)
         with self.lock:
             self.batch += frames
             self._flush_or_arm_timer()

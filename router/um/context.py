@@ -156,6 +156,10 @@ class Context:
         info = candidate.transport
         key = candidate.session_key
         client = self.clients.get(key)
+        if client is not None and client.closed:
+            # Its last subscriber left and closed it (quietly): a new receiver needs a new stream.
+            del self.clients[key]
+            client = None
         if client is None:
             try:
                 if isinstance(info, TcpInfo):

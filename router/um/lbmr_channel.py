@@ -188,6 +188,18 @@ class LbmrChannel:
             self._keepalive.cancel()
 
 
+def domain_identity(config: UMConfig) -> str:
+    """What makes two contexts share a topic resolution domain: the resolver group (or the
+    resolver daemons), as text. Routers compare it to find one domain given two domain ids."""
+    daemons = config.get("context", "resolver_unicast_daemon")
+    if daemons:
+        return "unicast:" + ",".join(f"{host}:{port}" for host, port in sorted(daemons))
+    group = (config.get("context", "resolver_multicast_incoming_address")
+             or config.get("context", "resolver_multicast_address"))
+    port = config.get("context", "resolver_multicast_incoming_port") or config.get("context", "resolver_multicast_port")
+    return f"{group}:{port}"
+
+
 def _set_buffer(sock: socket.socket, option: int, size: int) -> None:
     try:
         sock.setsockopt(socket.SOL_SOCKET, option, size)

@@ -42,6 +42,9 @@ class WorkerSpec:
     log_type: str
     log_path: str | None
     utc: bool
+    node_id: int = 1                # the router's node id (routing, peer handshakes)
+    router_name: str = ""           # <daemon><name>, told to companions on peer links
+    route_info: object = None       # router.config.model.RouteInfo: intervals for route-info in domains
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -102,8 +105,12 @@ def _make_portal(spec: WorkerSpec, loop, datapath, counters):
     if spec.portal.kind == "endpoint":
         from router.portals.endpoint import EndpointPortal
         return EndpointPortal(spec.portal, spec.index, spec.portal_indexes, loop, spec.portal.receiver_um,
-                              None, datapath, counters, log_event)
-    raise ValueError(f"portal kind {spec.portal.kind!r} is not supported yet")
+                              None, datapath, counters, log_event, spec.node_id, spec.route_info)
+    if spec.portal.kind == "peer":
+        from router.portals.peer import PeerPortal
+        return PeerPortal(spec.portal, spec.index, spec.portal_indexes, loop, spec.node_id, spec.router_name,
+                          datapath, counters, log_event)
+    raise ValueError(f"portal kind {spec.portal.kind!r} is not supported")
 
 
 def _on_bus(message, portal, loop) -> None:

@@ -52,9 +52,13 @@ def test_table_portals_for_topic_and_pattern():
     assert table.apply(bm.Interest("LAN2", 2, T, "md.a", bm.OP_ADD))
     assert not table.apply(bm.Interest("LAN2", 2, T, "md.a", bm.OP_REFRESH))
     table.apply(bm.Interest("LAN3", 3, bm.INTEREST_PCRE, r"^md\.", bm.OP_ADD))
-    assert table.portals_for("md.a") == {"LAN2", "LAN3"}
-    assert table.portals_for("md.b") == {"LAN3"}
+    assert table.portals_for("md.a") == {("LAN2", 2), ("LAN3", 3)}
+    assert table.portals_for("md.b") == {("LAN3", 3)}
     assert table.portals_for("other") == set()
-    assert table.wanted_by_others("LAN2") == (set(), {(bm.INTEREST_PCRE, r"^md\.")})
+    # The same portal may want a topic for several destination domains (interest from other routers).
+    assert table.apply(bm.Interest("LAN2", 7, T, "md.a", bm.OP_ADD))
+    assert table.portals_for("md.a") == {("LAN2", 2), ("LAN2", 7), ("LAN3", 3)}
     table.apply(bm.Interest("LAN2", 2, T, "md.a", bm.OP_CANCEL))
-    assert table.portals_for("md.a") == {"LAN3"}
+    assert table.portals_for("md.a") == {("LAN2", 7), ("LAN3", 3)}
+    assert table.drop_portal("LAN2")
+    assert table.portals_for("md.a") == {("LAN3", 3)}

@@ -82,11 +82,22 @@ def test_portals_and_routers_are_independent(spark, make_stats):
 
 
 def test_interval_rtt_mean_comes_from_the_running_mean_and_stays_within_min_and_max(spark, make_stats):
-    rows = [stats_row(0, kind="peer"),
-            stats_row(5, kind="peer", rtt_samples=1, rtt_mean=100, rtt_min=100, rtt_max=100),
-            stats_row(10, kind="peer", rtt_samples=2, rtt_mean=150, rtt_min=100, rtt_max=200),
+    # Files written before rtt_sum_us existed read it as null: the running mean stands in.
+    old = {"rtt_sum_us": None}
+    rows = [stats_row(0, kind="peer", **old),
+            stats_row(5, kind="peer", rtt_samples=1, rtt_mean=100, rtt_min=100, rtt_max=100, **old),
+            stats_row(10, kind="peer", rtt_samples=2, rtt_mean=150, rtt_min=100, rtt_max=200, **old),
             # rounding of a long running mean claims 9 µs, below any sample seen: clamped to the min
-            stats_row(15, kind="peer", rtt_samples=3, rtt_mean=103, rtt_min=100, rtt_max=200)]
+            stats_row(15, kind="peer", rtt_samples=3, rtt_mean=103, rtt_min=100, rtt_max=200, **old)]
     actual = deltas_of(make_stats, rows, ("ts", "rtt_samples", "rtt_mean_us"))
     assertDataFrameEqual(actual, expected(spark, [(at(0), 0, None), (at(5), 1, 100.0), (at(10), 1, 200.0),
                                                   (at(15), 1, 100.0)], ("ts", "rtt_samples", "rtt_mean_us")))
+
+
+def test_interval_rtt_mean_is_exact_from_the_rtt_sum(spark, make_stats):
+    rows = [stats_row(0, kind="peer"),
+            stats_row(5, kind="peer", rtt_samples=1, rtt_mean=100, rtt_sum_us=100, rtt_min=100, rtt_max=100),
+            stats_row(10, kind="peer", rtt_samples=3, rtt_mean=133, rtt_sum_us=400, rtt_min=100, rtt_max=200)]
+    actual = deltas_of(make_stats, rows, ("ts", "rtt_samples", "rtt_mean_us"))
+    assertDataFrameEqual(actual, expected(spark, [(at(0), 0, None), (at(5), 1, 100.0), (at(10), 2, 150.0)],
+                                          ("ts", "rtt_samples", "rtt_mean_us")))

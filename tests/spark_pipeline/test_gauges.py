@@ -7,11 +7,11 @@ from tests.spark_pipeline.conftest import at, stats_row
 
 
 def peer_rows(portal: str, rtts: list[int]) -> list[dict]:
-    """One keepalive per interval; the counters keep a running mean, min and max as a peer does."""
+    """One keepalive per interval; the counters keep a running mean, sum, min and max as a peer does."""
     rows, total = [stats_row(0, portal=portal, kind="peer")], 0
     for n, rtt in enumerate(rtts, start=1):
         total += rtt
-        rows.append(stats_row(n, portal=portal, kind="peer", rtt_samples=n, rtt_mean=total // n,
+        rows.append(stats_row(n, portal=portal, kind="peer", rtt_samples=n, rtt_mean=total // n, rtt_sum_us=total,
                               rtt_min=min(rtts[:n]), rtt_max=max(rtts[:n])))
     return rows
 

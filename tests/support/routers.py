@@ -5,6 +5,7 @@ import glob
 import itertools
 import os
 import signal
+import socket
 from pathlib import Path
 
 from tests.support.processes import Tool, wait_for
@@ -26,6 +27,32 @@ def endpoint_xml(name: str, domain_id: int, cfg: Path, cost: int = 1, before_con
     return (f"    <endpoint>\n      <name>{name}</name>\n      <domain-id>{domain_id}</domain-id>\n"
             f"      <cost>{cost}</cost>\n{before_config}      <lbm-config>{cfg}</lbm-config>\n"
             f"{after_config}    </endpoint>\n")
+
+
+# Routing timers short enough that a test sees convergence and reroutes in a second or two.
+FAST_ROUTING = ('    <route-info propagation-interval="200" check-interval="100" timeout="2000"/>\n'
+                '    <route-recalculation backoff-interval="300" warning-interval="5000"/>\n')
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (the kernel's choice), for a peer link's acceptor."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def peer_xml(name: str, *, connect: int | None = None, listen: int | None = None, cost: int = 1,
+             keepalive: str = '<gateway-keepalive interval="200" timeout="800"/>', reconnect: int = 200,
+             extra: str = "") -> str:
+    """A <peer> on loopback: `connect` to a port (initiator) or `listen` on one (acceptor);
+    `extra` goes after <batching> (e.g. max-queue must come before it: use `before`)."""
+    if connect is not None:
+        side = (f'<initiator reconnect-interval="{reconnect}"><address>127.0.0.1</address>'
+                f'<port>{connect}</port></initiator>')
+    else:
+        side = f"<acceptor><listen-port>{listen}</listen-port></acceptor>"
+    return (f"    <peer>\n      <name>{name}</name>\n      <cost>{cost}</cost>\n"
+            f"      <single-tcp><nodelay/>{side}</single-tcp>\n{extra}      {keepalive}\n    </peer>\n")
 
 
 def write_config(directory: Path, name: str, portals_xml: str, daemon_extra: str = "") -> Path:

@@ -1,0 +1,47 @@
+"""Reading the records other portals address to this one (the egress side of every portal kind).
+
+Both portal kinds take the same three records from the rings — a stream's ADVERT, its FRAMES,
+its EOS — and differ only in where they send them (proxy sources in a domain, or a peer link).
+`EgressRecords.on_record` decodes and checks each record once, counts what is malformed or meant
+for a stream this portal does not know, and calls the portal's `egress_advert`, `egress_frames`
+and `egress_eos`.
+"""
+from __future__ import annotations
+
+import logging
+
+from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RecordError, StreamAdvert,
+                                   decode_eos, decode_frames)
+
+log = logging.getLogger(__name__)
+
+
+class EgressRecords:
+    """Mixed into a portal that has `name`, `counters` and the three egress_* methods."""
+
+    def on_record(self, ring: int, record_type: int, payload) -> None:
+        try:
+            if record_type == RECORD_FRAMES:
+                stream_id, count, longest, frames = decode_frames(payload)
+                if not self.egress_frames(ring, stream_id, count, longest, frames):
+                    self.counters.add_pair("transport_topic_fragments_dropped_error",
+                                           "transport_topic_fragment_bytes_dropped_error", count, len(frames))
+            elif record_type == RECORD_ADVERT:
+                self.egress_advert(ring, StreamAdvert.decode(payload))
+            elif record_type == RECORD_EOS:
+                self.egress_eos(ring, decode_eos(payload))
+            else:
+                raise RecordError(f"unknown ring record type {record_type}")
+        except RecordError as err:
+            self.counters.add("ring_records_malformed")
+            log.warning("portal %s: %s", self.name, err)
+
+    def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+        """Send a stream's frames on; False if the stream is unknown here (counted by the caller)."""
+        raise NotImplementedError
+
+    def egress_advert(self, ring: int, advert: StreamAdvert) -> None:
+        raise NotImplementedError
+
+    def egress_eos(self, ring: int, stream_id: int) -> None:
+        raise NotImplementedError

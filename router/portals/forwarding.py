@@ -1,0 +1,129 @@
+"""What one portal needs to know of the whole router to forward: interest, routes, portal indexes.
+
+Every worker keeps one :class:`ForwardingView`, fed by the bus (interest updates, the route table
+after each recalculation, portals coming and going). It answers the three questions a portal asks
+(spec/dro.md §2.2, §2.5), all through the one lowest-cost path between two domains:
+
+- ``mask_for(topic, origin)``: which portals a stream from domain ``origin`` goes to — portal Q
+  gets it when some domain D wants the topic through Q and the path origin -> D leaves this
+  router by Q. So a stream takes exactly one path to each interested domain: no duplicates in
+  loops and meshes, and nothing where no receiver is.
+- ``pulled()``: which topics and patterns this portal must pull in (proxy receivers, interest
+  sent on to the next router): those some other portal wants for a domain D whose chosen paths
+  enter this router through this portal.
+- ``emitted()``: the same as (kind, symbol, destination domain) triples, for the interest
+  messages this portal sends to other routers.
+
+Until the first route table arrives nothing is forwarded (the DRO drops traffic that arrives
+before its first route calculation).
+"""
+from __future__ import annotations
+
+from router.ipc import bus_messages as bm
+from router.portals.interest import InterestTable
+from router.routing.paths import Routes
+from router.routing.service import snapshot_from_plain
+
+MAX_HOP_COUNT = 255          # a stream that has crossed this many routers is dropped (a routing loop)
+
+
+class ForwardingView:
+    def __init__(self, name: str, portal_indexes: dict[str, int]):
+        self.name = name
+        self.portal_indexes = portal_indexes          # portal name -> ring/mask bit (shared with the datapath)
+        self.table = InterestTable()
+        self.routes = None                            # router.routing.paths.RouterRoutes
+        self.table_version = -1
+        self._egress: dict[tuple[int, int], str | None] = {}
+        self._entry: dict[int, frozenset[str]] = {}
+
+    # -- updates -------------------------------------------------------------------------------
+    def load_routes(self, message: bm.RouteTable) -> bool:
+        """A route table from the supervisor; True if it is newer than ours."""
+        if message.version <= self.table_version:
+            return False
+        self.table_version = message.version
+        snapshot = snapshot_from_plain(message.local_id, [list(r) for r in message.records])
+        self.routes = Routes(snapshot).for_router(message.local_id)
+        self._egress.clear()
+        self._entry.clear()
+        return True
+
+    def apply(self, message, datapath) -> str | None:
+        """Fold in a bus message every portal kind handles the same way; says what changed:
+        "snapshot", "interest", "routes", "portal-up" (a portal's worker started), or None."""
+        if isinstance(message, bm.Snapshot):
+            for portal, index, _ in message.portals:
+                self._portal_known(portal, index, datapath)
+            self.table.load(message)
+            return "snapshot"
+        if isinstance(message, bm.Interest):
+            return "interest" if self.table.apply(message) else None
+        if isinstance(message, bm.RouteTable):
+            return "routes" if self.load_routes(message) else None
+        if isinstance(message, bm.PortalUp) and message.portal != self.name:
+            self._portal_known(message.portal, message.index, datapath)
+            return "portal-up"
+        return None
+
+    def _portal_known(self, portal: str, index: int, datapath) -> None:
+        """Another portal's worker is up: address it by its index and read its ring."""
+        if portal != self.name:
+            self.portal_indexes[portal] = index
+            datapath.attach(index)
+
+    def forget_portal(self, portal: str) -> None:
+        self.portal_indexes.pop(portal, None)
+        self.table.drop_portal(portal)
+
+    # -- questions -----------------------------------------------------------------------------
+    def egress_portal(self, origin: int, destination: int) -> str | None:
+        """The portal by which the path origin -> destination leaves this router (None: not ours)."""
+        key = (origin, destination)
+        if key not in self._egress:
+            self._egress[key] = (None if self.routes is None or origin == destination
+                                 else self.routes.egress_portal(origin, destination))
+        return self._egress[key]
+
+    def entry_portals(self, destination: int) -> frozenset[str]:
+        """Portals through which chosen paths toward ``destination`` enter this router."""
+        if destination not in self._entry:
+            self._entry[destination] = frozenset(() if self.routes is None
+                                                 else self.routes.interest_portals(destination))
+        return self._entry[destination]
+
+    def mask_for(self, topic: str, origin: int) -> int:
+        mask = 0
+        for portal, destination in self.table.portals_for(topic):
+            if portal != self.name and portal in self.portal_indexes \
+                    and self.egress_portal(origin, destination) == portal:
+                mask |= 1 << self.portal_indexes[portal]
+        return mask
+
+    def emitted(self) -> set[tuple[int, str, int]]:
+        """(kind, symbol, destination domain) this portal pulls in on behalf of other portals."""
+        found = set()
+        for kind, symbol, portal, destination in self.table.items():
+            if portal != self.name and self.name in self.entry_portals(destination):
+                found.add((kind, symbol, destination))
+        return found
+
+    def pulled(self) -> tuple[set[str], set[tuple[int, str]]]:
+        """Topics and (kind, pattern)s this portal needs proxy receivers for."""
+        topics, patterns = set(), set()
+        for kind, symbol, _ in self.emitted():
+            if kind == bm.INTEREST_TOPIC:
+                topics.add(symbol)
+            else:
+                patterns.add((kind, symbol))
+        return topics, patterns
+
+    def remote_counts(self) -> dict[int, int]:
+        """Per interest kind, how many symbols other portals want (for the portal's counters)."""
+        counts = {bm.INTEREST_TOPIC: 0, bm.INTEREST_PCRE: 0, bm.INTEREST_REGEX: 0}
+        seen = set()
+        for kind, symbol, portal, _ in self.table.items():
+            if portal != self.name and (kind, symbol) not in seen:
+                seen.add((kind, symbol))
+                counts[kind] = counts.get(kind, 0) + 1
+        return counts

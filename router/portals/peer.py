@@ -1,0 +1,351 @@
+"""The peer portal: the router's link to a companion peer portal on another router.
+
+The link itself (connect/accept, handshake, keepalive with RTT, batching, bounded queue) is
+router.portals.peer_link. This module is what travels on it, all LBMC over the one TCP
+connection (spec/wire.md §3 b):
+
+- **Interest** — for each (topic or pattern, destination domain) this portal pulls in on behalf
+  of the router's other portals (router.portals.forwarding), one CONTROL message
+  ``TOPIC_INTEREST(domain_id) -> TOPICNAME(topic)`` or ``PATTERN_INTEREST(type, domain_id) ->
+  TOPICNAME(pattern)``; CANCEL when it goes. Sent in full when the link comes up, then changes.
+  Interest heard from the companion becomes this portal's interest on the router's bus; all of it
+  is withdrawn when the link goes down.
+- **Advertisements** — each stream the router sends over the link is announced before its data
+  by ``ADVERTISEMENT(hop_count, cost, topic_idx, domain_id) -> TOPICNAME -> OTID``: the cost so
+  far plus this portal's cost, one more hop, the origin domain, and the originating source's
+  OTID so the far router's proxy sources keep the source's identity. EOS flag when it ends.
+- **Data** — the source's LBMC frames as they are (sequence numbers, fragments), with the topic
+  index set to the stream's ``topic_idx`` on this link (kept as the origin's index when free, so
+  usually nothing is rewritten).
+- **Route-info** — flooded by the supervisor (router.routing.service), passed through.
+
+A stream's frames go into the far router's rings as they arrive; a full ring stops reading the
+link, so TCP pushes back instead of anything being dropped inside the router.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+
+from router.ipc import bus_messages as bm
+from router.portals.egress_records import EgressRecords
+from router.portals.forwarding import ForwardingView
+from router.portals.peer_dual_link import DualPeerLink
+from router.portals.peer_link import PeerLink
+from router.portals.streams import StreamTable
+from router.routing.route_info import is_route_info
+from router.um.batching_session import rewrite_tidx
+from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LbmcMessage, encode_lbmc
+from router.um.wire.lbmc_constants import (ADV_EOS, INTEREST_CANCEL, PATTERN_INTEREST_CANCEL)
+from router.um.wire.lbmc_gateway import Advertisement, PatternInterest, TopicInterest
+from router.um.wire.lbmc_headers import Otid, TopicName
+from router.um.wire.lbmr_constants import PATTERN_PCRE, PATTERN_REGEX
+from router.worker.records import StreamAdvert, frame_offsets
+
+log = logging.getLogger(__name__)
+
+_PATTERN_TYPE_OF_KIND = {bm.INTEREST_PCRE: PATTERN_PCRE, bm.INTEREST_REGEX: PATTERN_REGEX}
+_KIND_OF_PATTERN_TYPE = {v: k for k, v in _PATTERN_TYPE_OF_KIND.items()}
+_NO_INDEX = bytes(8)
+
+
+class _Outbound:
+    __slots__ = ("advert", "link_index", "rewrite")
+
+    def __init__(self, advert: StreamAdvert, link_index: int):
+        self.advert, self.link_index = advert, link_index
+        self.rewrite = None if link_index == advert.origin_index else link_index
+
+
+class _LinkReader:
+    """What the ring's flow control pauses when it is full: reading the link."""
+
+    def __init__(self, link: PeerLink):
+        self.link = link
+
+    def pause(self) -> None:
+        self.link.pause_reading()
+
+    def resume(self) -> None:
+        self.link.resume_reading()
+
+
+class PeerPortal(EgressRecords):
+    kind = "peer"
+
+    def __init__(self, config, index: int, portal_indexes: dict[str, int], loop, node_id: int, router_name: str,
+                 datapath, counters, log_event):
+        self.config = config
+        self.name = config.name
+        self.index = index
+        self.cost = config.cost
+        self.loop = loop
+        self.bus = None
+        self.datapath = datapath
+        self.counters = counters
+        self.log_event = log_event
+        self.view = ForwardingView(self.name, portal_indexes)
+        self.streams = StreamTable(self.name, self.view, datapath, counters, log_event)
+        link_class = DualPeerLink if config.link.dual else PeerLink
+        self.link = link_class(config, loop, router_name, node_id, self._link_up, self._link_down, self._control,
+                               counters, log_event, on_data=self._data, on_read_done=self._read_done)
+        self.reader = _LinkReader(self.link)
+        self.outbound: dict[tuple[int, int], _Outbound] = {}      # (ring, stream id) -> stream on the link
+        self.link_indexes: set[int] = set()
+        self._spare_indexes = itertools.count(0x40000000)
+        self.inbound: dict[int, object] = {}                       # link topic index -> Stream
+        self._arrived: dict[int, list] = {}                        # link index -> [frames, count, longest]
+        self.sent_interest: set[tuple[int, str, int]] = set()
+        self.heard_interest: set[tuple[int, str, int]] = set()
+        self.peer_name, self.peer_node_id = "", 0
+        self._withdraw_on_version: int | None = None
+        self.counters.set("data_bytes_enqueued_limit", config.max_queue)
+        self.link.start()
+
+    # -- the link's life ---------------------------------------------------------------------------
+    def _link_up(self, peer_name: str, peer_node_id: int) -> None:
+        # Interest kept from the last connection is replaced by what the companion sends now.
+        self._withdraw_heard_interest()
+        self.peer_name, self.peer_node_id = peer_name, peer_node_id
+        self.bus.send(bm.PeerState(self.name, 1, peer_name, peer_node_id))
+        self.sent_interest.clear()
+        self._send_interest()
+        for outbound in self.outbound.values():
+            self._send_advert(outbound)
+
+    def _link_down(self, reason: str) -> None:
+        self.bus.send(bm.PeerState(self.name, 0, self.peer_name, self.peer_node_id))
+        # Until the routes are recalculated the router keeps sending this way, as the DRO does:
+        # data for the down link is dropped and counted "not operational". The companion's
+        # interest goes with the next route table (or when the link comes back).
+        self._withdraw_on_version = self.view.table_version
+        for stream in list(self.inbound.values()):
+            self.streams.end(stream)
+        self.inbound.clear()
+        self._arrived.clear()
+        self.sent_interest.clear()
+
+    # -- interest ------------------------------------------------------------------------------------
+    def _send_interest(self) -> None:
+        """Bring the companion's view of what we want in line with what we pull in."""
+        if not self.link.is_up:
+            return
+        wanted = self.view.emitted()
+        for item in sorted(wanted - self.sent_interest):
+            self.link.send_control(_interest_message(item, cancel=False))
+            self.counters.add("interest_msgs_sent")
+        for item in sorted(self.sent_interest - wanted):
+            self.link.send_control(_interest_message(item, cancel=True))
+            self.counters.add("interest_msgs_sent")
+        self.sent_interest = wanted
+
+    def _withdraw_heard_interest(self) -> None:
+        self._withdraw_on_version = None
+        for kind, symbol, domain in sorted(self.heard_interest):
+            self.bus.send(bm.Interest(self.name, domain, kind, symbol, bm.OP_CANCEL))
+        self.heard_interest.clear()
+
+    def _heard_interest(self, message: LbmcMessage) -> None:
+        head = message.headers[0]
+        names = [h.topic for h in message.headers if isinstance(h, TopicName)]
+        if len(names) != 1:
+            self._malformed("interest message without exactly one TOPICNAME")
+            return
+        if isinstance(head, TopicInterest):
+            kind, cancel = bm.INTEREST_TOPIC, bool(head.flags & INTEREST_CANCEL)
+        else:
+            kind = _KIND_OF_PATTERN_TYPE.get(head.pattern_type)
+            cancel = bool(head.flags & PATTERN_INTEREST_CANCEL)
+            if kind is None:
+                self._malformed(f"pattern interest of unknown type {head.pattern_type}")
+                return
+        self.counters.add("interest_msgs_rcvd")
+        item = (kind, names[0], head.domain_id)
+        if cancel and item in self.heard_interest:
+            self.heard_interest.discard(item)
+            self.bus.send(bm.Interest(self.name, head.domain_id, kind, names[0], bm.OP_CANCEL))
+        elif not cancel and item not in self.heard_interest:
+            self.heard_interest.add(item)
+            self.bus.send(bm.Interest(self.name, head.domain_id, kind, names[0], bm.OP_ADD))
+
+    # -- messages from the companion -----------------------------------------------------------------
+    def _control(self, message: LbmcMessage) -> None:
+        if not message.headers:
+            self._malformed("control message without headers")
+            return
+        head = message.headers[0]
+        if isinstance(head, (TopicInterest, PatternInterest)):
+            self._heard_interest(message)
+        elif isinstance(head, Advertisement):
+            self._heard_advert(message)
+        elif is_route_info(message):
+            self.counters.add("route_info_msgs_rcvd")
+            self.bus.send(bm.RouteInfoMessage(self.name, encode_lbmc(message)))
+        else:
+            log.debug("peer %s: ignored a control message starting with %s", self.name, type(head).__name__)
+
+    def _heard_advert(self, message: LbmcMessage) -> None:
+        advert: Advertisement = message.headers[0]
+        topics = [h.topic for h in message.headers if isinstance(h, TopicName)]
+        otids = [h.otid for h in message.headers if isinstance(h, Otid)]
+        self.counters.add("advertisements_rcvd")
+        previous = self.inbound.pop(advert.topic_idx, None)
+        if previous is not None:
+            self._deliver(advert.topic_idx)
+            self.streams.end(previous)
+        if advert.flags & ADV_EOS:
+            return
+        if len(topics) != 1 or len(otids) != 1:
+            self._malformed("advertisement without exactly one TOPICNAME and one OTID")
+            return
+        stream = self.streams.begin(topics[0], otids[0], advert.cost, advert.hop_count, advert.domain_id,
+                                    f"{self.peer_name or 'peer'} via {self.name} #{advert.topic_idx}",
+                                    advert.topic_idx, self.reader)
+        if stream is not None:
+            self.inbound[advert.topic_idx] = stream
+
+    def _data(self, message: LbmcMessage, raw: bytes) -> None:
+        pending = self._arrived.get(message.tidx)
+        if pending is None:
+            self._arrived[message.tidx] = [[raw], 1, len(raw)]
+        else:
+            pending[0].append(raw)
+            pending[1] += 1
+            pending[2] = max(pending[2], len(raw))
+
+    def _read_done(self) -> None:
+        for link_index in list(self._arrived):
+            self._deliver(link_index)
+
+    def _deliver(self, link_index: int) -> None:
+        pending = self._arrived.pop(link_index, None)
+        if pending is None:
+            return
+        stream = self.inbound.get(link_index)
+        frames = b"".join(pending[0])
+        if stream is None:
+            self.counters.add_pair("transport_topic_fragments_rcvd_unknown",
+                                   "transport_topic_fragment_bytes_rcvd_unknown", pending[1], len(frames))
+            return
+        self.streams.forward(stream, frames, pending[1], pending[2])
+
+    def _malformed(self, what: str) -> None:
+        self.counters.add("link_malformed")
+        self.log_event("malformed-input", f"peer link {self.name}: {what}; ignored")
+
+    # -- records from the other portals' rings (what we send over the link) --------------------------
+    def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+        outbound = self.outbound.get((ring, stream_id))
+        if outbound is None:
+            return False
+        data = frames if outbound.rewrite is None else rewrite_tidx(frames, frame_offsets(frames), outbound.rewrite)
+        self.link.send_data(data, count)
+        return True
+
+    def egress_advert(self, ring: int, advert: StreamAdvert) -> None:
+        self._stream_out(ring, advert)
+
+    def egress_eos(self, ring: int, stream_id: int) -> None:
+        self._stream_end(ring, stream_id)
+
+    def _stream_out(self, ring: int, advert: StreamAdvert) -> None:
+        outbound = self.outbound.get((ring, advert.stream_id))
+        if outbound is None:
+            index = advert.origin_index
+            while index in self.link_indexes:
+                index = next(self._spare_indexes) & 0xFFFFFFFF
+            self.link_indexes.add(index)
+            outbound = self.outbound[(ring, advert.stream_id)] = _Outbound(advert, index)
+            self.counters.add("streams_out")
+        self._send_advert(outbound)
+
+    def _stream_end(self, ring: int, stream_id: int) -> None:
+        outbound = self.outbound.pop((ring, stream_id), None)
+        if outbound is None:
+            return
+        self.link_indexes.discard(outbound.link_index)
+        self._send_advert(outbound, eos=True)
+
+    def _send_advert(self, outbound: _Outbound, eos: bool = False) -> None:
+        advert = outbound.advert
+        header = Advertisement(flags=ADV_EOS if eos else 0, hop_count=min(advert.hop_count + 1, 255), ad_flags=0,
+                               cost=min(advert.cost + self.cost, 0x7FFFFFFF), transport_idx=0,
+                               topic_idx=outbound.link_index, low_seqno=0, high_seqno=0,
+                               domain_id=advert.origin_domain_id, pat_idx=_NO_INDEX, ctxinst=_NO_INDEX)
+        if self.link.send_control(LbmcMessage(LBMC_TYPE_CONTROL, [header, TopicName(advert.topic), Otid(advert.otid)])):
+            self.counters.add("advertisements_sent")
+
+    def flush(self) -> None:
+        """The rings are drained: what was batched for the link goes now (smart batching)."""
+        self.link.flush()
+
+    # -- the router-wide view ------------------------------------------------------------------------
+    def on_bus(self, message) -> None:
+        changed = self.view.apply(message, self.datapath)
+        if changed == "routes" and self._withdraw_on_version is not None and not self.link.is_up:
+            self._withdraw_heard_interest()
+        if changed in ("snapshot", "interest", "routes"):
+            self._interest_changed()
+        elif changed == "portal-up":
+            self.streams.remask()
+            self.streams.readvertise_to(1 << message.index)
+        elif isinstance(message, bm.RouteInfoMessage) and message.portal == self.name:
+            if self.link.send_control(message.data):
+                self.counters.add("route_info_msgs_sent")
+        elif isinstance(message, bm.PortalDown):
+            self._end_streams_of_ring(message.index)
+        elif isinstance(message, bm.PortalRemoved):
+            self.view.forget_portal(message.portal)
+            self._end_streams_of_ring(message.index)
+            self.datapath.detach(message.index)
+            self._interest_changed()
+        elif isinstance(message, bm.SetCost) and message.portal == self.name:
+            self.cost = message.cost
+            for outbound in self.outbound.values():
+                self._send_advert(outbound)
+
+    def _end_streams_of_ring(self, ring: int) -> None:
+        for key in [k for k in self.outbound if k[0] == ring]:
+            self._stream_end(*key)
+
+    def _interest_changed(self) -> None:
+        self.streams.remask()
+        self._send_interest()
+        remote = self.view.remote_counts()
+        self.counters.set("remote_interest_topics", remote[bm.INTEREST_TOPIC])
+        self.counters.set("remote_interest_pcre_patterns", remote[bm.INTEREST_PCRE])
+        self.counters.set("remote_interest_regex_patterns", remote[bm.INTEREST_REGEX])
+
+    def query(self, what: str) -> dict:
+        if what == "topics":
+            return {
+                "link": {"state": self.link.state.value, "peer": self.peer_name, "peer_node_id": self.peer_node_id},
+                "interest_sent": sorted(f"{k}:{s} for domain {d}" for k, s, d in self.sent_interest),
+                "interest_heard": sorted(f"{k}:{s} for domain {d}" for k, s, d in self.heard_interest),
+                "streams_out": sorted(({"topic": o.advert.topic, "source": o.advert.source, "link_index": o.link_index,
+                                        "cost": o.advert.cost + self.cost, "hop_count": o.advert.hop_count + 1}
+                                       for o in self.outbound.values()), key=lambda d: (d["topic"], d["source"])),
+                "streams_in": sorted(({"topic": s.advert.topic, "source": s.advert.source,
+                                       "origin_domain_id": s.advert.origin_domain_id, "hop_count": s.advert.hop_count,
+                                       "to": bin(s.mask).count("1")}
+                                      for s in self.inbound.values()), key=lambda d: (d["topic"], d["source"])),
+            }
+        return {"error": f"unknown query {what!r}"}
+
+    def close(self) -> None:
+        for key in list(self.outbound):
+            self._stream_end(*key)
+        self.link.flush()
+        self.streams.close()
+        self.inbound.clear()
+        self.loop.call_later(0.2, self.link.stop)      # let the EOS advertisements leave first
+
+
+def _interest_message(item: tuple[int, str, int], cancel: bool) -> LbmcMessage:
+    kind, symbol, domain = item
+    if kind == bm.INTEREST_TOPIC:
+        head = TopicInterest(flags=INTEREST_CANCEL if cancel else 0, domain_id=domain)
+    else:
+        head = PatternInterest(flags=PATTERN_INTEREST_CANCEL if cancel else 0,
+                               pattern_type=_PATTERN_TYPE_OF_KIND[kind], domain_id=domain, idx=_NO_INDEX)
+    return LbmcMessage(LBMC_TYPE_CONTROL, [head, TopicName(symbol)])

@@ -1,0 +1,72 @@
+"""The seed's dual-TCP peer link (`<tcp>` with `<companion>`): one connection per direction.
+
+Each side listens on `<listen-port>` and connects to its companion; data and control go out on
+the connection this side opened and come in on the one it accepted. It is two ordinary peer links
+(router.portals.peer_link) — an initiator and an acceptor, each with its own handshake and
+keepalive — presented to the peer portal as one: up when both are up to the same companion,
+down when either goes down. The DRO eliminated this form in UM 6.10; the configuration loader
+warns, and this keeps old configurations working.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from router.portals.peer_link import PeerLink
+
+
+class DualPeerLink:
+    def __init__(self, config, loop, own_name: str, node_id: int, on_up: Callable[[str, int], None],
+                 on_down: Callable[[str], None], on_message, counters, log_event, on_data=None, on_read_done=None):
+        link = config.link
+        outbound = dataclasses.replace(config, link=dataclasses.replace(link, dual=False, acceptor=None))
+        inbound = dataclasses.replace(config, link=dataclasses.replace(link, dual=False, initiator=None))
+        self.on_up, self.on_down = on_up, on_down
+        self.peer: tuple[str, int] | None = None
+        # Sends go out on the connection we opened; what the companion sends arrives on the one
+        # we accepted (it may also answer keepalives on ours: each link handles its own).
+        self.outbound = PeerLink(outbound, loop, own_name, node_id, self._half_up, self._half_down, on_message,
+                                 counters, log_event, on_data=on_data, on_read_done=on_read_done)
+        self.inbound = PeerLink(inbound, loop, own_name, node_id, self._half_up, self._half_down, on_message,
+                                counters, log_event, on_data=on_data, on_read_done=on_read_done)
+
+    @property
+    def is_up(self) -> bool:
+        return self.outbound.is_up and self.inbound.is_up
+
+    @property
+    def state(self):
+        return self.outbound.state if not self.outbound.is_up else self.inbound.state
+
+    def start(self) -> None:
+        self.inbound.start()
+        self.outbound.start()
+
+    def stop(self) -> None:
+        self.outbound.stop()
+        self.inbound.stop()
+
+    def _half_up(self, name: str, node_id: int) -> None:
+        if self.is_up and self.peer is None:
+            self.peer = (name, node_id)
+            self.on_up(name, node_id)
+
+    def _half_down(self, reason: str) -> None:
+        if self.peer is not None:
+            self.peer = None
+            self.on_down(reason)
+
+    def send_control(self, message) -> bool:
+        return self.outbound.send_control(message)
+
+    def send_data(self, message, fragments: int = 1) -> bool:
+        return self.outbound.send_data(message, fragments)
+
+    def flush(self) -> None:
+        self.outbound.flush()
+
+    def pause_reading(self) -> None:
+        self.inbound.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.inbound.resume_reading()

@@ -1,0 +1,221 @@
+"""The router's routing state, owned by the supervisor: topology map, recalculation, route-info flood.
+
+Workers report what only they see (a peer link came up to router X, a route-info message arrived
+on portal P); the service keeps the topology map (topology.py), floods route-info on to every
+other route-carrying portal, times out silent routers, recalculates paths once the map settles
+(recalculation.py) and hands the result to the workers as a route table: the map's records, from
+which every worker builds the same :class:`router.routing.paths.Routes` and asks it its questions.
+
+The first calculation runs at once (a lone router routes between its own domains from the
+start); later ones wait ``backoff-interval`` after the last change, as the DRO does. Forbidden
+topologies are logged once when they appear and listed by ``routerctl topology``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from router.eventlog import event
+from router.routing.paths import Routes
+from router.routing.recalculation import RecalcTrigger, RecalculationScheduler
+from router.routing.route_info import RouteInfoError, encode_route_info, parse_route_info, with_ttl
+from router.routing.topology import DOMAIN, Adjacency, RouterRecord, Topology, TopologySnapshot
+from router.um.wire.lbmc import WireError, decode_lbmc, encode_lbmc
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+def records_to_plain(snapshot: TopologySnapshot) -> list:
+    """A snapshot as msgpack-able lists (for the bus); portal names of our own adjacencies included."""
+    return [[r.node_id, r.name, r.version,
+             [[a.kind == DOMAIN, a.neighbor, a.cost, a.identity, a.portal] for a in r.adjacencies]]
+            for r in snapshot.records]
+
+
+def snapshot_from_plain(local_id: int, records: list) -> TopologySnapshot:
+    built = []
+    for node_id, name, version, adjacencies in records:
+        built.append(RouterRecord(node_id, name, version, tuple(
+            Adjacency("domain" if is_domain else "router", neighbor, cost, identity, portal)
+            for is_domain, neighbor, cost, identity, portal in adjacencies), is_local=node_id == local_id))
+    return TopologySnapshot(local_id, tuple(sorted(built, key=lambda r: r.node_id)))
+
+
+class RoutingService:
+    """``send(portal, data)`` puts route-info bytes on a route-carrying portal; ``publish(table)``
+    gives workers a new route table (see :meth:`table`)."""
+
+    def __init__(self, node_id: int, name: str, daemon_config, send: Callable[[str, bytes], None],
+                 publish: Callable[[list], None], log_event: Callable[[str, str], None] | None = None):
+        info = daemon_config.route_info
+        recalc = daemon_config.route_recalculation
+        self.node_id, self.name = node_id, name
+        self.propagation_interval_ms = info.propagation_interval
+        self.check_interval_ms = info.check_interval
+        self.topology = Topology(node_id, name, info.timeout, info.max_hop_count)
+        self._log_event = log_event or (lambda name_, text: event(name_, text))
+        self.scheduler = RecalculationScheduler(self._recalculate, recalc.backoff_interval, recalc.warning_interval,
+                                                info.propagation_interval, self._log_event)
+        self._send, self._publish = send, publish
+        self.adjacencies: dict[str, Adjacency] = {}       # portal -> adjacency while it has one
+        self.route_portals: set[str] = set()              # portals that carry route-info
+        self.routes = Routes(self.topology.snapshot())
+        self.table_version = 0
+        self.forbidden_reported: set[str] = set()
+        self.counters = {"route_info_sent": 0, "route_info_rcvd": 0, "route_info_forwarded": 0,
+                         "route_info_malformed": 0, "route_info_duplicates": 0}
+
+    # -- what the workers report ---------------------------------------------------------------
+    def set_adjacency(self, portal: str, adjacency: Adjacency | None, now: float | None = None) -> None:
+        """A portal's adjacency appeared, changed or went (None)."""
+        now = now_ms() if now is None else now
+        old = self.adjacencies.get(portal)
+        if adjacency is None:
+            self.adjacencies.pop(portal, None)
+        else:
+            self.adjacencies[portal] = adjacency
+        if old == adjacency and (old is None or old.portal == adjacency.portal):
+            return
+        if not self.topology.set_local_adjacencies(self.adjacencies.values()):
+            return
+        if old is None:
+            trigger = RecalcTrigger.LINK_CAME_UP
+        elif adjacency is None:
+            trigger = RecalcTrigger.LINK_WENT_DOWN
+        elif old.neighbor == adjacency.neighbor and old.kind == adjacency.kind:
+            trigger = RecalcTrigger.COST_CHANGED
+        else:
+            trigger = RecalcTrigger.LINK_CAME_UP
+        self.scheduler.note(trigger, f"portal {portal}", now)
+        if not self.scheduler.has_calculated:
+            self.scheduler.force(now, "start-up")
+        self._announce()             # tell the others now rather than at the next interval
+
+    def set_route_portal(self, portal: str, carries_route_info: bool) -> None:
+        if carries_route_info:
+            self.route_portals.add(portal)
+        else:
+            self.route_portals.discard(portal)
+
+    def note_domain_id_conflict(self, portal: str, our_domain_id: int, heard_domain_id: int, heard_from: str) -> None:
+        self.topology.note_domain_id_conflict(
+            our_domain_id, heard_domain_id,
+            f"portal {portal} of {self.name} heard router {heard_from} say LOCAL_DOMAIN {heard_domain_id}", now_ms())
+        self._report_forbidden()
+
+    def on_route_info(self, portal: str, data: bytes, now: float | None = None) -> None:
+        """A route-info message arrived on ``portal``: apply it and flood it on."""
+        now = now_ms() if now is None else now
+        try:
+            message, _ = decode_lbmc(data)
+            announcement = parse_route_info(message)
+        except (WireError, RouteInfoError) as err:
+            self.counters["route_info_malformed"] += 1
+            log.warning("route-info from portal %s dropped: %s", portal, err)
+            return
+        self.counters["route_info_rcvd"] += 1
+        result = self.topology.apply(announcement, now)
+        if result.record is None or result.forward_ttl is None:
+            self.counters["route_info_duplicates"] += 1
+            return
+        if result.changes_topology:
+            trigger = (RecalcTrigger.NEW_DRO_DISCOVERED if result.outcome.name == "NEW_ROUTER"
+                       else RecalcTrigger.NODE_UPDATED)
+            self.scheduler.note(trigger, result.record.label(), now)
+            self._report_forbidden()
+        forwarded = encode_lbmc(with_ttl(message, result.forward_ttl))
+        for other in sorted(self.route_portals - {portal}):
+            self._send(other, forwarded)
+            self.counters["route_info_forwarded"] += 1
+
+    # -- timers ----------------------------------------------------------------------------------
+    def propagate(self) -> None:
+        """Every propagation-interval: our own route-info to every route-carrying portal."""
+        self._announce()
+
+    def _announce(self) -> None:
+        if not self.route_portals:
+            return
+        data = encode_route_info(self.topology.next_announcement())
+        for portal in sorted(self.route_portals):
+            self._send(portal, data)
+            self.counters["route_info_sent"] += 1
+
+    def check(self, now: float | None = None) -> None:
+        """Every check-interval: time out silent routers, recalculate once changes settle."""
+        now = now_ms() if now is None else now
+        for record in self.topology.expire(now):
+            self.scheduler.note(RecalcTrigger.DRO_TIMED_OUT, record.label(), now)
+        self.scheduler.poll(now)
+
+    def force(self, detail: str = "operator request") -> None:
+        self.scheduler.force(now_ms(), detail)
+        self.scheduler.poll(now_ms())
+
+    def _recalculate(self, changes) -> None:
+        self.routes = Routes(self.topology.snapshot())
+        self.table_version += 1
+        self._publish(self.table())
+        self._report_forbidden()
+
+    def _report_forbidden(self) -> None:
+        found = self.topology.forbidden()
+        for item in found:
+            if item.message not in self.forbidden_reported:
+                self._log_event("forbidden-topology", item.message)
+        self.forbidden_reported = {item.message for item in found}
+
+    # -- what workers and operators read ----------------------------------------------------------
+    def table(self) -> list:
+        """[version, local node id, records] — what a worker needs to build the same Routes."""
+        return [self.table_version, self.node_id, records_to_plain(self.routes.snapshot)]
+
+    @property
+    def signature(self) -> int:
+        return self.topology.signature()
+
+    def path(self, source: int, destination: int) -> dict | None:
+        path = self.routes.path(source, destination)
+        return _path_dict(path) if path is not None else None
+
+    def describe(self, now: float | None = None) -> dict:
+        now = now_ms() if now is None else now
+        names = {r.node_id: r.name for r in self.topology.routers()}
+        routers = []
+        for record in self.topology.routers():
+            routers.append({
+                "node_id": record.node_id, "name": record.name, "version": record.version,
+                "local": record.is_local,
+                "last_heard_age_ms": None if record.is_local else round(now - record.last_heard_ms, 1),
+                "signature": f"{(self.topology.signature32() if record.is_local else record.topology_signature):#010x}",
+                "adjacencies": [{"kind": a.kind, "neighbor": a.neighbor,
+                                 "neighbor_name": names.get(a.neighbor) if a.kind != DOMAIN else None,
+                                 "cost": a.cost, "portal": a.portal} for a in record.adjacencies],
+            })
+        scheduler = self.scheduler
+        return {
+            "node_id": self.node_id, "name": self.name, "version": self.topology.local.version,
+            "signature": f"{self.signature:#018x}", "table_version": self.table_version,
+            "routers": routers, "domains": list(self.routes.domains),
+            "forbidden": [{"kind": f.kind, "message": f.message, "routers": list(f.routers)}
+                          for f in self.topology.forbidden()],
+            "recalculations": scheduler.recalculations,
+            "last_recalculation_age_s": (None if scheduler.last_recalculation_ms is None
+                                         else round((now - scheduler.last_recalculation_ms) / 1000, 3)),
+            "last_changes": [c.describe() for c in scheduler.last_changes],
+            "pending_changes": [c.describe() for c in scheduler.pending],
+            "paths": [_path_dict(p) for p in self.routes.all_paths()],
+            "counters": dict(self.counters),
+        }
+
+
+def _path_dict(path) -> dict:
+    return {"from": path.source_domain, "to": path.destination_domain, "cost": path.cost,
+            "routers": len(path.routers), "text": path.describe(),
+            "hops": [{"kind": h.kind, "node": h.node, "name": h.name, "cost": h.cost, "portal": h.portal}
+                     for h in path.hops]}

@@ -1,0 +1,100 @@
+"""ForwardingView: one path per destination, interest pulled only where paths enter (pure logic)."""
+from router.ipc import bus_messages as bm
+from router.portals.forwarding import ForwardingView
+from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
+from router.routing.service import records_to_plain
+from tests.routing.net import Net
+
+T = bm.INTEREST_TOPIC
+
+
+def view_of(net: Net, router: str, portal: str, version: int = 1) -> ForwardingView:
+    portals = sorted(a.portal for a in net.adjacencies[router])
+    view = ForwardingView(portal, {name: i for i, name in enumerate(portals)})
+    snapshot = net.topology(router).snapshot()
+    assert view.load_routes(bm.RouteTable(version, net.ids[router], tuple(records_to_plain(snapshot))))
+    return view
+
+
+def want(view: ForwardingView, portal: str, domain: int, topic: str = "t") -> None:
+    view.table.apply(bm.Interest(portal, domain, T, topic, bm.OP_ADD))
+
+
+def bit(view: ForwardingView, portal: str) -> int:
+    return 1 << view.portal_indexes[portal]
+
+
+def loop_of_three() -> Net:
+    """A(D1), B(D2), C(D3) in a ring of peer links; A-C is expensive, so D1 -> D3 goes through B."""
+    net = Net().router("A", 1).router("B", 2).router("C", 3)
+    net.endpoint("A", 1).endpoint("B", 2).endpoint("C", 3)
+    return net.peer("A", "B").peer("B", "C").peer("C", "A", cost_a=10, cost_b=10)
+
+
+def test_a_lone_router_forwards_between_its_domains():
+    net = Net().router("R", 1).endpoint("R", 1, portal="E1").endpoint("R", 2, portal="E2")
+    ingress = view_of(net, "R", "E1")
+    want(ingress, "E2", 2)
+    assert ingress.mask_for("t", 1) == bit(ingress, "E2")
+    assert ingress.pulled() == ({"t"}, set())
+    assert ingress.mask_for("t", 2) == 0, "never back into the origin domain"
+    assert ingress.mask_for("other", 1) == 0
+
+
+def test_one_path_in_a_loop_no_second_copy():
+    net = loop_of_three()
+    # At A: D3's receivers are reached through B, not over the expensive direct link to C.
+    a = view_of(net, "A", "A.E1")
+    want(a, "A->B", 3)
+    want(a, "A->C", 3)            # C also says it wants it (its own receivers): the path decides
+    assert a.mask_for("t", 1) == bit(a, "A->B")
+    # At C: a stream from D1 arriving over B is delivered to D3; one arriving from A is not on
+    # the D1 -> D3 path at all, and C never sends D1's data back toward A.
+    c = view_of(net, "C", "C->B")
+    want(c, "C.E3", 3)
+    want(c, "C->A", 1)
+    assert c.mask_for("t", 1) == bit(c, "C.E3")
+    # B pulls D3's interest in through its link to A only (the way D1's data comes in).
+    b_from_a = view_of(net, "B", "B->A")
+    want(b_from_a, "B->C", 3)
+    assert b_from_a.emitted() == {(T, "t", 3)}
+    b_endpoint = view_of(net, "B", "B.E2")
+    want(b_endpoint, "B->C", 3)
+    assert b_endpoint.emitted() == {(T, "t", 3)}, "D2's own sources also reach D3 through B"
+
+
+def test_nothing_is_forwarded_before_the_first_route_table():
+    view = ForwardingView("E1", {"E1": 0, "E2": 1})
+    want(view, "E2", 2)
+    assert view.mask_for("t", 1) == 0 and view.emitted() == set()
+
+
+def test_an_older_route_table_is_ignored():
+    net = Net().router("R", 1).endpoint("R", 1, portal="E1").endpoint("R", 2, portal="E2")
+    view = view_of(net, "R", "E1", version=5)
+    records = tuple(records_to_plain(net.topology("R").snapshot()))
+    assert not view.load_routes(bm.RouteTable(4, net.ids["R"], records))
+
+
+def test_announcer_backs_off_and_cancels_once():
+    announcer = InterestAnnouncer(1.0, 8.0)
+    item = (T, "t", 3)
+    announcer.update({item}, 0.0)
+    assert announcer.due(0.0) == ([item], [item], [])
+    assert announcer.due(1.5) == ([], [], [])
+    assert announcer.due(2.0) == ([item], [], [])          # 2 s after the first
+    assert announcer.next_due(2.0) == 4.0                  # then 4 s, 8 s, 8 s...
+    announcer.update(set(), 3.0)
+    assert announcer.due(3.0) == ([], [], [item])
+    assert announcer.due(10.0) == ([], [], [])
+
+
+def test_remote_interest_expires_unless_refreshed():
+    remote = RemoteInterest(topic_timeout=10.0, pattern_timeout=20.0)
+    topic, pattern = (T, "t", 3), (bm.INTEREST_PCRE, "^t", 3)
+    assert remote.heard(topic, 0.0) and remote.heard(pattern, 0.0)
+    assert not remote.heard(topic, 5.0)
+    assert remote.expire(12.0) == []
+    assert remote.expire(15.0) == [topic]
+    assert remote.expire(20.0) == [pattern]
+    assert not remote.cancel(topic)

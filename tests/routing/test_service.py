@@ -1,0 +1,88 @@
+"""RoutingService: the supervisor's routing state, driven by hand (no processes, no clock)."""
+from router.config.model import DaemonConfig, RouteInfo, RouteRecalculation
+from router.routing.route_info import encode_route_info, parse_route_info
+from router.routing.service import RoutingService, snapshot_from_plain
+from router.routing.topology import Adjacency, Topology
+from router.um.wire.lbmc import decode_lbmc
+
+
+def service(node_id=1, name="r1", backoff=500, timeout=4000):
+    sent, published, events = [], [], []
+    daemon = DaemonConfig(route_info=RouteInfo(timeout=timeout), route_recalculation=RouteRecalculation(backoff, 10000))
+    routing = RoutingService(node_id, name, daemon, lambda portal, data: sent.append((portal, data)),
+                             published.append, lambda event, text: events.append((event, text)))
+    return routing, sent, published, events
+
+
+def announcement_of(data: bytes):
+    return parse_route_info(decode_lbmc(data)[0])
+
+
+def test_first_calculation_is_immediate_and_later_ones_wait_for_the_backoff():
+    routing, sent, published, _ = service()
+    routing.set_route_portal("E1", True)
+    routing.set_adjacency("E1", Adjacency.domain(1, 1, "E1"), now=0)
+    routing.check(now=0)
+    assert len(published) == 1, "a lone router routes at once"
+    routing.set_adjacency("E2", Adjacency.domain(2, 1, "E2"), now=10)
+    routing.check(now=100)
+    assert len(published) == 1
+    routing.check(now=510)
+    assert len(published) == 2
+    version, local_id, records = published[-1]
+    snapshot = snapshot_from_plain(local_id, records)
+    assert [a.neighbor for a in snapshot.record(1).adjacencies] == [1, 2]
+    assert {a.portal for a in snapshot.record(1).adjacencies} == {"E1", "E2"}, "portal names reach the workers"
+
+
+def test_route_info_is_applied_and_flooded_on_with_one_less_ttl_but_never_twice():
+    routing, sent, published, _ = service()
+    for portal in ("P1", "P2", "E1"):
+        routing.set_route_portal(portal, True)
+    other = Topology(7, "r7")
+    other.set_local_adjacencies([Adjacency.router(1, 1), Adjacency.domain(9, 1)])
+    data = encode_route_info(other.next_announcement())
+    sent.clear()
+    routing.on_route_info("P1", data, now=0)
+    assert sorted(portal for portal, _ in sent) == ["E1", "P2"], "flooded everywhere but where it came from"
+    assert announcement_of(sent[0][1]).ttl == 99
+    sent.clear()
+    routing.on_route_info("P2", data, now=1)
+    assert sent == [] and routing.counters["route_info_duplicates"] == 1
+    assert routing.topology.get(7).name == "r7"
+
+
+def test_silent_routers_time_out_and_malformed_route_info_is_counted():
+    routing, sent, published, events = service(timeout=1000, backoff=0)
+    routing.set_route_portal("P1", True)
+    other = Topology(7, "r7")
+    routing.on_route_info("P1", encode_route_info(other.next_announcement()), now=0)
+    routing.on_route_info("P1", b"\x08\xff\x00\x04", now=0)
+    assert routing.counters["route_info_malformed"] == 1
+    routing.check(now=1500)
+    assert routing.topology.get(7) is None
+    assert any("DRO TIMED OUT" in text for _, text in events)
+
+
+def test_forbidden_topologies_are_logged_once_and_described():
+    routing, sent, published, events = service()
+    routing.set_adjacency("P1", Adjacency.router(7, 1, "P1"), now=0)
+    routing.set_adjacency("P2", Adjacency.router(7, 2, "P2"), now=0)
+    routing.check(now=0)
+    routing.check(now=10)
+    logged = [text for event, text in events if event == "forbidden-topology"]
+    assert len(logged) == 1 and "P1" in logged[0] and "P2" in logged[0]
+    described = routing.describe(now=20)
+    assert described["forbidden"][0]["kind"] == "two-peer-links"
+    assert described["routers"][0]["local"] and described["signature"].startswith("0x")
+
+
+def test_own_announcements_go_out_on_every_route_portal_with_a_new_sqn():
+    routing, sent, _, _ = service()
+    routing.set_route_portal("E1", True)
+    routing.set_adjacency("E1", Adjacency.domain(1, 3, "E1", "239.1.1.1:1000"), now=0)
+    sent.clear()
+    routing.propagate()
+    routing.propagate()
+    first, second = (announcement_of(data) for _, data in sent)
+    assert second.sqn == first.sqn + 1 and first.adjacencies[0].cost == 3 and first.adjacencies[0].identity
