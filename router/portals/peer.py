@@ -204,14 +204,15 @@ class PeerPortal(EgressRecords):
         if stream is not None:
             self.inbound[advert.topic_idx] = stream
 
-    def _data(self, message: LbmcMessage, raw: bytes) -> None:
-        pending = self._arrived.get(message.tidx)
+    def _data(self, link_index: int, frames: bytes, count: int, longest: int) -> None:
+        """A run of data messages for one stream (kept until the read is done: one ring record)."""
+        pending = self._arrived.get(link_index)
         if pending is None:
-            self._arrived[message.tidx] = [[raw], 1, len(raw)]
+            self._arrived[link_index] = [[frames], count, longest]
         else:
-            pending[0].append(raw)
-            pending[1] += 1
-            pending[2] = max(pending[2], len(raw))
+            pending[0].append(frames)
+            pending[1] += count
+            pending[2] = max(pending[2], longest)
 
     def _read_done(self) -> None:
         for link_index in list(self._arrived):

@@ -30,8 +30,8 @@ from router.portals.peer_handshake import HandshakeError, build_handshake, is_ha
 from router.portals.peer_keepalive import KeepaliveMonitor, keepalive_header
 from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRANSITIONS, LinkEvent,
                                              LinkState)
-from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_TYPE_CONTROL, LbmcMessage, WireError, encode_lbmc,
-                                 split_lbmc_stream)
+from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_HDR_SIZE_DATA, LBMC_TYPE_CONTROL, LbmcMessage,
+                                 WireError, check_message_start, decode_lbmc, encode_lbmc)
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class PeerLink:
                  on_message: Callable[[LbmcMessage], None] | None = None, counters=None,
                  log_event: Callable[[str, str], None] | None = None,
                  handshake_timeout_ms: int = 5000, connect_timeout_ms: int = 5000,
-                 on_data: Callable[[LbmcMessage, bytes], None] | None = None,
+                 on_data: Callable[[int, bytes, int, int], None] | None = None,
                  on_read_done: Callable[[], None] | None = None):
         link = config.link
         if link.dual or (link.initiator is None) == (link.acceptor is None):
@@ -55,8 +55,9 @@ class PeerLink:
         self.name = config.name
         self.own_name, self.node_id = own_name, node_id
         self.on_up, self.on_down, self.on_message = on_up, on_down, on_message
-        # Data messages go to on_data with their bytes (forwarded as they are); on_read_done
-        # follows each socket read, so the owner can hand on a read's worth of data at once.
+        # Data messages go to on_data(topic index, bytes of a run of them, count, longest), as
+        # they are, to be forwarded; on_read_done follows each socket read, so the owner can
+        # hand on a read's worth of data at once.
         self.on_data, self.on_read_done = on_data, on_read_done
         self.counters = counters if counters is not None else PortalCounters()
         self._log_event = log_event or self._default_log_event
@@ -300,27 +301,63 @@ class PeerLink:
         self.keepalive.note_received()
         self._receive += data
         try:
-            messages, used = split_lbmc_stream(self._receive)
+            used = self._consume(self._receive)
         except WireError as err:
             self.counters.add("link_malformed")
             self._log_event("malformed-input", f"peer link from {self._address_text()}: malformed LBMC stream "
                                                f"({err}); dropping the connection")
             self._fire(E.LOST, f"malformed stream: {err}")
             return
-        sizes = peer_sockets.message_sizes(self._receive, used)
-        received = bytes(self._receive[:used])
-        del self._receive[:used]
-        generation = self._generation
-        offset = 0
-        for message, size in zip(messages, sizes):
-            if self._generation != generation or self._sock is None:
-                return                      # a message took the link down: drop the rest
-            self._dispatch(message, size, received, offset)
-            offset += size
+        if self._sock is not None:
+            del self._receive[:used]
         if self.on_read_done is not None and self.state is S.UP:
             self._call_owner(self.on_read_done)
 
-    def _dispatch(self, message: LbmcMessage, size: int, received: bytes = b"", offset: int = 0) -> None:
+    def _consume(self, buf: bytearray) -> int:
+        """Handle every complete message at the front of `buf`; return the bytes used.
+
+        Data messages (the bulk of a busy link) are not decoded: runs of consecutive ones for one
+        topic index go to `on_data` as they are. Control messages are decoded and dispatched in
+        their place in the stream, after the data before them, so an advertisement is always
+        seen before its data and its EOS after it.
+        """
+        offset, end, generation = 0, len(buf), self._generation
+        fast = self.on_data is not None and self.state is S.UP
+        run_start = run_tidx = None
+        run_count = run_longest = 0
+        while end - offset >= 4:
+            msglen = (buf[offset + 2] << 8) | buf[offset + 3]
+            base = check_message_start(buf, offset)
+            if offset + msglen > end:
+                break
+            if fast and base == LBMC_HDR_SIZE_DATA:
+                tidx = int.from_bytes(buf[offset + 4:offset + 8], "big")
+                if run_start is not None and tidx != run_tidx:
+                    self._data_run(buf, run_start, offset, run_tidx, run_count, run_longest)
+                    run_start = None
+                if run_start is None:
+                    run_start, run_tidx, run_count, run_longest = offset, tidx, 0, 0
+                run_count += 1
+                run_longest = max(run_longest, msglen)
+            else:
+                if run_start is not None:
+                    self._data_run(buf, run_start, offset, run_tidx, run_count, run_longest)
+                    run_start = None
+                message, _ = decode_lbmc(buf, offset)
+                self._dispatch(message, msglen, bytes(buf[offset:offset + msglen]))
+                if self._generation != generation or self._sock is None:
+                    return offset + msglen          # a message took the link down: drop the rest
+                fast = self.on_data is not None and self.state is S.UP
+            offset += msglen
+        if run_start is not None:
+            self._data_run(buf, run_start, offset, run_tidx, run_count, run_longest)
+        return offset
+
+    def _data_run(self, buf, start: int, stop: int, tidx: int, count: int, longest: int) -> None:
+        self.counters.add_pair("data_msgs_rcvd", "data_msg_bytes_rcvd", count, stop - start)
+        self._call_owner(self.on_data, tidx, bytes(buf[start:stop]), count, longest)
+
+    def _dispatch(self, message: LbmcMessage, size: int, raw: bytes = b"") -> None:
         control = message.msg_type == LBMC_TYPE_CONTROL
         if control:
             self.counters.add_pair("gateway_cntl_msgs_rcvd", "gateway_cntl_msg_bytes_rcvd", 1, size)
@@ -337,7 +374,7 @@ class PeerLink:
             self._fire(E.LOST, "protocol error: a second handshake on an established link")
             return
         if not control and self.on_data is not None:
-            self._call_owner(self.on_data, message, received[offset:offset + size])
+            self._call_owner(self.on_data, message.tidx, raw, 1, size)
             return
         keepalive = keepalive_header(message)
         if keepalive is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 
 from router.um.netif import resolve_interface
-from router.um.wire.lbmc import peek_msglen
 
 
 def start_connect(link) -> tuple[socket.socket, tuple[str, int], int]:
@@ -59,13 +58,3 @@ def apply_link_options(sock: socket.socket, link) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, link.send_buffer)
     if link.receive_buffer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, link.receive_buffer)
-
-
-def message_sizes(buffer, used: int) -> list[int]:
-    """Byte length of each complete LBMC message in ``buffer[:used]`` (for the byte counters)."""
-    sizes, offset = [], 0
-    while offset < used:
-        length = peek_msglen(buffer, offset)
-        sizes.append(length)
-        offset += length
-    return sizes

@@ -98,3 +98,39 @@ def test_remote_interest_expires_unless_refreshed():
     assert remote.expire(15.0) == [topic]
     assert remote.expire(20.0) == [pattern]
     assert not remote.cancel(topic)
+
+
+class _Ring:
+    """Records the stream records a StreamTable writes (what the datapath would put in the ring)."""
+
+    def __init__(self):
+        self.records = []
+
+    def advert(self, mask, advert):
+        self.records.append(("advert", mask, advert.stream_id))
+
+    def eos(self, mask, stream_id):
+        self.records.append(("eos", mask, stream_id))
+
+    def frames(self, mask, record, client=None):
+        self.records.append(("frames", mask, len(record)))
+
+
+def test_streams_follow_routes_and_a_looping_source_is_dropped_at_255_hops():
+    from router.monitor.counters import PortalCounters
+    from router.portals.streams import StreamTable
+    net = Net().router("R", 1).endpoint("R", 1, portal="E1").endpoint("R", 2, portal="E2")
+    view = view_of(net, "R", "E1")
+    ring, counters, events = _Ring(), PortalCounters(), []
+    table = StreamTable("E1", view, ring, counters, lambda name, text: events.append(name))
+    assert table.begin("t", bytes(32), 0, 255, 1, "src", 1) is None
+    assert counters.get("streams_dropped_hop_count") == 1 and events == ["hop-count-exceeded"]
+    stream = table.begin("t", bytes(32), 0, 3, 1, "src", 1)
+    assert stream.mask == 0 and ring.records == []            # nobody wants it yet
+    want(view, "E2", 2)
+    table.remask()
+    assert ring.records == [("advert", bit(view, "E2"), stream.stream_id)]
+    table.forward(stream, b"\0" * 76, 1, 76)
+    view.table.apply(bm.Interest("E2", 2, T, "t", bm.OP_CANCEL))
+    table.remask()
+    assert ring.records[1][0] == "frames" and ring.records[2] == ("eos", bit(view, "E2"), stream.stream_id)

@@ -37,7 +37,8 @@ from router.um.wire.lbmc_headers import (
     PatIdx, RawHeader, Request, SrcIdx, Stream, TcpSid, TopicIdx, TopicName)
 
 __all__ = [name for name in dir(_constants) if name.isupper()] + [
-    "LbmcMessage", "encode_lbmc", "decode_lbmc", "split_lbmc_stream", "peek_msglen", "WireError",
+    "LbmcMessage", "encode_lbmc", "decode_lbmc", "split_lbmc_stream", "peek_msglen", "check_message_start",
+    "WireError",
     "MESSAGE_HEADER", "CONTROL_HEADER", "FRAG_HEADER", "TCP_SID_HEADER",
     "DATA_MESSAGE_TYPES", "SHORT_MESSAGE_TYPES", "CTXINST_HEADER_TYPES",
     # data-path headers (§2.3)
@@ -150,7 +151,7 @@ def peek_msglen(buf, offset: int = 0) -> int | None:
     return (buf[offset + 2] << 8) | buf[offset + 3]
 
 
-def _check_start(buf: bytes, offset: int) -> int:
+def check_message_start(buf, offset: int) -> int:
     """Validate the 4 bytes at ``offset``; return the base-header size of that message type."""
     ver_type, msglen = buf[offset], (buf[offset + 2] << 8) | buf[offset + 3]
     if ver_type >> 4:
@@ -183,7 +184,7 @@ def decode_lbmc(buf, offset: int = 0) -> tuple[LbmcMessage, int]:
 def _decode_at(buf: bytes, offset: int) -> tuple[LbmcMessage, int]:
     if len(buf) - offset < LBMC_HDR_SIZE_SHORT:
         raise WireError(f"LBMC: fewer than 4 bytes at offset {offset}")
-    base = _check_start(buf, offset)
+    base = check_message_start(buf, offset)
     ver_type, next_type, msglen = CONTROL_HEADER.unpack_from(buf, offset)
     end = offset + msglen
     if end > len(buf):
@@ -238,7 +239,7 @@ def split_lbmc_stream(buf) -> tuple[list[LbmcMessage], int]:
         msglen = peek_msglen(buf, offset)
         if msglen is None:
             break
-        _check_start(buf, offset)
+        check_message_start(buf, offset)
         if offset + msglen > len(buf):
             break
         message, offset = _decode_at(buf, offset)
