@@ -31,13 +31,20 @@ def domain(directory: Path, n: int) -> Path:
     return path
 
 
-def router_config(directory: Path, lan1: Path, lan2: Path) -> Path:
-    path = directory / "bench-router.xml"
-    endpoints = "".join(f"<endpoint><name>LAN{i}</name><domain-id>{i}</domain-id><lbm-config>{cfg}</lbm-config>"
-                        f"</endpoint>" for i, cfg in ((1, lan1), (2, lan2)))
-    path.write_text(f'<tnw-gateway version="1.0"><daemon><name>bench{os.getpid()}</name></daemon>'
-                    f"<portals>{endpoints}</portals></tnw-gateway>")
+def endpoint_xml(name: str, domain_id: int, cfg: Path) -> str:
+    return f"<endpoint><name>{name}</name><domain-id>{domain_id}</domain-id><lbm-config>{cfg}</lbm-config></endpoint>"
+
+
+def gateway_config(path: Path, name: str, portals_xml: str, daemon_xml: str = "") -> Path:
+    """A tnwgd configuration: <daemon> with `name` then `daemon_xml` (after <name>, in DTD order)."""
+    path.write_text(f'<tnw-gateway version="1.0"><daemon><name>{name}</name>{daemon_xml}</daemon>'
+                    f"<portals>{portals_xml}</portals></tnw-gateway>")
     return path
+
+
+def router_config(directory: Path, lan1: Path, lan2: Path) -> Path:
+    return gateway_config(directory / "bench-router.xml", f"bench{os.getpid()}",
+                          endpoint_xml("LAN1", 1, lan1) + endpoint_xml("LAN2", 2, lan2))
 
 
 def spawn(*args, stdin=None) -> subprocess.Popen:
@@ -45,35 +52,80 @@ def spawn(*args, stdin=None) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
-def wait_stderr(proc: subprocess.Popen, text: str, timeout: float = 30) -> None:
-    """Wait for a line on the process's stderr, with a deadline even if it prints nothing."""
+def wait_stderr(proc: subprocess.Popen, text: str, timeout: float = 30, keep: list[str] | None = None) -> None:
+    """Wait for a line on the process's stderr, with a deadline even if it prints nothing.
+    Goes on draining stderr afterwards; every line is appended to `keep` when given (a log)."""
     found = threading.Event()
 
     def read() -> None:
-        for line in proc.stderr:
-            if text in line:
-                found.set()
+        try:
+            for line in proc.stderr:
+                if keep is not None:
+                    keep.append(line)
+                if text in line:
+                    found.set()
+        except ValueError:          # stderr closed under us by communicate(): the process is done
+            pass
         found.set()
     threading.Thread(target=read, daemon=True).start()
     if not found.wait(timeout) or proc.poll() is not None:
         raise RuntimeError(f"no {text!r} from {' '.join(map(str, proc.args[2:4]))} within {timeout} s")
 
 
-def um_run(source_cfg: Path, receiver_cfg: Path, count: int, length: int, extra=()) -> dict:
-    """umsrc → umrcv, started once the receiver has joined (bounded in count and time)."""
-    receiver = spawn("router.cli.umrcv", "-c", receiver_cfg, "--json", "-C", count, "--timeout", 300, "bench.topic")
+def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL after `timeout` s, to the process and to its children (a router's
+    workers outlive a killed supervisor), which are listed before the kill."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pids = children(proc.pid)
+        proc.kill()
+        proc.wait()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def children(pid: int) -> list[int]:
+    """The process's children now (e.g. a router's workers), from /proc."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def um_run(source_cfg: Path, receiver_cfg: Path, count: int, length: int, extra=(), timeout: float = 300,
+           receiver_extra=(), topic: str = "bench.topic") -> dict:
+    """umsrc → umrcv, started once the receiver has joined (bounded in count and time).
+    `extra`: more umsrc options; `receiver_extra`: more umrcv options (e.g. --idle-timeout).
+    Behind a router, a topic new to it ensures the receiver's BOS is from this run's source, not
+    from the previous run's proxy source still waiting out its source-deletion-delay."""
+    receiver = spawn("router.cli.umrcv", "-c", receiver_cfg, "--json", "-C", count, "--timeout", timeout,
+                     *receiver_extra, topic)
     source = spawn("router.cli.umsrc", "-c", source_cfg, "--json", "-M", count, "-l", length, "--start-on-stdin",
-                   *extra, "bench.topic", stdin=subprocess.PIPE)
+                   *extra, topic, stdin=subprocess.PIPE)
     try:
         wait_stderr(receiver, "Beginning of Transport Session")
         source.stdin.write("go\n")
         source.stdin.flush()
-        source.communicate(timeout=300)
-        return json.loads(receiver.communicate(timeout=300)[0].splitlines()[-1])
+        source.communicate(timeout=timeout)
+        return json.loads(receiver.communicate(timeout=timeout)[0].splitlines()[-1])
     finally:
         for proc in (source, receiver):
             if proc.poll() is None:
                 proc.kill()
+
+
+def added_latency(routed: dict, direct: dict, percentile: str) -> float:
+    """What the path adds over the direct path at one percentile of the receivers' latency, µs."""
+    return round(routed["latency_us"][percentile] - direct["latency_us"][percentile], 1)
 
 
 def zmq_run(directory: Path, count: int, length: int, rate: float = 0) -> dict:
@@ -99,8 +151,9 @@ def main() -> int:
         try:
             wait_stderr(router, "portals are up")
             for length, count in ((64, 500_000), (8192, 50_000)):
-                direct = um_run(lan1, lan1, count, length)
-                routed = um_run(lan1, lan2, count, length)
+                direct = um_run(lan1, lan1, count, length, topic=f"direct.{length}")
+                routed = um_run(lan1, lan2, count, length, receiver_extra=("--idle-timeout", 15),
+                                topic=f"routed.{length}")
                 relayed = zmq_run(directory, count, length)
                 r, d, z = (x["rate_msgs_per_s"] for x in (routed, direct, relayed))
                 rows.append([f"{length} B", count, f"{d:,.0f}", f"{r:,.0f}", f"{z:,.0f}", f"{r / d:.0%}",
@@ -108,17 +161,16 @@ def main() -> int:
                              f"{relayed['gaps'] + relayed['duplicates'] + count - relayed['received']}"])
             for rate in (2000,):
                 count = rate * 5
-                direct = um_run(lan1, lan1, count, 64, ("-P", rate, "-F"))
-                routed = um_run(lan1, lan2, count, 64, ("-P", rate, "-F"))
+                direct = um_run(lan1, lan1, count, 64, ("-P", rate, "-F"), topic=f"direct.paced.{rate}")
+                routed = um_run(lan1, lan2, count, 64, ("-P", rate, "-F"), receiver_extra=("--idle-timeout", 15),
+                                topic=f"routed.paced.{rate}")
                 relayed = zmq_run(directory, count, 64, rate)
                 latency_rows.append([f"{rate} msgs/s, 64 B", direct["latency_us"]["p50"], direct["latency_us"]["p99"],
                                      routed["latency_us"]["p50"], routed["latency_us"]["p99"],
-                                     round(routed["latency_us"]["p50"] - direct["latency_us"]["p50"], 1),
-                                     round(routed["latency_us"]["p99"] - direct["latency_us"]["p99"], 1),
+                                     added_latency(routed, direct, "p50"), added_latency(routed, direct, "p99"),
                                      relayed["latency_us"]["p50"], relayed["latency_us"]["p99"]])
         finally:
-            router.send_signal(signal.SIGTERM)
-            router.wait(30)
+            stop(router, 30)
     body = ("Throughput (messages/s at the receiver; every run is bounded in count and time):\n\n" +
             table(["size", "messages", "direct", "router (1 hop)", "ZeroMQ proxy", "router / direct",
                    "router / ZeroMQ", "router lost+dup", "ZeroMQ lost+dup"], rows) +

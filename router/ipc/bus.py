@@ -119,6 +119,9 @@ class BusHub:
 
     def send_to(self, portal: str, message) -> None:
         self._reply(portal.encode(), message)
+        # As in publish(): sending can consume the ROUTER's edge notification, and requests that
+        # arrived meanwhile (route-info from the workers) would wait for the next one.
+        self.loop.call_later(0, self._readable)
 
     def close(self) -> None:
         self.loop.remove_reader(self.router.getsockopt(zmq.FD))
