@@ -6,7 +6,6 @@ valid in every state but STOPPED. Its log ids are in router.eventlog.MESSAGE_IDS
 """
 from __future__ import annotations
 
-import logging
 from enum import Enum
 
 

@@ -1,6 +1,5 @@
 """LBT-IPC between real processes: a source's ring, receivers attached to it, EOS, cleanup."""
 import glob
-import os
 import signal
 
 import pytest

@@ -1,7 +1,6 @@
 """The router under trouble: a stalled receiver, a killed worker, reloads good and bad."""
 import os
 import signal
-import time
 
 import pytest
 

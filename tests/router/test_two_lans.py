@@ -1,7 +1,6 @@
 """One router, endpoint portals on loopback domains: data crosses only where there is interest."""
 import pytest
 
-from tests.support.processes import wait_for
 from tests.support.routers import endpoint_xml
 
 pytestmark = pytest.mark.integration

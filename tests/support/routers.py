@@ -8,7 +8,7 @@ import signal
 import socket
 from pathlib import Path
 
-from tests.support.processes import Tool, wait_for
+from tests.support.processes import Tool
 
 _names = itertools.count(1)
 
@@ -80,7 +80,7 @@ class Router:
         return self.tool.stderr
 
     def worker_pids(self) -> dict[str, int]:
-        from router.monitor.counters import COUNTER_NAMES, INDEX
+        from router.monitor.counters import INDEX
         import numpy as np
         pids = {}
         for path in glob.glob(f"/dev/shm/umr.{self.name}.{self.pid}.counters*"):
