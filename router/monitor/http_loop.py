@@ -12,7 +12,6 @@ Slow or silent clients are cut off after IDLE_TIMEOUT; at most MAX_CONNECTIONS a
 """
 from __future__ import annotations
 
-import errno
 import logging
 import socket
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Callable
 from urllib.parse import unquote, urlsplit
+
+from router.um.accepting import accept_pending
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +58,7 @@ class HttpServer:
         loop.add_reader(self.socket.fileno(), self._accept)
 
     def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.socket.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as err:        # EMFILE and friends: try again on the next readiness
-                if err.errno not in (errno.ECONNABORTED, errno.EPROTO):
-                    log.warning("web monitor: accept failed: %s", err)
-                return
+        for sock, _ in accept_pending(self.socket, "web monitor"):
             if len(self.connections) >= MAX_CONNECTIONS:
                 sock.close()
                 continue

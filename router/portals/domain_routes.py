@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from router.routing.route_info import is_route_info
+from router.um.accepting import accept_pending
 from router.um.wire.lbmc import WireError, split_lbmc_stream
 from router.um.wire.lbmr import (GatewayContextInfo, LbmrPacket, TnwgAddressOption, TnwgCtxInstOption)
 from router.um.wire.lbmr_constants import TNWG_CTXINFO_FLAG_TNWG_RCV, TNWG_CTXINFO_FLAG_TNWG_SRC
@@ -186,15 +187,7 @@ class DomainRouteChannel:
 
     # -- receiving -------------------------------------------------------------------------------
     def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as err:
-                log.warning("portal %s: route-info accept failed: %s", self.portal, err)
-                return
-            sock.setblocking(False)
+        for sock, _ in accept_pending(self.listener, f"portal {self.portal} route-info"):
             self.inbound[sock] = bytearray()
             self.loop.add_reader(sock, lambda s=sock: self._readable(s))
 

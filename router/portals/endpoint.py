@@ -288,12 +288,12 @@ class EndpointPortal(EgressRecords):
         self._schedule_interest_check()
 
     def _interest_changed(self) -> None:
-        topics, patterns = self.view.pulled()
-        self.ingress.update(topics, patterns)
+        emitted = self.view.emitted()
+        self.ingress.update(*self.view.pulled(emitted))
         remote = self.view.remote_counts()
         for kind, name in _COUNT_NAMES.items():
             self.counters.set(f"remote_interest_{name}", remote[kind])
-        self.announcer.update(self.view.emitted(), time.monotonic())
+        self.announcer.update(emitted, time.monotonic())
         self._schedule_emit()
 
     # -- records from the other portals' rings (the egress side) ----------------------------------

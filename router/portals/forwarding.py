@@ -108,10 +108,11 @@ class ForwardingView:
                 found.add((kind, symbol, destination))
         return found
 
-    def pulled(self) -> tuple[set[str], set[tuple[int, str]]]:
-        """Topics and (kind, pattern)s this portal needs proxy receivers for."""
+    def pulled(self, emitted: set | None = None) -> tuple[set[str], set[tuple[int, str]]]:
+        """Topics and (kind, pattern)s this portal needs proxy receivers for (from `emitted()`,
+        passed in when the caller has it already)."""
         topics, patterns = set(), set()
-        for kind, symbol, _ in self.emitted():
+        for kind, symbol, _ in (self.emitted() if emitted is None else emitted):
             if kind == bm.INTEREST_TOPIC:
                 topics.add(symbol)
             else:

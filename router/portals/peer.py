@@ -98,7 +98,7 @@ class PeerPortal(EgressRecords):
         self.sent_interest: set[tuple[int, str, int]] = set()
         self.heard_interest: set[tuple[int, str, int]] = set()
         self.peer_name, self.peer_node_id = "", 0
-        self._withdraw_on_version: int | None = None
+        self._withdraw_pending = False
         self.counters.set("data_bytes_enqueued_limit", config.max_queue)
         self.link.start()
 
@@ -118,7 +118,7 @@ class PeerPortal(EgressRecords):
         # Until the routes are recalculated the router keeps sending this way, as the DRO does:
         # data for the down link is dropped and counted "not operational". The companion's
         # interest goes with the next route table (or when the link comes back).
-        self._withdraw_on_version = self.view.table_version
+        self._withdraw_pending = True
         for stream in list(self.inbound.values()):
             self.streams.end(stream)
         self.inbound.clear()
@@ -140,7 +140,7 @@ class PeerPortal(EgressRecords):
         self.sent_interest = wanted
 
     def _withdraw_heard_interest(self) -> None:
-        self._withdraw_on_version = None
+        self._withdraw_pending = False
         for kind, symbol, domain in sorted(self.heard_interest):
             self.bus.send(bm.Interest(self.name, domain, kind, symbol, bm.OP_CANCEL))
         self.heard_interest.clear()
@@ -283,7 +283,7 @@ class PeerPortal(EgressRecords):
     # -- the router-wide view ------------------------------------------------------------------------
     def on_bus(self, message) -> None:
         changed = self.view.apply(message, self.datapath)
-        if changed == "routes" and self._withdraw_on_version is not None and not self.link.is_up:
+        if changed == "routes" and self._withdraw_pending and not self.link.is_up:
             self._withdraw_heard_interest()
         if changed in ("snapshot", "interest", "routes"):
             self._interest_changed()

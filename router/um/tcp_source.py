@@ -16,6 +16,7 @@ import select
 import socket
 import time
 
+from router.um.accepting import accept_pending
 from router.um.batching_session import BatchingSession
 from router.um.wire.lbmc import CONTROL_HEADER, LBMC_TYPE_CONTROL, NHDR_NONE, NHDR_TCP_SID, TCP_SID_HEADER
 from router.um.wire.lbmr import TcpInfo
@@ -72,15 +73,7 @@ class TcpSourceSession(BatchingSession):
 
     # -- connections -----------------------------------------------------------------------------
     def _accept(self) -> None:
-        while True:
-            try:
-                sock, peer = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as err:
-                log.warning("accept on TCP session port %d failed: %s", self.port, err)
-                return
-            sock.setblocking(False)
+        for sock, peer in accept_pending(self.listener, f"TCP session port {self.port}"):
             if self.nodelay:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             connection = _Connection(sock, peer)

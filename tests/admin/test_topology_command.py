@@ -6,7 +6,6 @@ import pytest
 from router.admin.commands import commands
 from router.admin.dispatch import dispatch
 from router.admin.protocol import Errno, decode_reply, encode_request
-from router.cli import routerctl
 from router.routing.topology import TWO_PEER_LINKS
 from tests.admin.fake_supervisor import OTHER_ID, FakeSupervisor
 
@@ -108,22 +107,6 @@ def test_path_errors_say_why_there_is_none(source, destination, words):
 def test_path_needs_both_domains():
     reply = call(FakeSupervisor(), "path", {"from": "1"})
     assert reply["errno"] == Errno.INVALID_PROPERTY and "'to'" in reply["reason"]
-
-
-def test_routerctl_path_prints_hops_or_exits_3(monkeypatch, capsys):
-    supervisor = FakeSupervisor()
-    supervisor.hear_island()
-    monkeypatch.setattr(routerctl, "find_endpoint", lambda name, socket: "ipc:///fake.admin")
-    monkeypatch.setattr(routerctl, "request",
-                        lambda endpoint, command, props, timeout: call(supervisor, command, props))
-    assert routerctl.main(["path", "2", "3"]) == routerctl.EXIT_OK
-    out = capsys.readouterr().out
-    assert "total cost 7" in out and "router other" in out and "PEER1" in out
-    assert routerctl.main(["path", "1", "4"]) == routerctl.EXIT_DAEMON_ERROR
-    err = capsys.readouterr().err
-    assert "routerctl: path: no path from 1 to 4: domain 4 is unreachable from domain 1" in err, err
-    assert routerctl.main(["topology"]) == routerctl.EXIT_OK
-    assert "island" in capsys.readouterr().out
 
 
 def test_without_a_routing_map_the_reply_keeps_its_shape():

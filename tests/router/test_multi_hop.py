@@ -9,7 +9,10 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
+import lxml.html
 import pytest
 
 from tests.support.processes import wait_for
@@ -270,12 +273,28 @@ def test_mesh_of_four_routers(routers, tools, make_domain):
     assert topology["router_count"] == 4 and not topology["forbidden"]
 
 
-def test_forbidden_two_peer_links_between_two_routers(routers, make_domain):
+def routerctl_text(router, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "router.cli.routerctl", "-n", router.name, *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def web(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_forbidden_two_peer_links_and_what_operators_see(routers, make_domain):
+    """Two peer links between the same two routers: reported on both, by routerctl and the web
+    monitor, whose topology and path-info pages show the real network."""
     lan1, lan2 = make_domain(), make_domain()
-    first, second = free_port(), free_port()
-    a = start(routers, endpoint_xml("D1", 1, lan1.config_path) + peer_xml("ONE", connect=first)
-              + peer_xml("TWO", connect=second), "fba")
-    b = start(routers, endpoint_xml("D2", 2, lan2.config_path) + peer_xml("ONE", listen=first)
+    first, second, web_port = free_port(), free_port(), free_port()
+    a = routers.start(endpoint_xml("D1", 1, lan1.config_path) + peer_xml("ONE", connect=first, cost=2)
+                      + peer_xml("TWO", connect=second, cost=5),
+                      f"    <web-monitor>127.0.0.1:{web_port}</web-monitor>\n" + FAST_ROUTING, name="fba")
+    b = start(routers, endpoint_xml("D2", 2, lan2.config_path, cost=3) + peer_xml("ONE", listen=first)
               + peer_xml("TWO", listen=second), "fbb")
     a.wait_ready(), b.wait_ready()
     wait_for(lambda: any("2 peer links" in f["message"] for f in routerctl(a, "topology")["forbidden"]), 20,
@@ -284,9 +303,37 @@ def test_forbidden_two_peer_links_between_two_routers(routers, make_domain):
     assert [f["kind"] for f in forbidden] == ["two-peer-links"], forbidden
     assert "fba" in forbidden[0]["message"] and "fbb" in forbidden[0]["message"]
     wait_for(lambda: "forbidden topology" in a.log(), 10, message="the forbidden topology logged")
-    text = subprocess.run([sys.executable, "-m", "router.cli.routerctl", "-n", a.name, "topology"],
-                          capture_output=True, text=True, timeout=30).stdout
-    assert "FORBIDDEN TOPOLOGY" in text
+    wait_for(lambda: not routerctl(a, "topology")["pending_changes"], 10, message="routes recalculated")
+    text = routerctl_text(a, "topology").stdout
+    assert text.startswith("FORBIDDEN TOPOLOGY") and "fbb" in text and "ONE, TWO" in text, text
+
+    # routerctl path: the cheaper of the two links, then B's D2 portal; an unknown domain is an error.
+    path = routerctl(a, "path", "1", "2")
+    assert path["cost"] == 2 + 3 and [h["portal"] for h in path["hops"] if h["kind"] == "router"][0] == "ONE"
+    shown = routerctl_text(a, "path", "1", "2")
+    assert shown.returncode == 0 and "total cost 5" in shown.stdout and "ONE" in shown.stdout
+    missing = routerctl_text(a, "path", "1", "9")
+    assert missing.returncode == 3 and "domain 9 is not in the topology map" in missing.stderr, missing.stderr
+
+    # The web monitor shows the same network.
+    status, page = web(web_port, "/topology")
+    tree = lxml.html.fromstring(page)
+    assert status == 200
+    assert tree.xpath("//*[@class='forbidden']")[0].text_content().startswith("FORBIDDEN TOPOLOGY")
+    assert "fbb" in tree.text_content() and routerctl(a, "topology")["signature"] in tree.text_content()
+    status, page = web(web_port, "/path?from=1&to=2")
+    tree = lxml.html.fromstring(page)
+    assert {c.get("data-hop-cost"): int(c.text_content()) for c in tree.xpath("//*[@data-hop-cost]")} == \
+        {"fba": 2, "fbb": 3}
+    assert tree.xpath("//*[@data-path-cost='total']")[0].text_content() == "5"
+    assert tree.xpath("//select[@name='from']/option[@selected]/@value") == ["1"]
+    data = json.loads(web(web_port, "/json/path?from=1&to=2")[1])
+    assert (data["error"], data["path"]["cost"]) == (None, 5)
+    escaped = web(web_port, "/path?from=1&to=%3Cb%3E")[1]
+    assert "<b>" not in escaped and "&lt;b&gt;" in escaped
+    for page_path in ("/", "/portals", "/topology", "/path"):
+        status, page = web(web_port, page_path)
+        assert status == 200 and "/path" in lxml.html.fromstring(page).xpath("//nav/a/@href"), page_path
 
 
 def test_forbidden_two_endpoints_of_one_router_on_one_domain(routers, make_domain):
