@@ -24,6 +24,7 @@ from .ring_format import (
     _ALIGN_UP,
     _HEADER,
     _PRODUCER_PARK,
+    _PRODUCER_WAITING_FOR,
     _TAIL,
     _TAIL_INTENT,
     ConsumerLapped,
@@ -94,11 +95,19 @@ class RingConsumer(_RingView):
         """True if the producer has published past our head (maybe records for others only)."""
         return load_acquire(self._slots, _TAIL) != self._head
 
+    def producer_waiting_for(self) -> int:
+        """The destination mask of the record the producer is parked on (0 if it is not waiting)."""
+        if not load_acquire(self._slots, _PRODUCER_PARK):
+            return 0
+        return load_acquire(self._slots, _PRODUCER_WAITING_FOR) & ((1 << 64) - 1)   # an int64 slot
+
     def heartbeat(self) -> None:
         store_release(self._slots, self._heartbeat_slot, _monotonic_ns())
 
-    def read_batch(self, handler: Callable[[int, memoryview], object], limit: int = DEFAULT_BATCH_LIMIT) -> int:
-        """Call ``handler(record_type, payload)`` for up to ``limit`` of our records; return how many.
+    def read_batch(self, handler: Callable[[int, memoryview], object], limit: int = DEFAULT_BATCH_LIMIT,
+                   max_bytes: int = 1 << 62) -> int:
+        """Call ``handler(record_type, payload)`` for up to ``limit`` of our records, stopping after
+        the record that brings the payload bytes delivered to ``max_bytes``; return how many.
 
         ``payload`` is a read-only-by-convention view into the ring, **valid only until read_batch
         returns**: the head advances then and the producer may reuse the space. Copy to keep.
@@ -121,6 +130,7 @@ class RingConsumer(_RingView):
         stop = start + (tail - head)  # may run past the end of the data region: then we wrap once
         span_end = min(stop, capacity)
         delivered = 0
+        budget = max_bytes
         while True:
             while index < span_end:  # the hot loop: locals only, one header unpack per record
                 length, record_type, dest_mask = unpack_header_from(data, index)
@@ -128,7 +138,8 @@ class RingConsumer(_RingView):
                     payload_start = index + header
                     handler(record_type, data[payload_start : payload_start + length])
                     delivered += 1
-                    if delivered == limit:
+                    budget -= length
+                    if delivered == limit or budget <= 0:
                         index += (length + align_up) & align_mask
                         break
                 index += (length + align_up) & align_mask

@@ -22,6 +22,7 @@ from .ring_format import (
     _HEADER,
     _PRODUCER_HEARTBEAT,
     _PRODUCER_PARK,
+    _PRODUCER_WAITING_FOR,
     _RECORDS_DROPPED,
     _RECORDS_WRITTEN,
     _TAIL,
@@ -213,16 +214,20 @@ class RingProducer(_RingView):
             self._publish(dest_union)
         return written
 
-    def wait_for_space(self, length: int, timeout: float | None) -> bool:
+    def wait_for_space(self, length: int, timeout: float | None, dest_mask: int = _ALL_CONSUMERS) -> bool:
         """Sleep until a record of ``length`` payload bytes fits (True) or ``timeout`` s pass (False).
 
         On False the producer stays parked: the next consumer that frees space makes the producer
         wakeup readable. So an event loop calls ``wait_for_space(n, 0)``, and if it is False waits
-        for ``wakeups.producer.fileno()``, then calls ``unpark()`` and writes again.
+        for ``wakeups.producer.fileno()``, then calls ``unpark()`` and writes again. ``dest_mask``
+        (whom the waiting record is for) is published while parked: a consumer that lags on purpose
+        learns whether it holds up records for others (``RingConsumer.producer_waiting_for``).
         """
         size = (length + _ALIGN_UP) & _ALIGN_MASK
         deadline = None if timeout is None else time.monotonic() + timeout
         recheck_interval = self.heartbeat_timeout_ns / 4e9  # dead consumers are noticed by polling
+        mask = dest_mask & _ALL_CONSUMERS
+        store_release(self._slots, _PRODUCER_WAITING_FOR, mask - (1 << 64) if mask >> 63 else mask)  # int64 slot
         while True:
             position, _, padding = self._placement(size)
             self._park_epoch += 1

@@ -59,8 +59,12 @@ ROUTING_COUNTERS = (
     "route_info_msgs_sent", "route_info_msgs_rcvd",
 )
 
+# Added with egress flow control (router.worker.datapath): how often an egress portal whose
+# receivers were behind left records in the rings, and how often it stopped holding them back.
+FLOW_CONTROL_COUNTERS = ("egress_backlog_holds", "egress_backlog_releases")
+
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
-                 + ROUTING_COUNTERS)
+                 + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

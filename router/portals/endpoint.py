@@ -64,6 +64,7 @@ class EndpointPortal(EgressRecords):
         self.egress = ProxySourceTable(self.context, self.cost, self.domain_id, config.max_queue,
                                        config.source_deletion_delay / 1000, counters, log_event)
         self.datapath = datapath
+        datapath.backlog = self._egress_backlog
         self.streams = StreamTable(self.name, self.view, datapath, counters, log_event)
         self.ingress = Ingress(self, self.context, self.streams, counters)
         # Interest to and from the other routers on this domain (multi-hop), and route-info.
@@ -318,6 +319,17 @@ class EndpointPortal(EgressRecords):
 
     def egress_eos(self, ring: int, stream_id: int) -> None:
         self.egress.end_stream(ring, stream_id)
+
+    def _egress_backlog(self) -> float | None:
+        """None while the proxy sources' sends go through; else the time their receivers last
+        took data (router.worker.datapath holds records in the rings meanwhile)."""
+        latest = None
+        for session in self.context.sessions.values():
+            since = session.backlog()
+            if since is None:
+                return None
+            latest = since if latest is None else max(latest, since)
+        return latest
 
     def flush(self) -> None:
         """The rings are drained: send what the proxy sources have batched. Batches form while

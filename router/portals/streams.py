@@ -12,7 +12,7 @@ import itertools
 import logging
 
 from router.portals.forwarding import MAX_HOP_COUNT
-from router.worker.records import StreamAdvert, encode_frames
+from router.worker.records import StreamAdvert
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class StreamTable:
             self.counters.add_pair("transport_topic_fragments_rcvd_unknown",
                                    "transport_topic_fragment_bytes_rcvd_unknown", count, size)
             return
-        self.datapath.frames(stream.mask, encode_frames(stream.stream_id, frames, count, longest), stream.client)
+        self.datapath.frames(stream.mask, stream.stream_id, frames, count, longest, stream.client)
         self.counters.add_pair("transport_topic_fragments_forwarded", "transport_topic_fragment_bytes_forwarded",
                                count, size)
 

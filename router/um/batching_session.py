@@ -68,6 +68,9 @@ class BatchingSession:
         if tidx is not None:
             frames = rewrite_tidx(frames, offsets, tidx)
         with self.lock:
+            if not self.batch and len(frames) >= self.batching_minimum_length:
+                self._deliver_counted(frames)      # a batch already: no copy into ours
+                return
             self.batch += frames
             self._flush_or_arm_timer()
 
@@ -113,14 +116,22 @@ class BatchingSession:
         """Hand the batch to the transport. Lock held."""
         if not self.batch:
             return
-        data = bytes(self.batch)
-        self.batch.clear()
+        data, self.batch = self.batch, bytearray()
+        self._deliver_counted(data)
+
+    def _deliver_counted(self, data) -> None:
         self.counters["batches"] += 1
         self.counters["bytes_sent"] += len(data)
         self._deliver(data)
 
-    def _deliver(self, data: bytes) -> None:
+    def _deliver(self, data) -> None:
+        """Send or queue `data` (bytes-like; it may be a view valid only during this call)."""
         raise NotImplementedError
+
+    def backlog(self) -> float | None:
+        """None while sends go through; else since when its receivers have taken nothing (a
+        transport with no queues of its own never has a backlog)."""
+        return None
 
     def wait_drained(self, limit: int, only=None, timeout: float | None = None) -> bool:
         """Block until the transport holds at most `limit` queued bytes (a transport with no

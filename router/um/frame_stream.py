@@ -75,12 +75,17 @@ class FrameStream:
         """A CONTROL frame; False ends the stream (the transport decides what its controls mean)."""
         return True
 
-    def _parse(self, data: bytes) -> int:
-        """Dispatch every complete frame in `data`; returns the bytes consumed.
+    def _parse(self, data, end: int | None = None, view: memoryview | None = None) -> int:
+        """Dispatch every complete frame in `data[:end]`; returns the bytes consumed.
 
         Payloads are sliced from one bytes object; each subscription gets the frames of one read
-        as one batch (fewer Python calls per message)."""
-        end = len(data)
+        as one batch (fewer Python calls per message). With `view` (a memoryview of `data`), raw
+        subscriptions get their frames as slices of it, not copies: a router hands them straight
+        to its ring, so they are valid only during `on_frames`."""
+        if end is None:
+            end = len(data)
+        if view is None:
+            view = data
         subscriptions, raw_indexes = self.subscriptions, self.raw_indexes
         batches: dict[int, list] = {}
         raw_spans: dict[int, list] = {}
@@ -106,7 +111,7 @@ class FrameStream:
                         if run[1] != offset:        # interleaved with another topic: a new run
                             if run[4] is None:
                                 run[4] = []
-                            run[4].append(data[run[0]:run[1]])
+                            run[4].append(view[run[0]:run[1]])
                             run[0] = offset
                         run[1] = offset + msglen
                         run[2] += 1
@@ -136,7 +141,7 @@ class FrameStream:
             for sub in subscriptions.get(tidx, ()):
                 sub.on_batch(batch)
         for tidx, (start, stop, count, longest, earlier) in raw_spans.items():
-            frames = data[start:stop] if earlier is None else b"".join(earlier) + data[start:stop]
+            frames = view[start:stop] if earlier is None else b"".join(earlier) + view[start:stop]
             for sub in subscriptions.get(tidx, ()):
                 sub.on_frames(frames, count, longest)
         return offset

@@ -17,6 +17,9 @@ from router.um.wire.lbmc import CONTROL_HEADER, NHDR_TCP_SID, TCP_SID_HEADER
 log = logging.getLogger(__name__)
 
 _BUFFER_SIZE = 4 * 1024 * 1024
+# Bytes taken per read: enough to batch thousands of small frames, small enough that what one read
+# brings stays in the CPU cache while it is parsed and copied on (and the next hop starts sooner).
+_READ_SIZE = 256 * 1024
 
 
 class TcpSessionClient(FrameStream):
@@ -65,7 +68,7 @@ class TcpSessionClient(FrameStream):
         if self.closed:
             return
         try:
-            received = self.sock.recv_into(self.view[self.filled:])
+            received = self.sock.recv_into(self.view[self.filled:self.filled + _READ_SIZE])
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -75,7 +78,10 @@ class TcpSessionClient(FrameStream):
             return
         self.filled += received
         self.counters["bytes"] += received
-        consumed = self._parse(bytes(self.view[:self.filled]))
+        if self.raw_indexes:      # a router's proxy receiver: frames go on as views of the buffer
+            consumed = self._parse(self.buffer, self.filled, self.view)
+        else:                     # an application's receiver keeps its payloads: slice a copy
+            consumed = self._parse(bytes(self.view[:self.filled]))
         if consumed:
             remaining = self.filled - consumed
             if remaining:

@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 
 
 class _Connection:
-    __slots__ = ("sock", "peer", "queue", "writer_armed", "dropped_batches", "dropped_bytes")
+    __slots__ = ("sock", "peer", "queue", "writer_armed", "dropped_batches", "dropped_bytes", "progress")
 
     def __init__(self, sock: socket.socket, peer):
         self.sock, self.peer = sock, peer
         self.queue = bytearray()
+        self.progress = 0.0             # time.monotonic() of the last send while data was queued
         self.writer_armed = False
         self.dropped_batches = 0
         self.dropped_bytes = 0
@@ -116,19 +117,33 @@ class TcpSourceSession(BatchingSession):
     def receiver_count(self) -> int:
         return len(self.connections)
 
-    def _deliver(self, data: bytes) -> None:
-        """Queue a batch on every connection (lock held); a full queue blocks or drops."""
+    def _deliver(self, data) -> None:
+        """Send a batch on every connection (lock held): straight to the socket when nothing is
+        queued before it, the rest into the connection's queue; a full queue blocks or drops."""
         for connection in list(self.connections):
-            if connection.queue and len(connection.queue) + len(data) > self.max_queue:
-                if self.overflow == "drop":
-                    connection.dropped_batches += 1
-                    connection.dropped_bytes += len(data)
-                    self.counters["dropped_would_block_batches"] += 1
-                    self.counters["dropped_would_block_bytes"] += len(data)
-                    continue
-                self.wait_drained(self.max_queue // 2, connection)
-            connection.queue += data
-            self._write(connection)
+            if connection.queue:
+                if len(connection.queue) + len(data) > self.max_queue:
+                    if self.overflow == "drop":
+                        connection.dropped_batches += 1
+                        connection.dropped_bytes += len(data)
+                        self.counters["dropped_would_block_batches"] += 1
+                        self.counters["dropped_would_block_bytes"] += len(data)
+                        continue
+                    self.wait_drained(self.max_queue // 2, connection)
+                connection.queue += data
+                self._write(connection)
+                continue
+            try:
+                sent = connection.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self.loop.call_soon_threadsafe(self._drop_connection, connection)
+                continue
+            if sent < len(data):
+                connection.queue += memoryview(data)[sent:]
+                connection.progress = time.monotonic()
+                self._write(connection)
 
     def _write(self, connection: _Connection) -> None:
         """Send what the socket takes now; arm the loop's writer for the rest. Lock held."""
@@ -143,6 +158,7 @@ class TcpSourceSession(BatchingSession):
                 self.loop.call_soon_threadsafe(self._drop_connection, connection)
                 return
             del queue[:sent]
+            connection.progress = time.monotonic()
         if queue and not connection.writer_armed:
             connection.writer_armed = True
             self.loop.call_soon_threadsafe(self._arm_writer, connection)
@@ -179,6 +195,19 @@ class TcpSourceSession(BatchingSession):
 
     def queued_bytes(self) -> int:
         return sum(len(c.queue) for c in self.connections)
+
+    def backlog(self) -> float | None:
+        """None if some receiver's connection takes data now; else (every connection has data
+        queued) the time.monotonic() of the last send that made progress."""
+        connections = self.connections
+        if not connections:
+            return None
+        latest = 0.0
+        for connection in connections:
+            if not connection.queue:
+                return None
+            latest = max(latest, connection.progress)
+        return latest
 
     def close(self) -> None:
         """Flush what is batched, let receivers drain it, then hang up (receivers see EOS)."""

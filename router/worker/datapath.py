@@ -7,13 +7,21 @@ records addressed to it from the others, sleeping on one eventfd for all of them
 
 Flow control (DESIGN.md §2): when the outbound ring is full, the records that did not fit wait in
 order and the ingress connections that produced them stop being read, so TCP pushes back on the
-sources; nothing is dropped. Readers drain promptly; slowness downstream is the egress portal's
-`<max-queue>` business, not the ring's.
+sources; nothing is dropped.
+
+A reader whose sends would block (its receivers are behind: every connection has data queued)
+leaves records in the rings instead of moving them into its `<max-queue>` queue, so a burst waits
+in shared memory and, when the ring fills, pushes back on the source like a direct TCP receiver
+would: no loss. It holds back only while that costs no one else: as soon as a ring's producer
+waits to write a record that is also for another portal, or its receivers have taken nothing for
+STALL_TIMEOUT (stopped), it reads on and its queue drops beyond `<max-queue>`, counted, as the DRO
+does, so one slow receiver never stalls the other domains for longer than that.
 """
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -23,7 +31,7 @@ from router.ipc.ring_consumer import RingConsumer
 from router.ipc.ring_producer import RingProducer
 from router.ipc.shm import SharedSegment, segment_name
 from router.ipc.wakeup import EventfdWakeup, RingWakeups
-from router.worker.records import EOS_RECORD, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES
+from router.worker.records import EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, encode_frames
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +39,9 @@ MAX_PORTALS = 16                       # consumer slots per ring: the producer s
 RING_CAPACITY = 8 * 1024 * 1024
 RING_HEARTBEAT_TIMEOUT = 2.0
 READ_LIMIT = 4096                      # records per ring per turn, so one busy ring cannot starve the loop
+READ_BYTES = 256 * 1024                # payload bytes per ring per turn: a backlog is noticed within this
+HOLD_RECHECK_INTERVAL = 0.002          # how often a portal holding records back looks again (s)
+STALL_TIMEOUT = 0.5                    # receivers that took nothing for this long are stuck: stop holding
 
 
 
@@ -97,7 +108,11 @@ class DataPath:
         self.producer_wakeup = self.rings.producer_wakeups[index]
         loop.add_reader(self.wakeup.fileno(), self._woken)
         loop.add_reader(self.producer_wakeup.fileno(), self._space_freed)
-        self._parked = False
+        # Set by the portal: None, or a callable returning None while its sends go through, else
+        # the time.monotonic() of the last send that made progress (every queue holds data).
+        self.backlog = None
+        self._released = self._holding = False
+        self._recheck_timer = None
         loop.call_later(0, self._woken)
 
     def _memory(self, ring: int) -> memoryview:
@@ -125,9 +140,29 @@ class DataPath:
     def eos(self, mask: int, stream_id: int) -> None:
         self._write([(RECORD_EOS, EOS_RECORD.pack(stream_id), mask)])
 
-    def frames(self, mask: int, record: bytes, connection=None) -> None:
-        """One FRAMES record (router.worker.records.encode_frames); a full ring pauses `connection`."""
-        if not self._write([(RECORD_FRAMES, record, mask)]) and connection is not None:
+    def frames(self, mask: int, stream_id: int, frames, count: int, longest: int, connection=None) -> None:
+        """One FRAMES record; a full ring pauses `connection`.
+
+        `frames` may be a view of the reader's buffer: it is copied once, straight into the ring
+        (a claimed record), or into a bytes record that waits in order while the ring is full."""
+        if not self.pending:
+            length = FRAMES_HEADER.size + len(frames)
+            try:
+                claim = self.producer.try_claim(length, RECORD_FRAMES, mask)
+            except RecordTooLarge as err:
+                self._too_large(count, length, err)
+                return
+            if claim is not None:
+                payload = claim.payload
+                FRAMES_HEADER.pack_into(payload, 0, stream_id, count, longest)
+                payload[FRAMES_HEADER.size:] = frames
+                self.producer.commit(claim)
+                return
+            self.pending.append((RECORD_FRAMES, encode_frames(stream_id, frames, count, longest), mask))
+            self._ring_full()
+        else:
+            self.pending.append((RECORD_FRAMES, encode_frames(stream_id, frames, count, longest), mask))
+        if connection is not None:
             self._pause(connection)
 
     def _write(self, records: list) -> bool:
@@ -141,9 +176,16 @@ class DataPath:
             written = self._write_one_by_one(records, err)
         if written < len(records):
             self.pending.extend(records[written:])
-            self.counters.add("ring_full_events")
+            self._ring_full()
             return False
         return True
+
+    def _ring_full(self) -> None:
+        """Records wait: park the producer at once, so the consumer that frees space wakes us."""
+        self.counters.add("ring_full_events")
+        first = self.pending[0]
+        if self.producer.wait_for_space(len(first[1]), 0, first[2]):
+            self.loop.call_later(0, self._space_freed)     # room appeared meanwhile
 
     def _write_one_by_one(self, records: list, err: RecordTooLarge) -> int:
         """A record bigger than the ring can carry is dropped and counted, never silently."""
@@ -153,11 +195,14 @@ class DataPath:
                 if not self.producer.offer(*record):
                     return written
             except RecordTooLarge:
-                self.counters.add_pair("transport_topic_fragments_dropped_size_error",
-                                       "transport_topic_fragment_bytes_dropped_size_error", 1, len(record[1]))
-                log.warning("dropped a %d-byte record: %s", len(record[1]), err)
+                self._too_large(1, len(record[1]), err)
             written += 1
         return written
+
+    def _too_large(self, fragments: int, size: int, err: RecordTooLarge) -> None:
+        self.counters.add_pair("transport_topic_fragments_dropped_size_error",
+                               "transport_topic_fragment_bytes_dropped_size_error", fragments, size)
+        log.warning("dropped a %d-byte record: %s", size, err)
 
     def _pause(self, client) -> None:
         client.pause()
@@ -175,7 +220,7 @@ class DataPath:
                 written = self._write_one_by_one(batch, err)
             if written < len(batch):
                 self.pending.extend(batch[written:])
-                if not self.producer.wait_for_space(len(self.pending[0][1]), 0):
+                if not self.producer.wait_for_space(len(self.pending[0][1]), 0, self.pending[0][2]):
                     return
         for client in self.paused.values():
             client.resume()
@@ -183,19 +228,26 @@ class DataPath:
 
     # -- reading ---------------------------------------------------------------------------------
     def _woken(self) -> None:
+        if self._recheck_timer is not None:
+            self._recheck_timer.cancel()
+            self._recheck_timer = None
         for consumer in self.consumers.values():
             consumer.unpark()           # also drains the shared eventfd
         handler = self.handler
         while True:
+            if self._holding_back():
+                # Not parked: producers do not wake us for every record; look again shortly.
+                self._recheck_timer = self.loop.call_later(HOLD_RECHECK_INTERVAL, self._recheck)
+                return
             busy = False
             for ring, consumer in list(self.consumers.items()):
                 try:
-                    delivered = consumer.read_batch(lambda t, p, r=ring: handler(r, t, p), READ_LIMIT)
+                    consumer.read_batch(lambda t, p, r=ring: handler(r, t, p), READ_LIMIT, READ_BYTES)
                 except ConsumerLapped as err:
                     log.error("portal %d lost %d bytes of ring %d: %s", self.index, err.bytes_lost, ring, err)
                     self.counters.add("ring_records_malformed")
                     continue
-                busy |= delivered == READ_LIMIT
+                busy |= consumer.has_records()
             if self.after_batch is not None:
                 self.after_batch()
             if busy:
@@ -206,6 +258,36 @@ class DataPath:
             for consumer in self.consumers.values():
                 consumer.unpark()
         # not reached
+
+    def _recheck(self) -> None:
+        self._recheck_timer = None
+        self._woken()
+
+    def _holding_back(self) -> bool:
+        """Leave the records in the rings for now? Only while this portal's sends would block,
+        its receivers are still taking data, and no ring's producer waits to write a record for
+        another portal too; see the module's docstring."""
+        if self.backlog is None:
+            return False
+        since = self.backlog()
+        if since is None:
+            self._released = self._holding = False
+            return False
+        if self._released:
+            return False
+        others = ~(1 << self.index)
+        stuck = time.monotonic() - since >= STALL_TIMEOUT
+        if stuck or any(c.producer_waiting_for() & others for c in self.consumers.values()):
+            # Holding on would stall the router for everyone: read on, and the portal's own
+            # `<max-queue>` drops what its receivers cannot take (the DRO's behaviour), until
+            # its queues have drained.
+            self._released = True
+            self.counters.add("egress_backlog_releases")
+            return False
+        if not self._holding:
+            self._holding = True
+            self.counters.add("egress_backlog_holds")
+        return True
 
     def heartbeat(self) -> None:
         for consumer in self.consumers.values():

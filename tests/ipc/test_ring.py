@@ -176,6 +176,39 @@ def test_read_batch_limit_delivers_at_most_limit_and_resumes(make_ring):
     assert [data for _, data in drain(consumer)] == [payload(n, 8) for n in range(4, 10)]
 
 
+def test_read_batch_stops_after_the_record_that_reaches_max_bytes(make_ring):
+    segment = make_ring(CAPACITY, consumer_slots=1)
+    producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)
+    producer.write_batch([(1, payload(n, 100), 1) for n in range(10)])
+    first: list = []
+    assert consumer.read_batch(lambda t, view: first.append(bytes(view)), max_bytes=250) == 3
+    assert first == [payload(n, 100) for n in range(3)]
+    assert consumer.has_records()
+    assert [data for _, data in drain(consumer)] == [payload(n, 100) for n in range(3, 10)]
+
+
+def test_a_parked_producer_tells_consumers_whom_its_waiting_record_is_for(make_ring):
+    segment = make_ring(CAPACITY, consumer_slots=3)
+    wakeups = RingWakeups.eventfds(3)
+    try:
+        producer = RingProducer(segment.memory, wakeups=wakeups)
+        consumers = [RingConsumer(segment.memory, i, wakeups=wakeups) for i in range(3)]
+        assert consumers[0].producer_waiting_for() == 0
+        while producer.offer(1, payload(0, 500), 0b001):
+            pass
+        assert producer.wait_for_space(500, 0, dest_mask=0b110) is False
+        assert [c.producer_waiting_for() for c in consumers] == [0b110] * 3
+        drain(consumers[0])
+        producer.unpark()
+        assert consumers[1].producer_waiting_for() == 0
+        while producer.offer(1, payload(0, 500), 0b001):
+            pass
+        assert producer.wait_for_space(500, 0, dest_mask=1 << 63) is False     # the int64 slot's sign bit
+        assert consumers[2].producer_waiting_for() == 1 << 63
+    finally:
+        wakeups.close()
+
+
 def test_a_detached_consumer_stops_holding_the_producer_back_and_learns_what_it_lost(make_ring):
     segment = make_ring(CAPACITY, consumer_slots=2)
     producer = RingProducer(segment.memory)

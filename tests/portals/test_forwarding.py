@@ -112,8 +112,8 @@ class _Ring:
     def eos(self, mask, stream_id):
         self.records.append(("eos", mask, stream_id))
 
-    def frames(self, mask, record, client=None):
-        self.records.append(("frames", mask, len(record)))
+    def frames(self, mask, stream_id, frames, count, longest, client=None):
+        self.records.append(("frames", mask, len(frames)))
 
 
 def test_streams_follow_routes_and_a_looping_source_is_dropped_at_255_hops():
