@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 
-import numpy as np
 
 from router.ipc import bus_messages as bm
 from router.portals.domain_routes import DomainRouteChannel
@@ -307,7 +306,7 @@ class EndpointPortal(EgressRecords):
         if longest > session.datagram_max_size:
             self._send_fitting_frames(proxy, rewrite, frames)
             return True
-        session.send_raw(frames, frame_offsets(frames) if rewrite is not None else None, rewrite)
+        session.send_raw(frames, rewrite, count)
         self._sent_frames += count
         self._sent_bytes += len(frames)
         return True
@@ -335,7 +334,7 @@ class EndpointPortal(EgressRecords):
         """The rings are drained: send what the proxy sources have batched. Batches form while
         records keep coming and leave as soon as nothing else is waiting, so throughput and
         latency both win (the DRO's smart batching, always on)."""
-        for session in self.egress.sessions():
+        for session in self.context.sessions.values():
             if session.batch:
                 session.flush()
         if self._sent_frames:
@@ -355,7 +354,7 @@ class EndpointPortal(EgressRecords):
                 self._rate_limited("drops-size-error", f"a {size}-byte frame of {proxy.advert.topic} is larger "
                                    "than this domain's transport datagram size; dropped")
             else:
-                session.send_raw(frames[start:end], np.zeros(1, dtype="<u4"), rewrite)
+                session.send_raw(frames[start:end], rewrite, 1)
                 self._sent_frames += 1
                 self._sent_bytes += size
 

@@ -34,13 +34,13 @@ from router.portals.peer_dual_link import DualPeerLink
 from router.portals.peer_link import PeerLink
 from router.portals.streams import StreamTable
 from router.routing.route_info import is_route_info
-from router.um.batching_session import rewrite_tidx
+from router.um.batching_session import with_topic_index
 from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LbmcMessage, encode_lbmc
 from router.um.wire.lbmc_constants import (ADV_EOS, INTEREST_CANCEL, PATTERN_INTEREST_CANCEL)
 from router.um.wire.lbmc_gateway import Advertisement, PatternInterest, TopicInterest
 from router.um.wire.lbmc_headers import Otid, TopicName
 from router.um.wire.lbmr_constants import PATTERN_PCRE, PATTERN_REGEX
-from router.worker.records import StreamAdvert, frame_offsets
+from router.worker.records import StreamAdvert
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,7 @@ class PeerPortal(EgressRecords):
         link_class = DualPeerLink if config.link.dual else PeerLink
         self.link = link_class(config, loop, router_name, node_id, self._link_up, self._link_down, self._control,
                                counters, log_event, on_data=self._data, on_read_done=self._read_done)
+        datapath.backlog = self.link.backlog
         self.reader = _LinkReader(self.link)
         self.outbound: dict[tuple[int, int], _Outbound] = {}      # (ring, stream id) -> stream on the link
         self.link_indexes: set[int] = set()
@@ -239,7 +240,7 @@ class PeerPortal(EgressRecords):
         outbound = self.outbound.get((ring, stream_id))
         if outbound is None:
             return False
-        data = frames if outbound.rewrite is None else rewrite_tidx(frames, frame_offsets(frames), outbound.rewrite)
+        data = frames if outbound.rewrite is None else with_topic_index(frames, outbound.rewrite, count)
         self.link.send_data(data, count)
         return True
 

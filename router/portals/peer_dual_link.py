@@ -62,6 +62,9 @@ class DualPeerLink:
     def send_data(self, message, fragments: int = 1) -> bool:
         return self.outbound.send_data(message, fragments)
 
+    def backlog(self) -> float | None:
+        return self.outbound.backlog()
+
     def flush(self) -> None:
         self.outbound.flush()
 

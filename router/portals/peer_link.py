@@ -131,6 +131,13 @@ class PeerLink:
             self._write()
         return True
 
+    def backlog(self) -> float | None:
+        """None while the link takes data (or is down: then data is dropped, not held); else, the
+        socket refusing, the time.monotonic() the companion last took some."""
+        if self.state is not S.UP or not self.queue.has_unwritten:
+            return None
+        return self.queue.progress
+
     def flush(self) -> None:
         """Send the batch being built now (the owner knows no more data is coming for a while)."""
         if self.state is S.UP and self.queue.batch_pending:

@@ -16,6 +16,7 @@ Fragments are counted "sent" only once the socket took all of their bytes.
 from __future__ import annotations
 
 import socket
+import time
 from collections import deque
 
 CONTROL_HEADROOM = 65536
@@ -44,6 +45,7 @@ class OutboundQueue:
         self._batch_fragments = 0
         self._chunks: deque[_Chunk] = deque()
         self._unwritten = 0
+        self.progress = 0.0           # time.monotonic() of the last write while chunks were waiting
         counters.set("data_bytes_enqueued_limit", max_queue)
 
     @property
@@ -111,6 +113,11 @@ class OutboundQueue:
                 break
             written += sent
             self._advance(sent)
+        if self._chunks:
+            if written or not self.progress:
+                self.progress = time.monotonic()
+        else:
+            self.progress = 0.0
         self._update_gauges()
         return written
 

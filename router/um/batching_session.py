@@ -8,6 +8,7 @@ Thread-safe: applications send from their own threads while the context's loop r
 """
 from __future__ import annotations
 
+import struct
 import threading
 
 import numpy as np
@@ -18,16 +19,37 @@ _MESSAGE_OVERHEAD = MESSAGE_HEADER.size
 _FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
 _pack_message = MESSAGE_HEADER.pack
 _pack_frag = FRAG_HEADER.pack
-_TIDX_BYTES = np.arange(4, 8)          # where an LBMC MESSAGE frame keeps its topic index
+_pack_tidx = struct.Struct(">I").pack_into
+_UNIFORM_RUN = 16                      # from this many frames, check for equal lengths and vectorise
 
 
-def rewrite_tidx(frames, offsets, tidx: int) -> bytearray:
-    """A copy of whole LBMC data frames with the topic index of each (starting at `offsets`) set to `tidx`."""
-    frames = bytearray(frames)
-    view = np.frombuffer(frames, dtype=np.uint8)
-    view[(offsets.astype(np.int64)[:, None] + _TIDX_BYTES)] = np.frombuffer(tidx.to_bytes(4, "big"), dtype=np.uint8)
-    del view
-    return frames
+def set_topic_index(frames: bytearray, start: int, tidx: int, count: int) -> None:
+    """Set the topic index of each of the `count` whole LBMC data frames in `frames[start:]`.
+
+    A proxy source or a peer link forwards a source's frames under an index of its own when the
+    origin's is taken. Frames of one stream usually all have the same length (one message size):
+    then one vectorised store does it; otherwise the msglen chain is walked frame by frame."""
+    end = len(frames)
+    first = (frames[start + 2] << 8) | frames[start + 3]
+    if count >= _UNIFORM_RUN and first * count == end - start and first >= _MESSAGE_OVERHEAD:
+        rows = np.frombuffer(frames, dtype=np.uint8, count=end - start, offset=start).reshape(count, first)
+        if (rows[:, 2] == first >> 8).all() and (rows[:, 3] == first & 0xFF).all():
+            rows[:, 4:8] = np.frombuffer(tidx.to_bytes(4, "big"), dtype=np.uint8)
+            return
+    position = start
+    while position + _MESSAGE_OVERHEAD <= end:
+        _pack_tidx(frames, position + 4, tidx)
+        length = (frames[position + 2] << 8) | frames[position + 3]
+        if length < 4:
+            raise ValueError(f"LBMC frame of length {length} at offset {position - start}")
+        position += length
+
+
+def with_topic_index(frames, tidx: int, count: int) -> bytearray:
+    """A copy of whole LBMC data frames with each frame's topic index set to `tidx`."""
+    copy = bytearray(frames)
+    set_topic_index(copy, 0, tidx, count)
+    return copy
 
 
 class BatchingSession:
@@ -62,16 +84,17 @@ class BatchingSession:
                 self._flush_or_arm_timer()
         return sqn
 
-    def send_raw(self, frames, offsets=None, tidx: int | None = None) -> None:
-        """Append whole LBMC frames as they are (a router forwarding a source's frames). With
-        `tidx`, the topic index of each frame (at `offsets`) is rewritten to it first."""
-        if tidx is not None:
-            frames = rewrite_tidx(frames, offsets, tidx)
+    def send_raw(self, frames, tidx: int | None = None, count: int = 0) -> None:
+        """Append `count` whole LBMC frames as they are (a router forwarding a source's frames).
+        With `tidx`, each frame's topic index is set to it (in our batch: the caller's bytes stay)."""
         with self.lock:
-            if not self.batch and len(frames) >= self.batching_minimum_length:
+            if tidx is None and not self.batch and len(frames) >= self.batching_minimum_length:
                 self._deliver_counted(frames)      # a batch already: no copy into ours
                 return
+            start = len(self.batch)
             self.batch += frames
+            if tidx is not None:
+                set_topic_index(self.batch, start, tidx, count)
             self._flush_or_arm_timer()
 
     def _append_fragments(self, tidx: int, sqn: int, payload) -> int:
