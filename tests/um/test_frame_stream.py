@@ -1,0 +1,60 @@
+"""Splitting a read into the runs of frames each raw (router) subscription gets: the
+frame-by-frame walk and the fast path for a read of equal frames must agree."""
+from hypothesis import given
+from hypothesis import strategies as st
+
+from router.um.frame_stream import FrameStream
+from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
+
+
+class _Raw:
+    raw = True
+
+    def __init__(self):
+        self.frames = bytearray()
+        self.count = 0
+
+    def on_frames(self, frames, count, longest):
+        self.frames += frames
+        self.count += count
+
+
+class _Stream(FrameStream):
+    def _close_transport(self):
+        pass
+
+
+def frame(tidx: int, sqn: int, length: int) -> bytes:
+    return MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_DATA, length, tidx, sqn) + bytes([sqn & 0xFF]) * (length - 12)
+
+
+def split(data: bytes, tidxs=(1, 2)) -> tuple[int, dict]:
+    stream = _Stream(None, ("test",), lambda s: None)
+    subs = {tidx: _Raw() for tidx in tidxs}
+    for tidx, sub in subs.items():
+        stream.subscribe(tidx, sub)
+    buffer = bytearray(data)
+    consumed = stream._parse(buffer, len(buffer), memoryview(buffer))
+    return consumed, {tidx: (bytes(sub.frames), sub.count) for tidx, sub in subs.items()}
+
+
+@given(st.integers(0, 100), st.lists(st.tuples(st.sampled_from([1, 2]), st.sampled_from([40, 64, 100])),
+                                     max_size=200), st.integers(0, 30))
+def test_every_raw_frame_reaches_its_topic_in_order_and_a_partial_one_waits(equal_first, rest, partial):
+    frames = [(1, 64)] * equal_first + rest          # often a run of equal frames, then anything
+    whole = [frame(tidx, n, length) for n, (tidx, length) in enumerate(frames)]
+    tail = frame(1, 9999, 64)[:partial]
+    consumed, got = split(b"".join(whole) + tail)
+    assert consumed == sum(map(len, whole))
+    for tidx in (1, 2):
+        mine = [f for f, (t, _) in zip(whole, frames) if t == tidx]
+        assert got[tidx] == (b"".join(mine), len(mine))
+
+
+def test_a_read_of_equal_frames_is_one_run_and_what_follows_it_still_arrives():
+    run = [frame(1, n, 64) for n in range(100)]
+    after = [frame(2, 100, 64), frame(1, 101, 80)]
+    consumed, got = split(b"".join(run + after))
+    assert consumed == 64 * 101 + 80
+    assert got[1] == (b"".join(run) + after[1], 101)
+    assert got[2] == (after[0], 1)
