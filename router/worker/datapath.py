@@ -296,6 +296,9 @@ class DataPath:
             self._space_freed()
 
     def close(self) -> None:
+        if self._recheck_timer is not None:
+            self._recheck_timer.cancel()
+            self._recheck_timer = None
         self.loop.remove_reader(self.wakeup.fileno())
         self.loop.remove_reader(self.producer_wakeup.fileno())
         for consumer in self.consumers.values():

@@ -1,8 +1,11 @@
 """Egress flow control: a receiver that is behind makes the router hold records in its rings (and,
 when they fill, push back on the source) instead of dropping them, as long as no other portal
 pays for it (router.worker.datapath)."""
+import signal
+
 import pytest
 
+from tests.support.processes import wait_for
 from tests.support.routers import endpoint_xml
 
 pytestmark = pytest.mark.integration
@@ -29,3 +32,30 @@ def test_an_unpaced_source_loses_nothing_to_a_receiver_that_keeps_up_on_average(
     assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
     assert lan2_counters["transport_topic_fragments_dropped_would_block"] == 0
     assert lan2_counters["transport_topic_fragments_sent"] >= count
+
+
+def test_a_stopped_receiver_is_let_go_and_its_portal_drops_instead_of_stalling_the_source(
+        routers, tools, make_domain):
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
+                           endpoint_xml("LAN2", 2, lan2.config_path, before_config="      <max-queue>200000</max-queue>\n")
+                           ).wait_ready()
+    # Far more than the stopped receiver's socket buffers, the ring and <max-queue> hold together.
+    count, length = 8_000, 8192
+    stopped = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 120, "stopped")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "--start-on-stdin", "stopped")
+    stopped.wait_for_stderr("Beginning of Transport Session", 30)
+    stopped.proc.send_signal(signal.SIGSTOP)
+    try:
+        source.send_line()
+        assert source.result(120)["sent"] == count          # held for a moment, then not stalled any more
+        wait_for(lambda: router.counters()[1]["egress_backlog_releases"] >= 1, 10,
+                 message="LAN2's portal stops holding records back for a receiver that takes nothing")
+        lan2_counters = router.counters()[1]
+        assert lan2_counters["transport_topic_fragments_dropped_would_block"] > 0
+        assert lan2_counters["egress_backlog_holds"] >= 1
+        # A batch the socket took in part is queued whole (a frame cut short would corrupt the
+        # stream): the queue may pass <max-queue> by one batch, at most one ingress read (256 KB).
+        assert lan2_counters["data_bytes_enqueued_max"] <= 200_000 + 256 * 1024
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)
