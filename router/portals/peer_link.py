@@ -30,6 +30,7 @@ from router.portals.peer_handshake import HandshakeError, build_handshake, is_ha
 from router.portals.peer_keepalive import KeepaliveMonitor, keepalive_header
 from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRANSITIONS, LinkEvent,
                                              LinkState)
+from router.um.frame_runs import MIN_RUN, equal_frames
 from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_HDR_SIZE_DATA, LBMC_TYPE_CONTROL, LbmcMessage,
                                  WireError, check_message_start, decode_lbmc, encode_lbmc)
 
@@ -344,6 +345,12 @@ class PeerLink:
                     run_start = None
                 if run_start is None:
                     run_start, run_tidx, run_count, run_longest = offset, tidx, 0, 0
+                same = equal_frames(buf, offset, end, msglen) if end - offset >= MIN_RUN * msglen else 0
+                if same > 1:            # a stretch of equal messages: no step per message
+                    run_count += same
+                    run_longest = max(run_longest, msglen)
+                    offset += same * msglen
+                    continue
                 run_count += 1
                 run_longest = max(run_longest, msglen)
             else:

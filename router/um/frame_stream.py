@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Protocol
 
-import numpy as np
+from router.um.frame_runs import MIN_RUN, equal_frames
 
 from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
 
@@ -20,8 +20,6 @@ _unpack_frag = FRAG_HEADER.unpack_from
 _MESSAGE_SIZE = MESSAGE_HEADER.size
 _FRAG_SIZE = FRAG_HEADER.size
 MAX_REASSEMBLED = 64 * 1024 * 1024
-_UNIFORM_MIN_FRAMES = 32               # below this the frame-by-frame walk is as cheap as numpy's set-up
-_UNIFORM_MIN_BYTES = _UNIFORM_MIN_FRAMES * _MESSAGE_SIZE
 
 
 class Subscription(Protocol):
@@ -94,7 +92,7 @@ class FrameStream:
         batches: dict[int, list] = {}
         raw_spans: dict[int, list] = {}
         offset = frames = 0
-        if raw_indexes and end >= _UNIFORM_MIN_BYTES:
+        if raw_indexes and end >= MIN_RUN * _MESSAGE_SIZE:
             offset = frames = self._uniform_run(data, end, view)
             offset *= (data[2] << 8) | data[3]
         while end - offset >= 4:
@@ -154,17 +152,10 @@ class FrameStream:
         return offset
 
     def _uniform_run(self, data, end: int, view) -> int:
-        """A router's fast path: how many frames at the start of `data` are data frames of one
-        raw topic index and one length (a source sending one message size: the usual case),
-        already handed on as one run; 0 if that is not how the read starts.
-
-        Frame k's length places frame k+1, so if every candidate position holds the same 8 header
-        bytes (type, next header, length, topic index) as the first frame, they are all frames."""
+        """A router's fast path: how many frames at the start of `data` are equal data frames of
+        one raw topic index (router.um.frame_runs), already handed on as one run; 0 if none."""
         length = (data[2] << 8) | data[3]
         if length < _MESSAGE_SIZE or data[0] != LBMC_TYPE_MESSAGE:
-            return 0
-        count = end // length
-        if count < _UNIFORM_MIN_FRAMES:
             return 0
         next_hdr = data[1]
         if not (next_hdr == NHDR_DATA or (next_hdr == NHDR_FRAG and length >= _MESSAGE_SIZE + _FRAG_SIZE)):
@@ -172,14 +163,11 @@ class FrameStream:
         tidx = int.from_bytes(data[4:8], "big")
         if tidx not in self.raw_indexes:
             return 0
-        heads = np.frombuffer(data, dtype=np.uint8, count=count * length).reshape(count, length)[:, :8]
-        same = bool((heads == heads[0]).all())
-        del heads                      # let go of `data` (a reader's buffer) before anyone resizes it
-        if not same:
-            return 0
-        frames = view[:count * length]
-        for sub in self.subscriptions.get(tidx, ()):
-            sub.on_frames(frames, count, length)
+        count = equal_frames(data, 0, end, length)
+        if count:
+            frames = view[:count * length]
+            for sub in self.subscriptions.get(tidx, ()):
+                sub.on_frames(frames, count, length)
         return count
 
     def _fragment(self, data: bytes, offset: int, msglen: int, tidx: int, subs):

@@ -318,3 +318,31 @@ def test_tshark_decodes_the_captured_link_cleanly(harness, tmp_path):
     queries = [v for v in values("lbmc.tnwg_ka.flags.q_flag") if v in ("1", "True")]
     responses = [v for v in values("lbmc.tnwg_ka.flags.r_flag") if v in ("1", "True")]
     assert len(queries) >= 4 and len(responses) >= 4
+
+
+def test_data_reaches_the_owner_in_runs_per_topic_index_in_order(harness):
+    """Runs of equal messages (found with one numpy check) and odd ones (walked) alike."""
+    from router.um.wire.lbmc import MESSAGE_HEADER, NHDR_DATA
+    from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE
+
+    def message(tidx, sqn, length=64):
+        return MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_DATA, length, tidx, sqn) + bytes([sqn & 0xFF]) * (length - 12)
+
+    arrived: dict[int, list] = {}
+    acceptor = harness.side(config("PB"), "router-B", 0xB0B,
+                            on_data=lambda tidx, frames, count, longest: arrived.setdefault(tidx, []).append(
+                                (bytes(frames), count)))
+    acceptor.link.start()
+    initiator = harness.side(config("PA", connect_to=acceptor.link.listening_port), "router-A", 0xA1)
+    initiator.link.start()
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 5, "the link comes up")
+    sent = ([message(5, n) for n in range(300)] + [message(6, 300), message(5, 301, 80)] +
+            [message(5, n) for n in range(302, 400)])
+    for data in sent:
+        assert initiator.link.send_data(data)
+    initiator.link.flush()
+    harness.run_until(lambda: sum(c for runs in arrived.values() for _, c in runs) == len(sent), 5, "every message")
+    for tidx in (5, 6):
+        mine = [m for m in sent if int.from_bytes(m[4:8], "big") == tidx]
+        assert b"".join(f for f, _ in arrived[tidx]) == b"".join(mine)
+        assert sum(c for _, c in arrived[tidx]) == len(mine)
