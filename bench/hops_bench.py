@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from bench.report import table, write_section
-from bench.router_bench import (PYTHON, ROOT, added_latency, children, domain, endpoint_xml, gateway_config, spawn,
+from bench.router_bench import (PYTHON, ROOT, added_latency, domain, endpoint_xml, gateway_config, router_cpu, spawn,
                                 stop, um_run, wait_stderr)
 
 COMMAND = ".venv/bin/python -m bench.hops_bench"
@@ -134,19 +134,6 @@ def cpu_times() -> tuple[int, int]:
     """(all, idle) jiffies of the whole machine since boot, from /proc/stat."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
     return sum(values), values[3] + values[4]
-
-
-def router_cpu(routers: dict[str, subprocess.Popen]) -> dict[int, int]:
-    """CPU jiffies (user + system) used so far by each router process: supervisors and workers."""
-    found = {}
-    for proc in routers.values():
-        for pid in [proc.pid, *children(proc.pid)]:
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            found[pid] = int(fields[11]) + int(fields[12])
-    return found
 
 
 class Run:
