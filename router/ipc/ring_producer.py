@@ -226,8 +226,7 @@ class RingProducer(_RingView):
         size = (length + _ALIGN_UP) & _ALIGN_MASK
         deadline = None if timeout is None else time.monotonic() + timeout
         recheck_interval = self.heartbeat_timeout_ns / 4e9  # dead consumers are noticed by polling
-        mask = dest_mask & _ALL_CONSUMERS
-        store_release(self._slots, _PRODUCER_WAITING_FOR, mask - (1 << 64) if mask >> 63 else mask)  # int64 slot
+        self.waiting_for(dest_mask)
         while True:
             position, _, padding = self._placement(size)
             self._park_epoch += 1
@@ -246,6 +245,11 @@ class RingProducer(_RingView):
                 self._wakeups.producer.wait(pause)
             else:
                 time.sleep(min(pause, 0.001))
+
+    def waiting_for(self, dest_mask: int) -> None:
+        """Publish whom the records we wait to write are for (more may join while we are parked)."""
+        mask = dest_mask & _ALL_CONSUMERS
+        store_release(self._slots, _PRODUCER_WAITING_FOR, mask - (1 << 64) if mask >> 63 else mask)  # int64 slot
 
     def unpark(self) -> None:
         """Stop waiting for space (after ``wait_for_space`` returned False): clear flag and wakeup."""

@@ -104,6 +104,7 @@ class DataPath:
                 self.attach(ring)
         self.pending: deque[tuple[int, bytes, int]] = deque()
         self.paused: dict[int, object] = {}    # id -> ingress connection waiting for ring space
+        self._waiting_mask = 0                 # the portals the pending records are for
         self.wakeup = self.rings.consumer_wakeups[index]
         self.producer_wakeup = self.rings.producer_wakeups[index]
         loop.add_reader(self.wakeup.fileno(), self._woken)
@@ -158,34 +159,40 @@ class DataPath:
                 payload[FRAMES_HEADER.size:] = frames
                 self.producer.commit(claim)
                 return
-            self.pending.append((RECORD_FRAMES, encode_frames(stream_id, frames, count, longest), mask))
-            self._ring_full()
-        else:
-            self.pending.append((RECORD_FRAMES, encode_frames(stream_id, frames, count, longest), mask))
+        self._wait([(RECORD_FRAMES, encode_frames(stream_id, frames, count, longest), mask)])
         if connection is not None:
             self._pause(connection)
 
     def _write(self, records: list) -> bool:
         """Write in order behind anything already waiting; False if some had to wait."""
         if self.pending:
-            self.pending.extend(records)
+            self._wait(records)
             return False
         try:
             written = self.producer.write_batch(records)
         except RecordTooLarge as err:
             written = self._write_one_by_one(records, err)
         if written < len(records):
-            self.pending.extend(records[written:])
-            self._ring_full()
+            self._wait(records[written:])
             return False
         return True
 
-    def _ring_full(self) -> None:
-        """Records wait: park the producer at once, so the consumer that frees space wakes us."""
-        self.counters.add("ring_full_events")
-        first = self.pending[0]
-        if self.producer.wait_for_space(len(first[1]), 0, first[2]):
-            self.loop.call_later(0, self._space_freed)     # room appeared meanwhile
+    def _wait(self, records: list) -> None:
+        """Records wait, in order, behind a full ring. The producer parks at once (the consumer
+        that frees space wakes us) and tells the consumers whom everything waiting is for: an
+        egress portal holding records back for its own receivers lets go when others wait too."""
+        first = not self.pending
+        self.pending.extend(records)
+        mask = self._waiting_mask
+        for record in records:
+            mask |= record[2]
+        self._waiting_mask = mask
+        if first:
+            self.counters.add("ring_full_events")
+            if self.producer.wait_for_space(len(self.pending[0][1]), 0, mask):
+                self.loop.call_later(0, self._space_freed)     # room appeared meanwhile
+        else:
+            self.producer.waiting_for(mask)
 
     def _write_one_by_one(self, records: list, err: RecordTooLarge) -> int:
         """A record bigger than the ring can carry is dropped and counted, never silently."""
@@ -220,8 +227,12 @@ class DataPath:
                 written = self._write_one_by_one(batch, err)
             if written < len(batch):
                 self.pending.extend(batch[written:])
-                if not self.producer.wait_for_space(len(self.pending[0][1]), 0, self.pending[0][2]):
+                self._waiting_mask = 0
+                for record in self.pending:
+                    self._waiting_mask |= record[2]
+                if not self.producer.wait_for_space(len(self.pending[0][1]), 0, self._waiting_mask):
                     return
+        self._waiting_mask = 0
         for client in self.paused.values():
             client.resume()
         self.paused.clear()
