@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 
-
 from router.ipc import bus_messages as bm
 from router.portals.domain_routes import DomainRouteChannel
 from router.portals.egress_records import EgressRecords

@@ -10,7 +10,6 @@ import logging
 from typing import Callable, Protocol
 
 from router.um.frame_runs import MIN_RUN, equal_frames
-
 from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
 
 log = logging.getLogger(__name__)
@@ -93,8 +92,7 @@ class FrameStream:
         raw_spans: dict[int, list] = {}
         offset = frames = 0
         if raw_indexes and end >= MIN_RUN * _MESSAGE_SIZE:
-            offset = frames = self._uniform_run(data, end, view)
-            offset *= (data[2] << 8) | data[3]
+            frames, offset = self._uniform_run(data, end, view)
         while end - offset >= 4:
             msglen = (data[offset + 2] << 8) | data[offset + 3]
             if msglen < 4:
@@ -151,24 +149,24 @@ class FrameStream:
                 sub.on_frames(frames, count, longest)
         return offset
 
-    def _uniform_run(self, data, end: int, view) -> int:
-        """A router's fast path: how many frames at the start of `data` are equal data frames of
-        one raw topic index (router.um.frame_runs), already handed on as one run; 0 if none."""
+    def _uniform_run(self, data, end: int, view) -> tuple[int, int]:
+        """A router's fast path: the equal data frames of one raw topic index at the start of
+        `data` (router.um.frame_runs), handed on as one run: (frames, bytes); (0, 0) if none."""
         length = (data[2] << 8) | data[3]
         if length < _MESSAGE_SIZE or data[0] != LBMC_TYPE_MESSAGE:
-            return 0
+            return 0, 0
         next_hdr = data[1]
         if not (next_hdr == NHDR_DATA or (next_hdr == NHDR_FRAG and length >= _MESSAGE_SIZE + _FRAG_SIZE)):
-            return 0
+            return 0, 0
         tidx = int.from_bytes(data[4:8], "big")
         if tidx not in self.raw_indexes:
-            return 0
+            return 0, 0
         count = equal_frames(data, 0, end, length)
         if count:
             frames = view[:count * length]
             for sub in self.subscriptions.get(tidx, ()):
                 sub.on_frames(frames, count, length)
-        return count
+        return count, count * length
 
     def _fragment(self, data: bytes, offset: int, msglen: int, tidx: int, subs):
         """Fold one fragment in; returns (first_sqn, payload) when the message is complete."""

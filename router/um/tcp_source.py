@@ -133,33 +133,40 @@ class TcpSourceSession(BatchingSession):
                 connection.queue += data
                 self._write(connection)
                 continue
-            try:
-                sent = connection.sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                self.loop.call_soon_threadsafe(self._drop_connection, connection)
-                continue
-            if sent < len(data):
+            sent = self._send(connection, data)
+            if sent is not None and sent < len(data):
                 connection.queue += memoryview(data)[sent:]
-                connection.progress = time.monotonic()
-                self._write(connection)
+                connection.progress = time.monotonic()      # the backlog starts now
+                self._want_writable(connection)
+
+    def _send(self, connection: _Connection, data) -> int | None:
+        """What the socket takes of `data` now, in bytes; None if the connection broke (it is
+        dropped on the loop's next turn). Lock held."""
+        try:
+            sent = connection.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            self.loop.call_soon_threadsafe(self._drop_connection, connection)
+            return None
+        connection.progress = time.monotonic()
+        return sent
 
     def _write(self, connection: _Connection) -> None:
-        """Send what the socket takes now; arm the loop's writer for the rest. Lock held."""
+        """Send what the socket takes of the queue now; arm the loop's writer for the rest. Lock held."""
         queue = connection.queue
         while queue:
-            try:
-                sent = connection.sock.send(queue)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
+            sent = self._send(connection, queue)
+            if sent is None:
                 queue.clear()
-                self.loop.call_soon_threadsafe(self._drop_connection, connection)
                 return
+            if not sent:
+                break
             del queue[:sent]
-            connection.progress = time.monotonic()
-        if queue and not connection.writer_armed:
+        self._want_writable(connection)
+
+    def _want_writable(self, connection: _Connection) -> None:
+        if connection.queue and not connection.writer_armed:
             connection.writer_armed = True
             self.loop.call_soon_threadsafe(self._arm_writer, connection)
 

@@ -183,16 +183,13 @@ class DataPath:
         egress portal holding records back for its own receivers lets go when others wait too."""
         first = not self.pending
         self.pending.extend(records)
-        mask = self._waiting_mask
-        for record in records:
-            mask |= record[2]
-        self._waiting_mask = mask
+        self._waiting_mask = _destinations(records, self._waiting_mask)
         if first:
             self.counters.add("ring_full_events")
-            if self.producer.wait_for_space(len(self.pending[0][1]), 0, mask):
+            if self.producer.wait_for_space(len(self.pending[0][1]), 0, self._waiting_mask):
                 self.loop.call_later(0, self._space_freed)     # room appeared meanwhile
         else:
-            self.producer.waiting_for(mask)
+            self.producer.waiting_for(self._waiting_mask)
 
     def _write_one_by_one(self, records: list, err: RecordTooLarge) -> int:
         """A record bigger than the ring can carry is dropped and counted, never silently."""
@@ -227,9 +224,7 @@ class DataPath:
                 written = self._write_one_by_one(batch, err)
             if written < len(batch):
                 self.pending.extend(batch[written:])
-                self._waiting_mask = 0
-                for record in self.pending:
-                    self._waiting_mask |= record[2]
+                self._waiting_mask = _destinations(self.pending)
                 if not self.producer.wait_for_space(len(self.pending[0][1]), 0, self._waiting_mask):
                     return
         self._waiting_mask = 0
@@ -316,3 +311,10 @@ class DataPath:
             consumer.close()
         self.consumers.clear()
         self.producer.close()
+
+
+def _destinations(records, mask: int = 0) -> int:
+    """The union of the records' destination masks (and `mask`)."""
+    for record in records:
+        mask |= record[2]
+    return mask

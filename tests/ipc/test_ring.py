@@ -166,25 +166,17 @@ def test_each_consumer_receives_only_records_addressed_to_it(make_ring):
         assert drain(consumer) == expected
 
 
-def test_read_batch_limit_delivers_at_most_limit_and_resumes(make_ring):
-    segment = make_ring(CAPACITY, consumer_slots=1)
-    producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)
-    producer.write_batch([(1, payload(n, 8), 1) for n in range(10)])
-    first: list = []
-    assert consumer.read_batch(lambda t, view: first.append(bytes(view)), limit=4) == 4
-    assert first == [payload(n, 8) for n in range(4)]
-    assert [data for _, data in drain(consumer)] == [payload(n, 8) for n in range(4, 10)]
-
-
-def test_read_batch_stops_after_the_record_that_reaches_max_bytes(make_ring):
+@pytest.mark.parametrize("bound, delivered", [({"limit": 4}, 4), ({"max_bytes": 250}, 3)],
+                         ids=["at most limit records", "stops after the record reaching max_bytes"])
+def test_read_batch_stops_at_its_bound_and_resumes(make_ring, bound, delivered):
     segment = make_ring(CAPACITY, consumer_slots=1)
     producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)
     producer.write_batch([(1, payload(n, 100), 1) for n in range(10)])
     first: list = []
-    assert consumer.read_batch(lambda t, view: first.append(bytes(view)), max_bytes=250) == 3
-    assert first == [payload(n, 100) for n in range(3)]
+    assert consumer.read_batch(lambda t, view: first.append(bytes(view)), **bound) == delivered
+    assert first == [payload(n, 100) for n in range(delivered)]
     assert consumer.has_records()
-    assert [data for _, data in drain(consumer)] == [payload(n, 100) for n in range(3, 10)]
+    assert [data for _, data in drain(consumer)] == [payload(n, 100) for n in range(delivered, 10)]
 
 
 def test_a_parked_producer_tells_consumers_whom_its_waiting_record_is_for(make_ring):
