@@ -6,6 +6,11 @@
 State replication follows zguide's Clone pattern: a (re)started worker subscribes first, then
 asks for a snapshot; updates carry sequence numbers, and the worker applies only those newer than
 its snapshot, so nothing is lost or applied twice however the two race.
+
+A subscription reaches the publisher some time after `connect` returns, and until it does the
+worker's share of every publication is dropped. So "subscribes first" is made true before the
+worker says hello: it asks the hub to publish a probe and waits until its own probe comes back on
+the subscriber (asking again meanwhile). Whatever the hub publishes after that reaches the worker.
 """
 from __future__ import annotations
 
@@ -63,6 +68,9 @@ class BusHub:
         except bm.BusError as err:
             self.counters["malformed"] += 1
             log.warning("dropped a malformed bus message from %r: %s", identity, err)
+            return
+        if isinstance(message, bm.Probe):
+            self.publish(message)         # back to the worker: its subscription is in place
             return
         if isinstance(message, bm.Hello):
             self._reply(identity, self.snapshot())
@@ -129,6 +137,9 @@ class BusHub:
         self.publisher.close(0)
 
 
+PROBE_INTERVAL = 0.05       # seconds between probes while a worker's subscription is not yet in place
+
+
 class BusClient:
     """A worker's end of the bus. `on_message(message)` gets the snapshot, then newer updates."""
 
@@ -148,13 +159,31 @@ class BusClient:
         self.dealer.connect(request_endpoint)
         self.snapshot_sequence: int | None = None
         self.early_updates: list = []
-        self.counters = {"malformed": 0, "stale_updates": 0}
+        self._hello: bm.Hello | None = None      # waiting for the subscription to be in place
+        self._probe_timer = None
+        self.counters = {"malformed": 0, "stale_updates": 0, "probes_sent": 0}
         loop.add_reader(self.subscriber.getsockopt(zmq.FD), self._subscriber_readable)
         loop.add_reader(self.dealer.getsockopt(zmq.FD), self._dealer_readable)
 
     def hello(self, generation: int, pid: int) -> None:
+        """Say hello (and get the snapshot) once this worker's subscription is in place."""
         self.snapshot_sequence = None
-        self.send(bm.Hello(self.portal, generation, pid))
+        self._hello = bm.Hello(self.portal, generation, pid)
+        if self._probe_timer is None:
+            self._probe_timer = self.loop.call_every(PROBE_INTERVAL, self._probe)
+        self._probe()
+
+    def _probe(self) -> None:
+        self.counters["probes_sent"] += 1
+        self.send(bm.Probe(self.portal, self._hello.pid))
+
+    def _probe_returned(self, probe: bm.Probe) -> None:
+        if self._hello is None or (probe.portal, probe.pid) != (self.portal, self._hello.pid):
+            return                        # another worker's, or one of ours answered already
+        self._probe_timer.cancel()
+        self._probe_timer = None
+        hello, self._hello = self._hello, None
+        self.send(hello)
 
     def send(self, message) -> None:
         self.dealer.send(bm.encode(message), zmq.NOBLOCK)
@@ -194,6 +223,9 @@ class BusClient:
         message = self._decode(payload)
         if message is None:
             return
+        if isinstance(message, bm.Probe):
+            self._probe_returned(message)
+            return
         if self.snapshot_sequence is None:
             self.early_updates.append(message)
         else:
@@ -206,6 +238,8 @@ class BusClient:
         self.on_message(message)
 
     def close(self) -> None:
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
         for sock in (self.subscriber, self.dealer):
             self.loop.remove_reader(sock.getsockopt(zmq.FD))
             sock.close(0)

@@ -32,6 +32,14 @@ class Hello:
 
 
 @dataclass(frozen=True, slots=True)
+class Probe:
+    """A starting worker asks the hub to publish this back to it: once it arrives on the worker's
+    subscriber, the subscription is in place and the worker may ask for its snapshot."""
+    portal: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
 class Interest:
     """A portal's domain has (or no longer has) receivers for a topic or pattern."""
     portal: str
@@ -140,7 +148,7 @@ class Shutdown:
 
 
 KINDS: list[type] = [Hello, Interest, Snapshot, PortalUp, PortalDown, Keepalive, SetCost, Shutdown, PortalRemoved,
-                     Query, Answer, RouteTable, PeerState, RouteInfoMessage, DomainConflict]
+                     Query, Answer, RouteTable, PeerState, RouteInfoMessage, DomainConflict, Probe]
 _KIND_OF = {cls: number for number, cls in enumerate(KINDS)}
 
 

@@ -11,7 +11,7 @@ from router.um.loop import EventLoop
 
 def test_codec_round_trip():
     for message in (bm.Hello("LAN1", 2, 1234), bm.Interest("LAN1", 7, bm.INTEREST_PCRE, "^md\\.", bm.OP_ADD, 5),
-                    bm.PortalUp("LAN2", 1, 3), bm.SetCost("LAN1", 4), bm.Shutdown("stop"),
+                    bm.PortalUp("LAN2", 1, 3), bm.SetCost("LAN1", 4), bm.Shutdown("stop"), bm.Probe("LAN1", 1234),
                     bm.Snapshot(9, (bm.Interest("A", 1, 0, "t", 0, 3),), (("A", 0, 1),))):
         assert bm.decode(bm.encode(message)) == message
 
@@ -91,3 +91,30 @@ def test_malformed_frames_are_counted_not_fatal(bus, tmp_path):
     loop_a, a, got_a = client("A")
     a.hello(1, 1)
     spin([hub_loop, loop_a], lambda: any(isinstance(m, bm.Snapshot) for m in got_a))
+
+
+def test_workers_starting_together_each_learn_of_every_portal(bus):
+    """A worker's subscription reaches the hub's publisher some time after it connects: the
+    snapshot must not be taken before it does, or what is published in between is lost to it
+    (a worker that missed another's PortalUp would never forward to it)."""
+    hub, hub_loop, client = bus
+    names = [f"P{i}" for i in range(8)]
+
+    def on_message(identity, message):
+        if isinstance(message, bm.Hello):
+            hub.portal_up(message.portal, names.index(message.portal), message.generation)
+    hub.on_message = on_message
+    clients = [client(name) for name in names]
+    for number, (_, c, _) in enumerate(clients):
+        c.hello(1, number)
+    loops = [hub_loop] + [loop for loop, _, _ in clients]
+
+    def known(received):
+        portals = set()
+        for message in received:
+            if isinstance(message, bm.Snapshot):
+                portals.update(name for name, _, _ in message.portals)
+            elif isinstance(message, bm.PortalUp):
+                portals.add(message.portal)
+        return portals
+    spin(loops, lambda: all(known(received) == set(names) for _, _, received in clients))
