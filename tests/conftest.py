@@ -6,6 +6,9 @@ import pytest
 from tests.support.domains import new_domain
 from tests.support.processes import ToolRunner
 
+# Lines of each process's stderr shown when a test fails: enough for a router's lifecycle log.
+_STDERR_TAIL = 60
+
 
 @pytest.fixture
 def domain(tmp_path):
@@ -30,3 +33,21 @@ def routers(tmp_path):
     runner = RouterRunner(tmp_path)
     yield runner
     runner.cleanup()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test shows what its routers and tools printed: a CI failure can then be read from
+    its output alone, with nothing left to reproduce by luck."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    started = [*getattr(item.funcargs.get("routers"), "routers", ())]
+    processes = [(router.name, router.tool) for router in started]
+    processes += [(tool.argv[2], tool) for tool in getattr(item.funcargs.get("tools"), "tools", ())]
+    for name, tool in processes:
+        lines = list(tool.stderr_lines)[-_STDERR_TAIL:]
+        status = tool.proc.poll()
+        state = "running" if status is None else f"exited {status}"
+        report.sections.append((f"stderr of {name} ({state})", "".join(lines) or "(nothing)\n"))

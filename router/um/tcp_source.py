@@ -64,10 +64,12 @@ class TcpSourceSession(BatchingSession):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((interface, port))
+                # With SO_REUSEADDR two applications starting at once can both bind a port that
+                # nobody listens on yet; the second to listen is refused, and takes the next port.
+                sock.listen(64)
             except OSError:
                 sock.close()
                 continue
-            sock.listen(64)
             sock.setblocking(False)
             return sock
         raise OSError(errno.EADDRINUSE, f"no free TCP port in {ports[0]}..{ports[-1]} on {interface}")
