@@ -12,6 +12,8 @@ import logging.handlers
 import sys
 import time
 
+from router.logfile import RollingLogFile
+
 log = logging.getLogger("router")
 
 MESSAGE_IDS: dict[str, tuple[str, int]] = {
@@ -34,6 +36,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "proxy-wildcard-receiver-created": ("UMR-2002-3", logging.INFO),
     "proxy-source-created": ("UMR-2003-1", logging.INFO),
     "proxy-source-deleted": ("UMR-2003-2", logging.INFO),
+    "acl-rejected": ("UMR-2004-1", logging.INFO),
     "drops-would-block": ("UMR-3001-1", logging.WARNING),
     "drops-size-error": ("UMR-3001-2", logging.WARNING),
     "drops-queue-failure": ("UMR-3001-3", logging.WARNING),
@@ -71,9 +74,10 @@ class _DroFormatter(logging.Formatter):
 
 
 def configure_logging(log_type: str = "console", path: str | None = None, utc: bool = False,
-                      verbose: bool = False) -> None:
+                      verbose: bool = False, frequency: str = "disable", size: int = 0) -> None:
     if log_type == "file" and path:
-        handler: logging.Handler = logging.FileHandler(path)          # appended, never overwritten
+        # Appended, never overwritten; rolled by time and/or size (router/logfile.py).
+        handler: logging.Handler = RollingLogFile(str(path), frequency, size)
     elif log_type == "syslog":
         handler = logging.handlers.SysLogHandler(address="/dev/log")
     else:
@@ -84,6 +88,24 @@ def configure_logging(log_type: str = "console", path: str | None = None, utc: b
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def _log_file() -> RollingLogFile | None:
+    return next((h for h in logging.getLogger().handlers if isinstance(h, RollingLogFile)), None)
+
+
+def claim_log_file() -> None:
+    """The calling process (the supervisor) rolls the log file; its workers only follow it."""
+    handler = _log_file()
+    if handler is not None:
+        handler.claim()
+
+
+def roll_log_if_due() -> None:
+    """Called every second by the supervisor: a file only workers write to still rolls on time."""
+    handler = _log_file()
+    if handler is not None:
+        handler.roll_if_due()
 
 
 def event(name: str, text: str, portal: str | None = None) -> None:

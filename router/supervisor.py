@@ -22,7 +22,7 @@ import zmq
 
 from router import extensions, systemd_notify
 from router.config import ConfigError, diff_configs, load_gateway_config
-from router.eventlog import event
+from router.eventlog import claim_log_file, event, roll_log_if_due
 from router.ipc import bus_messages as bm
 from router.ipc.bus import BusHub
 from router.ipc.shm import SharedSegment, remove_stale
@@ -34,6 +34,7 @@ from router.runtime import bus_endpoints, runtime_dir
 from router.um.loop import EventLoop
 from router.worker.datapath import DataPathSpec, RingSet
 from router.worker.process import EXIT_BOOT_ERROR, WorkerSpec, worker_main
+from router.worker.scheduling import policy_of
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,8 @@ class Supervisor:
         if removed:
             log.info("removed %d shared-memory segments of a crashed run", len(removed))
         self._install_signals()
+        claim_log_file()
+        self.loop.call_every(1.0, roll_log_if_due)
         event("router-started", f"router {self.name} (pid {self.pid}) starting {len(self.config.portals)} portals")
         for portal in self.config.portals:
             self._add_worker(portal)
@@ -184,7 +187,8 @@ class Supervisor:
                           datapath=DataPathSpec(self.rings, self.portal_indexes()),
                           log_type=self.config.daemon.log.type, log_path=self.config.daemon.log.path,
                           utc=self.utc, node_id=self.node_id, router_name=self.name,
-                          route_info=self.config.daemon.route_info)
+                          route_info=self.config.daemon.route_info,
+                          scheduling=self.config.daemon.worker_scheduling)
         process = multiprocess.get_context("fork").Process(target=worker_main, args=(spec,),
                                                            name=f"tnwgd-{worker.config.name}", daemon=False)
         process.start()
@@ -328,7 +332,10 @@ class Supervisor:
     # -- reload --------------------------------------------------------------------------------
     def reload(self) -> dict:
         """Apply the configuration file as it is now; only portals whose configuration changed
-        restart. An invalid file changes nothing."""
+        restart. An invalid file changes nothing. `<daemon>` settings (admin socket, web monitor,
+        statistics, logging, routing timers, worker scheduling) are the router's own and were
+        set up at start: edited ones are reported and take effect at the next start; until then
+        the running ones stay in force, also for workers started later."""
         systemd_notify.reloading()
         try:
             new = load_gateway_config(self.config_path)
@@ -353,13 +360,15 @@ class Supervisor:
                 worker.backoff = BACKOFF_FIRST
                 _kill(worker.process.pid, signal.SIGTERM)
                 worker.restarts -= 1       # a requested restart is not a failure
+        self.config = dataclasses.replace(new, daemon=self.config.daemon)
         for name in diff.added:
             self._add_worker(new.portal(name))
-        self.config = new
         summary = {"ok": True, "added": diff.added, "removed": diff.removed, "changed": diff.changed,
-                   "kept": diff.kept, "cost_only": cost_only}
+                   "kept": diff.kept, "cost_only": cost_only, "daemon_pending": diff.daemon_changes}
+        pending = (f"; <daemon> changes take effect when the router restarts: {', '.join(diff.daemon_changes)}"
+                   if diff.daemon_changes else "")
         event("config-reloaded", f"added {diff.added}, removed {diff.removed}, changed {diff.changed}, "
-              f"kept {diff.kept}")
+              f"kept {diff.kept}{pending}")
         systemd_notify.notify("READY=1", f"STATUS=routing: {len(self.workers)} portals up")
         return summary
 
@@ -433,6 +442,7 @@ class Supervisor:
                 "heartbeat_age_s": round((now_ns - counters["heartbeat_ns"]) / 1e9, 3),
                 "proxy_receivers": counters["proxy_receivers"], "proxy_sources": counters["proxy_sources"],
                 "state": "up" if alive and worker.ready else ("starting" if alive else "down"),
+                "scheduling": policy_of(worker.process.pid) if alive else None,
             })
             if worker.config.kind == "peer":
                 portals[-1]["link"] = "up" if worker.link.get("up") else "down"

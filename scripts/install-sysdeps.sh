@@ -14,6 +14,8 @@ java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head
 # The web monitor's tests render its pages in headless Chromium; a font so the screenshots have text.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+# The TLS peer-link tests make their certificates with the openssl command.
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # The systemd unit's test runs `systemd-analyze verify` (no running systemd needed).
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 

@@ -48,7 +48,8 @@ def main(argv=None) -> int:
         return 2
     from router.eventlog import configure_logging
     log_config = config.daemon.log
-    configure_logging(log_config.type, log_config.path, args.use_utc)
+    configure_logging(log_config.type, log_config.path, args.use_utc, frequency=log_config.frequency,
+                      size=log_config.size)
     if args.detach:
         _daemonize(config.daemon.pidfile)
     elif config.daemon.pidfile:

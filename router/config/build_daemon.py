@@ -1,4 +1,5 @@
-"""<daemon> → DaemonConfig: log, identity, monitoring, routing timers, the admin endpoint."""
+"""<daemon> → DaemonConfig: log, identity, monitoring, routing timers, the admin endpoint, the
+workers' scheduling."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +9,7 @@ from lxml import etree
 from router.config.model import (DaemonConfig, HashMapConfig, LogConfig, MonitorConfig, RouteInfo,
                                  RouteRecalculation, WebMonitorConfig)
 from router.config.reader import INT32_MAX, UINT32_MAX, ElementReader
+from router.worker.scheduling import MODES as SCHEDULING_MODES
 
 MAX_NAME_LENGTH = 256                   # TNWG_DSTAT_MAX_GATEWAY_NAME_LEN
 MAX_LOG_SIZE = 4000                     # millions of bytes (spec/dro.md §1.3)
@@ -26,6 +28,10 @@ def build_daemon(reader: ElementReader, element: etree._Element | None, config_p
     for tag in ("uid", "gid"):
         if reader.child(element, tag) is not None:
             setattr(daemon, tag, reader.child_int(element, tag, 0, 0, UINT32_MAX))
+            # Said aloud: an operator who set these must not believe the daemon dropped root.
+            reader.warn(reader.child(element, tag), "switching user or group is not supported; tnwgd keeps the "
+                                                    "identity it was started with (run it as the user you want, "
+                                                    "e.g. with the systemd unit's User=/Group=)")
     daemon.pidfile = reader.child_path(element, "pidfile")
     daemon.lbm_license_file = reader.child_path(element, "lbm-license-file")
     daemon.topicmap = _hash_map(reader, reader.child(element, "topicmap"))
@@ -40,6 +46,11 @@ def build_daemon(reader: ElementReader, element: etree._Element | None, config_p
     daemon.route_info = _route_info(reader, reader.child(element, "route-info"))
     daemon.route_recalculation = _route_recalculation(reader, reader.child(element, "route-recalculation"))
     daemon.admin = _admin(reader, reader.child(element, "admin"))
+    scheduling = reader.child(element, "worker-scheduling")
+    if scheduling is not None:
+        daemon.worker_scheduling = reader.text(scheduling)
+        if daemon.worker_scheduling not in SCHEDULING_MODES:
+            reader.fail(scheduling, f"expected one of {', '.join(SCHEDULING_MODES)}, got '{daemon.worker_scheduling}'")
     return daemon
 
 

@@ -83,6 +83,7 @@ class DaemonConfig:
     xml_config_digest: str = ""             # content hash, so an edited file counts as a change
     route_info: RouteInfo = field(default_factory=RouteInfo)
     route_recalculation: RouteRecalculation = field(default_factory=RouteRecalculation)
+    worker_scheduling: str = "adaptive"     # router.worker.scheduling: adaptive | normal
     line: int | None = field(default=None, compare=False)
     locations: dict[str, Location] = _where()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from router.config.model import DaemonConfig, EndpointConfig, GatewayConfig, PeerConfig
 from router.config.portal_um import describe_resolver, portal_um_configs, same_domain
+from router.portals.peer_stream import tls_context
 from router.um.config import ConfigError
 from router.um.xml_config import check_xml_config
 
@@ -54,10 +55,16 @@ def _check_link(peer: PeerConfig) -> None:
         raise ConfigError(f"peer '{peer.name}' needs an <initiator> or an <acceptor>",
                           *peer.where("single-tcp"), "single-tcp")
     if link.tls is not None:
+        where = peer.where("single-tcp" if not link.dual else "tcp")
         for path in (link.tls.certificate, link.tls.certificate_key, link.tls.trusted_certificates):
             if path is not None and not path.is_file():
-                raise ConfigError(f"peer '{peer.name}': TLS file '{path}' does not exist",
-                                  *peer.where("single-tcp" if not link.dual else "tcp"), "tls")
+                raise ConfigError(f"peer '{peer.name}': TLS file '{path}' does not exist", *where, "tls")
+        # The side this router takes does not change what can be wrong with the files: a key
+        # that does not match, a wrong password, a cipher list OpenSSL cannot use.
+        try:
+            tls_context(link.tls, server_side=link.initiator is None)
+        except ValueError as err:
+            raise ConfigError(f"peer '{peer.name}': {err}", *where, "tls") from None
 
 
 def _check_xml_config(daemon: DaemonConfig) -> None:

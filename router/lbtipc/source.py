@@ -1,14 +1,17 @@
 """The LBT-IPC source side: a session writes its batches of LBMC frames into a ring it owns.
 
 Receivers on this host attach as ring consumers. Flow control is the ring's: an application
-source waits for the slowest live receiver (as LBT-IPC does); a router's proxy source drops and
-counts instead. A receiver that dies stops holding the source back after the ring's heartbeat
-timeout. Closing writes an end-of-session record, so receivers see EOS at once.
+source waits for the slowest live receiver (as LBT-IPC does); a router's proxy source queues what
+the full ring cannot take, up to its max_queue, then drops and counts (and reports the backlog, so
+its portal holds records in the router's rings meanwhile: router.worker.datapath). A receiver that
+dies stops holding the source back after the ring's heartbeat timeout. Closing writes an
+end-of-session record, so receivers see EOS at once.
 """
 from __future__ import annotations
 
 import os
 import time
+from collections import deque
 
 from router.ipc import layout
 from router.ipc.ring import OverflowPolicy, RecordTooLarge, init_ring
@@ -24,6 +27,7 @@ RECORD_FRAMES = 1
 RECORD_END = 2
 SLOTS = 16
 HEARTBEAT_TIMEOUT = 5.0
+WAITING_RECHECK_INTERVAL = 0.25    # s: a proxy's queue looks for dead receivers this often
 _ALL = (1 << SLOTS) - 1
 
 
@@ -51,6 +55,10 @@ class LbtipcSourceSession(BatchingSession):
         self.wakeups = RingWakeups.fifos(self.segment.name, SLOTS, create=True)
         self.producer = RingProducer(self.segment.memory, wakeups=self.wakeups)
         self.counters["records_too_large"] = 0
+        self.waiting: deque[bytes] = deque()     # batches a full ring could not take yet (proxies)
+        self.waiting_bytes = 0
+        self.progress = 0.0                       # time.monotonic() the ring last took a waiting batch
+        self._recheck = None                      # while batches wait: looks again for dead receivers
 
     def advertised_info(self) -> LbtipcInfo:
         return LbtipcInfo(self.host_id, self.session_id, self.xport_id)
@@ -62,21 +70,73 @@ class LbtipcSourceSession(BatchingSession):
     def receiver_count(self) -> int:
         return naming.live_slots(self.segment.name, SLOTS)
 
-    def _deliver(self, data: bytes) -> None:
-        """Write one batch into the ring (lock held): wait for space, or drop and count."""
+    def _deliver(self, data) -> None:
+        """Write one batch into the ring (lock held): an application waits for space; a router's
+        proxy queues what the full ring cannot take, up to its max_queue, and drops the rest."""
         try:
+            if self.overflow == "drop":
+                if self.waiting or not self.producer.offer(RECORD_FRAMES, data, _ALL):
+                    self._queue(bytes(data))
+                return
             while not self.producer.offer(RECORD_FRAMES, data, _ALL):
-                if self.overflow == "drop":
-                    self.counters["dropped_would_block_batches"] += 1
-                    self.counters["dropped_would_block_bytes"] += len(data)
-                    return
                 self.producer.wait_for_space(len(data), 0.5)
         except RecordTooLarge:
             # A batch above half the ring: only a tiny transmission window gets here; counted.
             self.counters["records_too_large"] += 1
 
+    def _queue(self, data: bytes) -> None:
+        """The ring is full (its slowest receiver is behind): keep the batch in order. Lock held,
+        on the loop's thread (router proxies send from it). The first batch to wait is kept
+        whatever its size, as a TCP session keeps the batch its socket took in part: the backlog,
+        and so the portal's holding back, starts with it (a batch can be one 256 KB ingress read,
+        more than a small <max-queue>); later ones are dropped beyond max_queue."""
+        if self.waiting and self.waiting_bytes + len(data) > self.max_queue:
+            self.counters["dropped_would_block_batches"] += 1
+            self.counters["dropped_would_block_bytes"] += len(data)
+            return
+        if not self.waiting:
+            self.progress = time.monotonic()
+            self.loop.add_reader(self.wakeups.producer.fileno(), self._space_freed)
+            # A receiver that dies never writes our FIFO: looking again now and then lets the ring
+            # skip it once its heartbeat is stale, as an application source's wait does.
+            self._recheck = self.loop.call_every(WAITING_RECHECK_INTERVAL, self._space_freed)
+        self.waiting.append(data)
+        self.waiting_bytes += len(data)
+        if self.producer.wait_for_space(len(self.waiting[0]), 0):
+            self.loop.call_later(0, self._space_freed)      # room appeared meanwhile
+
+    def _space_freed(self) -> None:
+        """A receiver moved on: write what waits, in order, as far as the ring takes it."""
+        with self.lock:
+            if self.closed or not self.waiting:
+                return
+            self.wakeups.producer.drain()
+            self.producer.unpark()
+            while self.waiting:
+                try:
+                    if not self.producer.offer(RECORD_FRAMES, self.waiting[0], _ALL):
+                        if self.producer.wait_for_space(len(self.waiting[0]), 0):
+                            continue
+                        return                  # parked: the next receiver to move on wakes us
+                except RecordTooLarge:          # as in _deliver: counted, and the queue moves on
+                    self.counters["records_too_large"] += 1
+                self.waiting_bytes -= len(self.waiting.popleft())
+                self.progress = time.monotonic()
+            self._stop_waiting()
+
+    def _stop_waiting(self) -> None:
+        self.loop.remove_reader(self.wakeups.producer.fileno())
+        if self._recheck is not None:
+            self._recheck.cancel()
+            self._recheck = None
+
+    def backlog(self) -> float | None:
+        """None while the ring takes our batches; else when it last took one (every receiver
+        shares the ring, so the slowest holds them all)."""
+        return self.progress if self.waiting else None
+
     def queued_bytes(self) -> int:
-        return 0
+        return self.waiting_bytes
 
     def close(self) -> None:
         with self.lock:
@@ -84,6 +144,12 @@ class LbtipcSourceSession(BatchingSession):
                 return
             self._flush_locked()
             self.closed = True
+            if self.waiting:                      # a deleted proxy's queue is discarded (as the DRO's)
+                self.counters["dropped_would_block_batches"] += len(self.waiting)
+                self.counters["dropped_would_block_bytes"] += self.waiting_bytes
+                self.waiting.clear()
+                self.waiting_bytes = 0
+                self._stop_waiting()              # proxies close on the loop's thread
             deadline = time.monotonic() + 2.0
             while not self.producer.offer(RECORD_END, b"", _ALL) and time.monotonic() < deadline:
                 self.producer.wait_for_space(0, 0.1)

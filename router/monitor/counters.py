@@ -63,8 +63,13 @@ ROUTING_COUNTERS = (
 # receivers were behind left records in the rings, and how often it stopped holding them back.
 FLOW_CONTROL_COUNTERS = ("egress_backlog_holds", "egress_backlog_releases")
 
+# Added with access control (router.portals.acl): streams an ACL did not let in / out of a portal.
+ACL_COUNTERS = ("acl_inbound_rejected", "acl_outbound_rejected")
+# Endpoint checks that found due use queries held back by <rate-limit> (router/portals/rate_limit.py).
+RATE_LIMIT_COUNTERS = ("use_queries_rate_limited",)
+
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
-                 + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS)
+                 + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

@@ -12,11 +12,13 @@ import logging
 import time
 
 from router.ipc import bus_messages as bm
+from router.portals.acl import PortalAccess
 from router.portals.domain_routes import DomainRouteChannel
 from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
 from router.portals.ingress import Ingress
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings
+from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
 from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
 from router.portals.streams import StreamTable
@@ -53,9 +55,19 @@ class EndpointPortal(EgressRecords):
         self.bus = bus
         self.counters = counters
         self.log_event = log_event
+        self.access = PortalAccess(config.acl, counters, log_event)
         resolution = config.topic_resolution
         self.interest = DomainInterest(_use_query_settings(resolution.topic_use_query),
                                        _use_query_settings(resolution.pattern_use_query))
+        now = time.monotonic()
+        self.use_query_limits = {
+            bm.INTEREST_TOPIC: _limiter(resolution.topic_use_query.rate_limit, now),
+            bm.INTEREST_PCRE: (pattern_limit := _limiter(resolution.pattern_use_query.rate_limit, now)),
+            bm.INTEREST_REGEX: pattern_limit}
+        self.interest_limits = {   # <remote-topic-interest>/<remote-pattern-interest>: to other routers
+            bm.INTEREST_TOPIC: _limiter(resolution.remote_topic_interest.rate_limit, now),
+            bm.INTEREST_PCRE: (remote_pattern_limit := _limiter(resolution.remote_pattern_interest.rate_limit, now)),
+            bm.INTEREST_REGEX: remote_pattern_limit}
         self.view = ForwardingView(self.name, portal_indexes)
         self.context = Context(config=um_config, loop=loop, packet_options=self._packet_options)
         self.context.add_lbmr_listener(self._on_lbmr)
@@ -119,6 +131,8 @@ class EndpointPortal(EgressRecords):
                     self._schedule_interest_check(0.0)
 
     def _heard(self, kind: int, symbol: str, now: float) -> None:
+        if not self.access.interest_allowed(kind == bm.INTEREST_TOPIC, symbol):
+            return
         if self.interest.heard(kind, symbol, now):
             self.log_event("interest-added", f"{_COUNT_NAMES[kind][:-1]} {symbol}")
             self.bus.send(bm.Interest(self.name, self.domain_id, kind, symbol, bm.OP_ADD))
@@ -152,6 +166,8 @@ class EndpointPortal(EgressRecords):
                 kind = bm.INTEREST_PCRE if record.pattern_type == PATTERN_PCRE else bm.INTEREST_REGEX
             else:
                 kind = bm.INTEREST_TOPIC
+            if not self.access.interest_allowed(kind == bm.INTEREST_TOPIC, record.symbol):
+                continue
             item = (kind, record.symbol, record.domain_id)
             if record.flags & INTEREST_CANCEL:
                 if self.remote.cancel(item):
@@ -168,20 +184,29 @@ class EndpointPortal(EgressRecords):
             self.bus.send(bm.Interest(self.name, domain, kind, symbol, bm.OP_CANCEL))
 
     def _schedule_emit(self, delay: float | None = None) -> None:
-        wait = self.announcer.next_due(time.monotonic()) if delay is None else delay
-        self._emit_timer = _rearm(self.loop, self._emit_timer, wait, self._emit_interest)
+        now = time.monotonic()
+        if delay is None:
+            delay = self.announcer.next_due(now)
+            if self.announcer.deferred:     # held back by <rate-limit>: when it allows the next
+                delay = max(delay, _first_allowed(self.interest_limits, self.announcer.deferred,
+                                                  _INTEREST_RECORD_SIZE, now))
+        self._emit_timer = _rearm(self.loop, self._emit_timer, delay, self._emit_interest)
+
+    def _allow_interest(self, item) -> bool:
+        kind, symbol, _ = item
+        return self.interest_limits[kind].take(_INTEREST_RECORD_SIZE + len(symbol.encode()), time.monotonic())
 
     def _emit_interest(self) -> None:
         """Interest this domain's other routers must hear on behalf of our other portals."""
         self._emit_timer = None
-        send, first, cancels = self.announcer.due(time.monotonic())
+        send, first, cancels = self.announcer.due(time.monotonic(), self._allow_interest)
         first = set(first)
         records = [_interest_record(item, 0 if item in first else INTEREST_REFRESH) for item in send]
         records += [_interest_record(item, INTEREST_CANCEL) for item in cancels]
         budget = self.context.channel.max_datagram - 64
         batch, used = [], 0
         for record in records:
-            size = 8 + len(record.symbol.encode()) + 1
+            size = _INTEREST_RECORD_SIZE + len(record.symbol.encode())
             if batch and used + size > budget:
                 self.context.channel.send_packet(LbmrPacket(GatewayInterest(batch)))
                 batch, used = [], 0
@@ -201,12 +226,21 @@ class EndpointPortal(EgressRecords):
 
     # -- keeping it alive: use queries, purge ------------------------------------------------------
     def _schedule_interest_check(self, delay: float | None = None) -> None:
-        wait = self.interest.next_due(time.monotonic()) if delay is None else delay
-        self._interest_timer = _rearm(self.loop, self._interest_timer, wait, self._check_interest)
+        now = time.monotonic()
+        if delay is None:
+            delay = self.interest.next_due(now)
+            if self.interest.deferred:      # queries held back by <rate-limit>: when it allows one
+                delay = max(delay, _first_allowed(self.use_query_limits, self.interest.deferred, _TMR_SIZE, now))
+        self._interest_timer = _rearm(self.loop, self._interest_timer, delay, self._check_interest)
+
+    def _allow_use_query(self, kind: int, symbol: str) -> bool:
+        return self.use_query_limits[kind].take(_TMR_SIZE + len(symbol.encode()), time.monotonic())
 
     def _check_interest(self) -> None:
         self._interest_timer = None
-        to_query, to_drop = self.interest.tick(time.monotonic())
+        to_query, to_drop = self.interest.tick(time.monotonic(), self._allow_use_query)
+        if self.interest.deferred:
+            self.counters.add("use_queries_rate_limited")
         if to_query:
             tmrs = [Tmr(TMR_TOPIC_USE, _TMR_FLAGS_OF_KIND[kind], symbol) for kind, symbol in to_query]
             for start in range(0, len(tmrs), 200):
@@ -299,7 +333,7 @@ class EndpointPortal(EgressRecords):
     def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
         entry = self.egress.by_stream.get((ring, stream_id))
         if entry is None:
-            return False
+            return self.access.stream_rejected(ring, stream_id)     # not ours to send: not an error
         proxy, rewrite = entry
         session = proxy.source.session
         if longest > session.datagram_max_size:
@@ -313,9 +347,11 @@ class EndpointPortal(EgressRecords):
     def egress_advert(self, ring: int, advert) -> None:
         # The ingress addressed it to us from the router-wide interest and routes; when either
         # changes, the ingress re-masks and sends EOS.
-        self.egress.advertise(ring, advert)
+        if self.access.stream_out_allowed(ring, advert.stream_id, advert.topic):
+            self.egress.advertise(ring, advert)
 
     def egress_eos(self, ring: int, stream_id: int) -> None:
+        self.access.stream_ended(ring, stream_id)
         self.egress.end_stream(ring, stream_id)
 
     def _egress_backlog(self) -> float | None:
@@ -439,6 +475,22 @@ def _interest_record(item, flags: int) -> InterestRecord:
         return InterestRecord(flags, 0, domain, symbol)
     return InterestRecord(flags | INTEREST_PATTERN, PATTERN_PCRE if kind == bm.INTEREST_PCRE else PATTERN_REGEX,
                           domain, symbol)
+
+
+# Bytes a use query adds to an LBMR packet besides its name: the TMR header and the name's NUL.
+_TMR_SIZE = 5
+# The same for a gateway interest record (router.um.wire.lbmr_gateway): its header and the NUL.
+_INTEREST_RECORD_SIZE = 9
+
+
+def _first_allowed(limits: dict, kinds, size: int, now: float) -> float:
+    """Seconds until the first of the held-back kinds' limits lets one more through (only
+    theirs: a kind with room to spare must not make the check spin)."""
+    return max(min(limits[kind].wait(size, now) for kind in kinds), 0.001)
+
+
+def _limiter(rate_limit, now: float) -> RateLimiter:
+    return RateLimiter(rate_limit.bps, rate_limit.objects_per_second, now)
 
 
 def _use_query_settings(query) -> UseQuerySettings:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from router.portals.acl import SourceFacts
 from router.um.messages import BOS, EOS
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,9 @@ class Ingress:
         if len(standing) > 1:
             joined.forward = _ignore         # a second copy of a source already streaming
             return
+        if not self.portal.access.source_allowed(candidate.topic, SourceFacts.of(candidate.transport),
+                                                 candidate.source_string):
+            return          # its frames go nowhere: no stream, no advertisement (copies stand by)
         self._stream(joined)
 
     def _stream(self, joined) -> None:

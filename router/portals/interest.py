@@ -35,6 +35,7 @@ class DomainInterest:
     topic_queries: UseQuerySettings = field(default_factory=UseQuerySettings)
     pattern_queries: UseQuerySettings = field(default_factory=UseQuerySettings)
     entries: dict[tuple[int, str], _Entry] = field(default_factory=dict)   # (kind, symbol) -> state
+    deferred: frozenset = frozenset()    # kinds whose due queries the last tick left to the rate limit
 
     def heard(self, kind: int, symbol: str, now: float) -> bool:
         """A TQR, wildcard TQR or use-query response: returns True when the interest is new."""
@@ -57,24 +58,29 @@ class DomainInterest:
     def _settings(self, kind: int) -> UseQuerySettings:
         return self.topic_queries if kind == bm.INTEREST_TOPIC else self.pattern_queries
 
-    def tick(self, now: float) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
-        """Returns (to query now, to drop now)."""
-        to_query, to_drop = [], []
+    def tick(self, now: float, allow=None) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """Returns (to query now, to drop now). `allow(kind, symbol)` is the rate limit: once it
+        refuses a kind, that kind's remaining due queries wait (untouched, so a query the limit
+        holds back never counts as unanswered) and `deferred` names the kinds held back."""
+        to_query, to_drop, limited = [], [], set()
         for key, entry in self.entries.items():
             settings = self._settings(key[0])
             if now - entry.confirmed < settings.periodic_interval:
                 continue
             if entry.queried is not None and now - entry.queried < settings.timeout:
                 continue
-            if entry.queried is not None:
-                entry.unanswered += 1
-            if entry.unanswered >= settings.max_unanswered:
+            unanswered = entry.unanswered + (entry.queried is not None)
+            if unanswered >= settings.max_unanswered:
                 to_drop.append(key)
                 continue
-            entry.queried = now
+            if key[0] in limited or (allow is not None and not allow(*key)):
+                limited.add(key[0])
+                continue
+            entry.unanswered, entry.queried = unanswered, now
             to_query.append(key)
         for key in to_drop:
             del self.entries[key]
+        self.deferred = frozenset(limited)
         return to_query, to_drop
 
     def next_due(self, now: float) -> float:

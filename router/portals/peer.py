@@ -28,6 +28,7 @@ import itertools
 import logging
 
 from router.ipc import bus_messages as bm
+from router.portals.acl import PortalAccess
 from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
 from router.portals.peer_dual_link import DualPeerLink
@@ -84,6 +85,8 @@ class PeerPortal(EgressRecords):
         self.datapath = datapath
         self.counters = counters
         self.log_event = log_event
+        self.access = PortalAccess(config.acl, counters, log_event)
+        self.rejected_inbound: set[int] = set()                    # link topic indexes an ACL kept out
         self.view = ForwardingView(self.name, portal_indexes)
         self.streams = StreamTable(self.name, self.view, datapath, counters, log_event)
         link_class = DualPeerLink if config.link.dual else PeerLink
@@ -161,6 +164,8 @@ class PeerPortal(EgressRecords):
                 self._malformed(f"pattern interest of unknown type {head.pattern_type}")
                 return
         self.counters.add("interest_msgs_rcvd")
+        if not self.access.interest_allowed(kind == bm.INTEREST_TOPIC, names[0]):
+            return
         item = (kind, names[0], head.domain_id)
         if cancel and item in self.heard_interest:
             self.heard_interest.discard(item)
@@ -194,10 +199,16 @@ class PeerPortal(EgressRecords):
         if previous is not None:
             self._deliver(advert.topic_idx)
             self.streams.end(previous)
+        if advert.topic_idx in self.rejected_inbound:
+            self.rejected_inbound.discard(advert.topic_idx)
+            self._arrived.pop(advert.topic_idx, None)      # its data so far was kept out too
         if advert.flags & ADV_EOS:
             return
         if len(topics) != 1 or len(otids) != 1:
             self._malformed("advertisement without exactly one TOPICNAME and one OTID")
+            return
+        if not self.access.source_allowed(topics[0], None, f"#{advert.topic_idx} from {self.peer_name or 'peer'}"):
+            self.rejected_inbound.add(advert.topic_idx)
             return
         stream = self.streams.begin(topics[0], otids[0], advert.cost, advert.hop_count, advert.domain_id,
                                     f"{self.peer_name or 'peer'} via {self.name} #{advert.topic_idx}",
@@ -224,6 +235,8 @@ class PeerPortal(EgressRecords):
         if pending is None:
             return
         stream = self.inbound.get(link_index)
+        if stream is None and link_index in self.rejected_inbound:
+            return                  # an ACL kept this stream out (counted when it was advertised)
         frames = b"".join(pending[0])
         if stream is None:
             self.counters.add_pair("transport_topic_fragments_rcvd_unknown",
@@ -239,15 +252,17 @@ class PeerPortal(EgressRecords):
     def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
         outbound = self.outbound.get((ring, stream_id))
         if outbound is None:
-            return False
+            return self.access.stream_rejected(ring, stream_id)     # not ours to send: not an error
         data = frames if outbound.rewrite is None else with_topic_index(frames, outbound.rewrite, count)
         self.link.send_data(data, count)
         return True
 
     def egress_advert(self, ring: int, advert: StreamAdvert) -> None:
-        self._stream_out(ring, advert)
+        if self.access.stream_out_allowed(ring, advert.stream_id, advert.topic):
+            self._stream_out(ring, advert)
 
     def egress_eos(self, ring: int, stream_id: int) -> None:
+        self.access.stream_ended(ring, stream_id)
         self._stream_end(ring, stream_id)
 
     def _stream_out(self, ring: int, advert: StreamAdvert) -> None:

@@ -25,7 +25,7 @@ from typing import Callable
 
 from router.eventlog import event
 from router.monitor.counters import PortalCounters
-from router.portals import peer_outbound, peer_sockets
+from router.portals import peer_outbound, peer_sockets, peer_stream
 from router.portals.peer_handshake import HandshakeError, build_handshake, is_handshake, parse_handshake
 from router.portals.peer_keepalive import KeepaliveMonitor, keepalive_header
 from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRANSITIONS, LinkEvent,
@@ -77,6 +77,8 @@ class PeerLink:
         self.handshake_failures = 0
         self.dropping = False                   # in a "would block" episode (logged once per episode)
         self._sock: socket.socket | None = None
+        self._stream = None                     # what the bytes pass through: router.portals.peer_stream
+        self._tls_contexts: dict = {}
         self._listener: socket.socket | None = None
         self._receive = bytearray()
         self._writer_registered = False
@@ -233,6 +235,13 @@ class PeerLink:
         peer_sockets.apply_link_options(sock, self.link)
         self._receive.clear()
         self.keepalive.reset()
+        try:
+            self._stream = peer_stream.open_stream(sock, self.link, not self.is_initiator, self._tls_contexts)
+            self._stream.start()
+        except (OSError, ValueError) as err:     # a TLS file changed since the load, say
+            reason = str(err)
+            self._set_timer("handshake", 0, lambda: self._fire(E.HANDSHAKE_FAILED, reason))
+            return
         self.loop.add_reader(sock, self._on_readable)
         self._set_timer("handshake", self.handshake_timeout_ms, lambda: self._fire(
             E.HANDSHAKE_FAILED, f"no handshake from the companion within {self.handshake_timeout_ms} ms"))
@@ -283,6 +292,7 @@ class PeerLink:
         for name in ("connect", "handshake", "tick", "batch"):
             self._cancel_timer(name)
         sock, self._sock = self._sock, None
+        self._stream = None
         if sock is not None:
             self.loop.remove_reader(sock)
             self.loop.remove_writer(sock)
@@ -297,12 +307,14 @@ class PeerLink:
     # -- I/O -------------------------------------------------------------------------------------------
     def _on_readable(self) -> None:
         try:
-            data = self._sock.recv(RECV_CHUNK)
+            data = self._stream.recv(RECV_CHUNK)
         except (BlockingIOError, InterruptedError):
+            self._want_writable()       # TLS negotiation may have something to send
             return
         except OSError as err:
             self._fire(E.LOST, f"receive failed: {err}")
             return
+        self._want_writable()
         if not data:
             self._fire(E.LOST, "the companion closed the connection")
             return
@@ -408,26 +420,35 @@ class PeerLink:
         return True
 
     def _write(self) -> None:
-        sock = self._sock
-        if sock is None:
+        stream = self._stream
+        if stream is None:
             return
         try:
-            written = self.queue.write_to(sock)
+            stream.flush()
+            written = self.queue.write_to(stream)
         except OSError as err:
             self._fire(E.LOST, f"send failed: {err}")
             return
         if written:
             self.keepalive.note_sent()
-        if self.queue.has_unwritten and not self._writer_registered:
-            self.loop.add_writer(sock, self._write)
-            self._writer_registered = True
-        elif not self.queue.has_unwritten:
-            if self._writer_registered:
-                self.loop.remove_writer(sock)
-                self._writer_registered = False
+        self._want_writable()
+        if not self.queue.has_unwritten:
             if self.dropping and not self.queue.batch_pending:
                 self.dropping = False
                 log.info("peer %s: queue drained, no longer dropping", self.name)
+
+    def _want_writable(self) -> None:
+        """Be called when the socket takes more while the queue or the stream holds bytes."""
+        sock = self._sock
+        if sock is None:
+            return
+        waiting = self.queue.has_unwritten or self._stream.pending
+        if waiting and not self._writer_registered:
+            self.loop.add_writer(sock, self._write)
+            self._writer_registered = True
+        elif not waiting and self._writer_registered:
+            self.loop.remove_writer(sock)
+            self._writer_registered = False
 
     def _on_batch_interval(self) -> None:
         self.queue.flush_batch()

@@ -99,9 +99,10 @@ class OutboundQueue:
         self._batch, self._batch_bytes, self._batch_fragments = [], 0, 0
         self.counters.add("batches")
 
-    def write_to(self, sock: socket.socket) -> int:
-        """Write as much as the socket takes; the bytes written. OSError other than
-        BlockingIOError (a reset, a broken pipe) is the caller's: the connection is gone."""
+    def write_to(self, sock) -> int:
+        """Write as much as the socket (or the link's stream, router.portals.peer_stream) takes;
+        the bytes written. OSError other than BlockingIOError (a reset, a broken pipe) is the
+        caller's: the connection is gone."""
         written = 0
         while self._chunks:
             views = [chunk.view for chunk in list(self._chunks)[:_MAX_IOVEC]]

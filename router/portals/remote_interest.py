@@ -30,6 +30,7 @@ class InterestAnnouncer:
         self.max_interval = max(max_interval, self.min_interval)
         self.items: dict[Item, _Schedule] = {}
         self.cancelled: list[Item] = []
+        self.deferred = frozenset()          # kinds of which the last due() left items to the rate limit
 
     def update(self, wanted: set[Item], now: float) -> None:
         for item in wanted - self.items.keys():
@@ -38,16 +39,22 @@ class InterestAnnouncer:
             del self.items[item]
             self.cancelled.append(item)
 
-    def due(self, now: float) -> tuple[list[Item], list[Item], list[Item]]:
-        """(new or refreshed items to send now, of which the first-time ones, cancels)."""
-        send, first = [], []
+    def due(self, now: float, allow=None) -> tuple[list[Item], list[Item], list[Item]]:
+        """(new or refreshed items to send now, of which the first-time ones, cancels).
+        `allow(item)` is the rate limit: an item it refuses stays due (and so do the rest of its
+        kind), and `deferred` names the kinds held back."""
+        send, first, limited = [], [], set()
         for item, schedule in self.items.items():
             if schedule.due <= now:
+                if item[0] in limited or (allow is not None and not allow(item)):
+                    limited.add(item[0])
+                    continue
                 send.append(item)
                 if schedule.interval == self.min_interval:
                     first.append(item)
                 schedule.interval = min(schedule.interval * 2, self.max_interval)
                 schedule.due = now + schedule.interval
+        self.deferred = frozenset(limited)
         cancels, self.cancelled = self.cancelled, []
         return send, first, cancels
 

@@ -45,6 +45,7 @@ class WorkerSpec:
     node_id: int = 1                # the router's node id (routing, peer handshakes)
     router_name: str = ""           # <daemon><name>, told to companions on peer links
     route_info: object = None       # router.config.model.RouteInfo: intervals for route-info in domains
+    scheduling: str = "adaptive"    # <daemon><worker-scheduling>: router.worker.scheduling
 
 
 def worker_main(spec: WorkerSpec) -> None:
@@ -67,6 +68,7 @@ def _run(spec: WorkerSpec) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C goes to the supervisor, which stops us
 
     from router.worker.datapath import DataPath
+    from router.worker.scheduling import WorkerScheduling
     # Segments were mapped by the supervisor before the fork: the child has them already.
     counters = PortalCounters(spec.counters_segment.memory[:SEGMENT_BYTES])
     counters.set("worker_pid", os.getpid())
@@ -82,8 +84,9 @@ def _run(spec: WorkerSpec) -> int:
     portal.bus = bus
     datapath.handler = portal.on_record
     datapath.after_batch = portal.flush
-    heartbeat = loop.call_every(HEARTBEAT_INTERVAL, lambda: _beat(counters, datapath))
-    _beat(counters, datapath)
+    scheduling = WorkerScheduling(spec.scheduling, counters)
+    heartbeat = loop.call_every(HEARTBEAT_INTERVAL, lambda: _beat(counters, datapath, scheduling))
+    _beat(counters, datapath, scheduling)
     bus.hello(spec.generation, os.getpid())
     event("portal-up", f"{spec.portal.kind} portal started (pid {os.getpid()}, generation {spec.generation})", name)
     try:
@@ -123,6 +126,7 @@ def _on_bus(message, portal, loop) -> None:
     portal.on_bus(message)
 
 
-def _beat(counters: PortalCounters, datapath) -> None:
+def _beat(counters: PortalCounters, datapath, scheduling) -> None:
     counters.set("heartbeat_ns", time.monotonic_ns())
     datapath.heartbeat()
+    scheduling.tick()

@@ -94,7 +94,7 @@ class FakeSupervisor:
     def status(self) -> dict:
         portals = [{"name": n, "kind": w.config.kind, "domain_id": w.config.domain_id, "cost": w.config.cost,
                     "pid": 100 + i, "uptime_s": 1.0, "restarts": 0, "generation": 1, "heartbeat_age_s": 0.01,
-                    "proxy_receivers": 0, "proxy_sources": 0, "state": "up"}
+                    "proxy_receivers": 0, "proxy_sources": 0, "state": "up", "scheduling": "normal"}
                    for i, (n, w) in enumerate(self.workers.items())]
         return {"router": self.name, "node_id": self.node_id, "pid": self.pid, "uptime_s": 2.0,
                 "config": str(self.config.path), "portals": portals}

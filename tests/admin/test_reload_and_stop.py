@@ -72,6 +72,19 @@ def test_cost_reload_readvertises_without_restarts_then_stop_cleans_up(runtime_d
              message="LAN2 restarted")
     assert worker_pids()["LAN1"] == pids["LAN1"]
 
+    # A <daemon> edit is the router's own setting, set up at start: reported as pending, applied
+    # at the next start, no portal restarted (and said again by the next reload, still pending).
+    pids = worker_pids()
+    router.config.write_text(router.config.read_text().replace(
+        "  </daemon>", "    <worker-scheduling>normal</worker-scheduling>\n  </daemon>"))
+    reply = routerctl("--json", "reload").json()
+    assert (reply["daemon_pending"], reply["changed"], reply["kept"]) == (["worker-scheduling"], [], ["LAN1", "LAN2"])
+    text = routerctl("reload")
+    assert text.code == 0 and "<daemon> changes take effect when the router restarts: worker-scheduling" in \
+        text.stdout, text.explain()
+    assert worker_pids() == pids
+    assert "take effect when the router restarts: worker-scheduling" in router.log()
+
     source.stop()
     assert routerctl("--json", "stop").json() == {"stopping": True, "pid": router.pid}
     router.tool.proc.wait(30)

@@ -47,6 +47,8 @@ CASES = {
     "log-size.xml": ("log-size.xml", 5, "log", "attribute 'size' must be 0..4000, got 5000"),
     "admin-not-loopback.xml": ("admin-not-loopback.xml", 5, "admin",
                                "tcp:// admin endpoints must be on loopback"),
+    "worker-scheduling.xml": ("worker-scheduling.xml", 5, "worker-scheduling",
+                              "expected one of adaptive, normal, got 'realtime'"),
     "bad-pcre.xml": ("bad-pcre.xml", 12, "pcre-pattern", r"invalid pattern '^md\.(prices'"),
     "batch-interval.xml": ("batch-interval.xml", 18, "batch-interval", "batch-interval must be at least 3, got 2"),
     "max-datagram.xml": ("max-datagram.xml", 17, "max-datagram", "max-datagram must be 1..65500, got 65535"),

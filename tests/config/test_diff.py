@@ -52,3 +52,12 @@ def test_daemon_changes_are_flagged(write_gateway):
                                             name="new.xml"))
     diff = diff_configs(old, new)
     assert diff.daemon_changed and diff.kept == ["LAN1", "LAN2"]
+    assert diff.daemon_changes == ["web-monitor"]
+
+
+def test_daemon_changes_are_named_by_element(write_gateway):
+    old = load_gateway_config(write_gateway(LAN1 + LAN2, NAMED, name="old.xml"))
+    new = load_gateway_config(write_gateway(
+        LAN1 + LAN2, NAMED + '<route-info timeout="5000"/><worker-scheduling>normal</worker-scheduling>',
+        name="new.xml"))
+    assert diff_configs(old, new).daemon_changes == ["route-info", "worker-scheduling"]

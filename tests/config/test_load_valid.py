@@ -52,6 +52,7 @@ def test_daemon_defaults_are_the_dros():
     assert daemon.route_recalculation == RouteRecalculation(5000, 10000)
     assert (daemon.topicmap.hash_function, daemon.topicmap.size) == ("murmur2", 131111)
     assert (daemon.web_monitor, daemon.admin, daemon.xml_config) == (None, None, None)
+    assert daemon.worker_scheduling == "adaptive"
 
 
 def test_three_lans_with_eliminated_late_join_warns_and_loads(caplog):
@@ -130,6 +131,7 @@ def test_every_element_of_the_dtd_is_read(caplog):
     assert daemon.monitor.format_options == {"dir": str(VALID / "stats")}
     assert daemon.route_info == RouteInfo(500, 300, 2000, 16)
     assert daemon.admin == "tcp://127.0.0.1:15400"
+    assert daemon.worker_scheduling == "normal"
     lan = config.portal("LAN1")
     assert isinstance(lan, EndpointConfig)
     assert (lan.domain_id, lan.cost, lan.hotlink_index, lan.max_queue, lan.smart_batch) == (
@@ -150,8 +152,10 @@ def test_every_element_of_the_dtd_is_read(caplog):
     assert wan.link.tls.certificate == VALID / "certs" / "peer.pem"
     assert (wan.udp.port, wan.udp.send_naks, wan.udp.connect_max_attempts) == (26124, False, 5)
     assert [ace.match for ace in wan.acl.outbound] == ["reject", "accept"]
-    deprecated = {r.getMessage().split("<")[1].split(">")[0] for r in caplog.records}
-    assert deprecated == {"daemon-monitor", "propagation-delay", "late-join", "topic-purge",
+    warned = {r.getMessage().split("<")[1].split(">")[0] for r in caplog.records}
+    assert "the UDP data path is not supported" in caplog.text
+    assert "switching user or group is not supported" in caplog.text
+    assert warned == {"udp", "uid", "gid", "daemon-monitor", "propagation-delay", "late-join", "topic-purge",
                           "topic-interest-generate", "topic-domain-activity", "pattern-purge",
                           "pattern-interest-generate", "pattern-domain-activity", "topic-use-check",
                           "pattern-use-check", "publishing-interval"}

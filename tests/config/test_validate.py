@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from router.config import ConfigError, load_gateway_config
-from tests.config.samples import TWO_LANS, endpoint, peer
+from tests.config.samples import TWO_LANS, VALID, endpoint, peer
 
 UNICAST_A = "context resolver_unicast_daemon 10.0.0.1:15380\n"
 UNICAST_B = "context resolver_unicast_daemon 10.0.0.2:15380\n"
@@ -140,6 +140,34 @@ def test_endpoint_values_are_range_checked(write_gateway, element, words):
 def test_peer_link_values_are_range_checked(write_gateway, link, words):
     err = error_of(write_gateway(endpoint("A", 1) + peer("P", link)))
     assert words in err.reason
+
+
+CERTS = VALID / "certs"          # a CA, and a certificate it signed whose key is encrypted with "secret"
+
+
+def _tls(password="secret", key=CERTS / "peer.key", trusted=CERTS / "ca.pem", ciphers=""):
+    return (f"<tls><certificate>{CERTS / 'peer.pem'}</certificate><certificate-key>{key}</certificate-key>"
+            f"<certificate-key-password>{password}</certificate-key-password>"
+            f"<trusted-certificates>{trusted}</trusted-certificates>{ciphers}</tls>"
+            "<acceptor><listen-port>1</listen-port></acceptor>")
+
+
+def test_tls_files_openssl_can_use_are_accepted(write_gateway):
+    ciphers = "<cipher-suites>AES256-GCM-SHA384,AES128-GCM-SHA256</cipher-suites>"
+    config = load_gateway_config(write_gateway(endpoint("A", 1) + peer("P", _tls(ciphers=ciphers))))
+    assert config.portal("P").link.tls.cipher_suites == "AES256-GCM-SHA384,AES128-GCM-SHA256"
+
+
+@pytest.mark.parametrize("tls, words", [
+    (_tls(password="wrong"), "a wrong <certificate-key-password>"),
+    (_tls(key=CERTS / "ca.pem"), "cannot use <certificate>"),
+    (_tls(trusted=CERTS / "peer.key"), "cannot read <trusted-certificates>"),
+    (_tls(ciphers="<cipher-suites>NO-SUCH-CIPHER</cipher-suites>"), "OpenSSL knows none of these cipher suites"),
+])
+def test_tls_that_openssl_cannot_use_is_an_error_naming_the_element(write_gateway, tls, words):
+    err = error_of(write_gateway(endpoint("A", 1) + peer("P", tls), name="gw.xml"))
+    assert (err.element, err.line) == ("tls", 4) and err.path.endswith("gw.xml")
+    assert err.reason.startswith("peer 'P': ") and words in err.reason, err.reason
 
 
 def test_missing_tls_files_are_an_error(write_gateway):

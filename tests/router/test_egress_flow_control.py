@@ -59,3 +59,33 @@ def test_a_stopped_receiver_is_let_go_and_its_portal_drops_instead_of_stalling_t
         assert lan2_counters["data_bytes_enqueued_max"] <= 200_000 + 256 * 1024
     finally:
         stopped.proc.send_signal(signal.SIGCONT)
+
+
+# 4,000 is less than any batch here (each holds an 8 KB message at least): the first batch to find the
+# ring full must start the backlog all the same, or the portal never holds back and only drops.
+@pytest.mark.parametrize("max_queue", [200_000, 4_000])
+def test_a_stopped_lbt_ipc_receiver_is_held_for_then_let_go(routers, tools, make_domain, max_queue):
+    """The same for proxy sources on LBT-IPC: a full shared-memory ring queues up to <max-queue>,
+    the portal holds records in the router's rings, then lets go and drops, counted."""
+    lan1 = make_domain()
+    lan2 = make_domain("source transport lbtipc")
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
+                           endpoint_xml("LAN2", 2, lan2.config_path,
+                                        before_config=f"      <max-queue>{max_queue}</max-queue>\n")
+                           ).wait_ready()
+    count, length = 8_000, 8192               # 64 MB: more than the LBT-IPC ring, the router's and the queue
+    stopped = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 120, "ipc.stopped")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "--start-on-stdin",
+                         "ipc.stopped")
+    stopped.wait_for_stderr("Beginning of Transport Session", 30)
+    stopped.proc.send_signal(signal.SIGSTOP)
+    try:
+        source.send_line()
+        assert source.result(120)["sent"] == count
+        wait_for(lambda: router.counters()[1]["transport_topic_fragments_dropped_would_block"] > 0, 10,
+                 message="LAN2's portal counts what its stopped LBT-IPC receiver could not take")
+        lan2_counters = router.counters()[1]
+        assert lan2_counters["egress_backlog_holds"] >= 1 and lan2_counters["egress_backlog_releases"] >= 1
+        assert lan2_counters["data_bytes_enqueued_max"] <= max_queue + 256 * 1024
+    finally:
+        stopped.proc.send_signal(signal.SIGCONT)

@@ -16,6 +16,7 @@ import lxml.html
 import pytest
 
 from tests.support.processes import wait_for
+from tests.support.certs import issue, make_ca
 from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
@@ -107,6 +108,31 @@ def test_single_peer_link(routers, tools, make_domain, tmp_path):
     assert counter(a, 1, "data_fragments_sent") >= 102_000
     assert counter(b, 0, "transport_topic_fragments_forwarded") >= 102_000
     assert counter(a, 1, "rtt_samples") >= 0 and counter(a, 1, "link_connects") == 1
+
+
+def test_a_tls_and_lz4_peer_link_delivers_everything_and_hides_it(routers, tools, make_domain, tmp_path):
+    """<tls> and <compression>LZ4 on both ends of the link: the receiver gets every message and
+    the link's bytes are TLS records with nothing of the topic or the data readable."""
+    ca = make_ca(tmp_path / "certs")
+    credentials = [issue(tmp_path / "certs", name, ca, password="pw" if name == "router-a" else None)
+                   for name in ("router-a", "router-b")]
+    lan1, lan2 = make_domain(), make_domain()
+    port = free_port()
+    secure = lambda c: f"<compression>LZ4</compression>{c.tls_xml('AES256-GCM-SHA384,AES128-GCM-SHA256')}"
+    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path)
+              + peer_xml("TO_B", connect=port, link_extra=secure(credentials[0])), "tla")
+    b = start(routers, peer_xml("TO_A", listen=port, link_extra=secure(credentials[1]))
+              + endpoint_xml("LAN2", 2, lan2.config_path), "tlb")
+    a.wait_ready(), b.wait_ready()
+    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both over TLS")
+    pcap = tmp_path / "tls-link.pcapng"
+    with LiveCapture(capture_filter=f"tcp port {port}", path=pcap):
+        [got] = send_and_receive(tools, lan1, [lan2], "secret.topic", 20_000, rate=20000)
+    assert (got["received"], got["gaps"], got["duplicates"]) == (20_000, 0, 0), got
+    frames = decode(pcap, [f"tcp.port=={port},tls"], fields=["tls.app_data"])
+    assert sum(len(f.get("tls.app_data", [])) for f in frames) > 10
+    assert b"secret.topic" not in pcap.read_bytes()
+    assert "UMR-1201-1" in a.log() and "TO_B has just established a connection" in a.log()
 
 
 def test_transit_domain(routers, tools, make_domain, tmp_path):

@@ -43,16 +43,17 @@ def free_port() -> int:
 
 def peer_xml(name: str, *, connect: int | None = None, listen: int | None = None, cost: int = 1,
              keepalive: str = '<gateway-keepalive interval="200" timeout="800"/>', reconnect: int = 200,
-             extra: str = "") -> str:
+             extra: str = "", link_extra: str = "") -> str:
     """A <peer> on loopback: `connect` to a port (initiator) or `listen` on one (acceptor);
-    `extra` goes after <batching> (e.g. max-queue must come before it: use `before`)."""
+    `extra` goes after <batching> (e.g. max-queue must come before it: use `before`);
+    `link_extra` inside <single-tcp> before the side (<compression>, <tls>)."""
     if connect is not None:
         side = (f'<initiator reconnect-interval="{reconnect}"><address>127.0.0.1</address>'
                 f'<port>{connect}</port></initiator>')
     else:
         side = f"<acceptor><listen-port>{listen}</listen-port></acceptor>"
     return (f"    <peer>\n      <name>{name}</name>\n      <cost>{cost}</cost>\n"
-            f"      <single-tcp><nodelay/>{side}</single-tcp>\n{extra}      {keepalive}\n    </peer>\n")
+            f"      <single-tcp><nodelay/>{link_extra}{side}</single-tcp>\n{extra}      {keepalive}\n    </peer>\n")
 
 
 def write_config(directory: Path, name: str, portals_xml: str, daemon_extra: str = "") -> Path:

@@ -13,8 +13,13 @@ class Reload(Command):
     re-advertises its proxies without a restart. An invalid file changes nothing: the reply is
     errno 6 (CONFIG_INVALID) with the validator's message, and the old configuration keeps running.
 
+    `<daemon>` settings are set up when the router starts: edited ones are listed in
+    daemon_pending and take effect at the next start (the running ones stay in force meanwhile).
+
     Reply data: {"added": [PORTAL], "removed": [PORTAL], "changed": [PORTAL], "kept": [PORTAL],
-                 "cost_only": [PORTAL]}     (cost_only: changed portals that were not restarted)
+                 "cost_only": [PORTAL], "daemon_pending": [ELEMENT]}
+                (cost_only: changed portals that were not restarted; daemon_pending: <daemon>
+                 child elements edited, e.g. "web-monitor", applied at the next restart)
     """
 
     def execute(self, supervisor, props: dict) -> dict:
@@ -30,4 +35,6 @@ class Reload(Command):
             lines.append(f"{key:8} {', '.join(names) if names else '-'}")
         if data.get("cost_only"):
             lines.append(f"(cost change only, not restarted: {', '.join(data['cost_only'])})")
+        if data.get("daemon_pending"):
+            lines.append(f"<daemon> changes take effect when the router restarts: {', '.join(data['daemon_pending'])}")
         return "\n".join(lines)

@@ -7,7 +7,8 @@ from router.monitor.views import version
 
 
 class Status(Command):
-    """Show the router and each portal's worker: state, pid, uptime, restarts, heartbeat, proxies, rates.
+    """Show the router and each portal's worker: state, pid, uptime, restarts, heartbeat, proxies, rates,
+    scheduling policy.
 
     Usage: routerctl status
 
@@ -15,8 +16,12 @@ class Status(Command):
       {"router": NAME, "node_id": INT, "pid": INT, "uptime_s": FLOAT, "config": PATH, "version": STR,
        "portals": [{"name", "kind", "domain_id", "cost", "pid", "uptime_s", "restarts", "generation",
                     "heartbeat_age_s", "proxy_receivers", "proxy_sources", "state",
-                    "rx_fragments_per_s", "rx_bytes_per_s", "tx_fragments_per_s", "tx_bytes_per_s"}]}
-    `pid` is null and `uptime_s` 0 while a portal's worker is down; `state` is up, starting or down.
+                    "rx_fragments_per_s", "rx_bytes_per_s", "tx_fragments_per_s", "tx_bytes_per_s",
+                    "scheduling"}]}
+    `pid` is null and `uptime_s` 0 while a portal's worker is down; `state` is up, starting or down;
+    `scheduling` is the worker's kernel policy now, "normal" or "batch" (router/worker/scheduling.py;
+    "fifo", "rr" or "idle" if the router was started with one),
+    null while it is down.
     """
 
     def execute(self, supervisor, props: dict) -> dict:
@@ -34,8 +39,9 @@ class Status(Command):
         rows = [[p["name"], p["kind"], p["domain_id"], p["cost"], p["state"], p["pid"],
                  tables.duration(p["uptime_s"]) if p["pid"] else "-", p["restarts"],
                  f"{p['heartbeat_age_s']:.1f}s", p["proxy_receivers"], p["proxy_sources"],
-                 tables.rate(p.get("rx_fragments_per_s")), tables.rate(p.get("tx_fragments_per_s"))]
+                 tables.rate(p.get("rx_fragments_per_s")), tables.rate(p.get("tx_fragments_per_s")),
+                 p.get("scheduling") or "-"]
                 for p in data["portals"]]
         headers = ["PORTAL", "KIND", "DOMAIN", "COST", "STATE", "PID", "UPTIME", "RESTARTS", "HEARTBEAT",
-                   "PROXY-RCV", "PROXY-SRC", "RX-FRAG/S", "TX-FRAG/S"]
+                   "PROXY-RCV", "PROXY-SRC", "RX-FRAG/S", "TX-FRAG/S", "SCHED"]
         return head + "\n\n" + tables.table(headers, rows, right={2, 3, 5, 6, 7, 8, 9, 10, 11, 12})

@@ -1,0 +1,105 @@
+"""How a worker asks the kernel to schedule it: wake at once, or batch while it carries a stream.
+
+A worker sleeps in epoll and is woken by each read of its sockets and each record another worker
+publishes. Linux's default policy lets every such wake-up preempt whatever runs on that CPU; on a
+small host that is the source or the receiver itself, so under a sustained stream the worker runs
+once per socket read, on a handful of messages, and spends more of the host's CPU on switching
+than on forwarding. SCHED_BATCH keeps the worker's share of the CPU but stops its wake-ups from
+preempting: it runs on a free CPU at once, else at the running task's next scheduling point, so
+under load it wakes less often and takes more per wake-up (measured: BENCHMARKS.md, "Worker
+scheduling").
+
+Not preempting costs latency when every CPU is busy: a paced message then waits for a CPU, up to
+milliseconds. So a worker batches only while its portal carries a stream: ADAPTIVE (the default)
+switches to SCHED_BATCH when the fragments it received and sent reach BATCH_ABOVE a second, and back
+to the normal policy below NORMAL_BELOW, judged on every heartbeat; NORMAL never batches
+(`<daemon><worker-scheduling>normal</worker-scheduling>`). The policy is per thread: the worker's
+event loop runs on its main thread, which is the one switched. A worker started with a policy other
+than the normal one (chrt, systemd's CPUSchedulingPolicy=) keeps it. The supervisor reads the
+policy back with `policy_of(pid)` for `routerctl status`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+log = logging.getLogger(__name__)
+
+ADAPTIVE = "adaptive"
+NORMAL = "normal"
+MODES = (ADAPTIVE, NORMAL)
+
+BATCH_ABOVE = 20_000          # fragments a second: a stream, not paced messages
+NORMAL_BELOW = 5_000          # hysteresis, so a stream that varies does not flip the policy
+
+# What a worker moves, whatever its portal's kind (a counter a kind never touches stays zero).
+WORK_COUNTERS = ("transport_topic_fragments_rcvd", "transport_topic_fragments_sent",
+                 "data_msgs_rcvd", "data_fragments_sent")
+
+
+def wants_batch(batching: bool, rate: float) -> bool:
+    """The policy for the next interval, given the current one and the fragments a second."""
+    return rate >= (NORMAL_BELOW if batching else BATCH_ABOVE)
+
+
+_POLICY_NAMES = {os.SCHED_OTHER: "normal", os.SCHED_BATCH: "batch", os.SCHED_IDLE: "idle",
+                 os.SCHED_FIFO: "fifo", os.SCHED_RR: "rr"}
+
+
+def policy_of(pid: int) -> str | None:
+    """The kernel's policy for a running process (its main thread): "normal", "batch" (or what
+    it was started with: "fifo", "rr", "idle"); None if it is gone."""
+    try:
+        policy = os.sched_getscheduler(pid)
+    except OSError:
+        return None
+    return _POLICY_NAMES.get(policy, str(policy))
+
+
+def _set_policy(batch: bool) -> None:
+    os.sched_setscheduler(0, os.SCHED_BATCH if batch else os.SCHED_OTHER, os.sched_param(0))
+
+
+class WorkerScheduling:
+    """Called on every heartbeat with the worker's counters; switches the calling thread's policy."""
+
+    def __init__(self, mode: str, counters, clock=time.monotonic, set_policy=_set_policy,
+                 inherited: int | None = None):
+        if mode not in MODES:
+            raise ValueError(f"worker scheduling must be one of {', '.join(MODES)}, not {mode!r}")
+        if inherited is None:
+            inherited = os.sched_getscheduler(0)
+        if mode == ADAPTIVE and inherited != os.SCHED_OTHER:
+            # Started with a policy of its own (chrt, systemd's CPUSchedulingPolicy=): keep it.
+            log.info("worker keeps the scheduling policy it was started with (%s)",
+                     _POLICY_NAMES.get(inherited, inherited))
+            mode = NORMAL
+        self.mode = mode
+        self.counters = counters
+        self.clock = clock
+        self.set_policy = set_policy
+        self.batching = False
+        self._last: tuple[float, int] | None = None
+
+    def _work(self) -> int:
+        return sum(self.counters.get(name) for name in WORK_COUNTERS)
+
+    def tick(self) -> None:
+        if self.mode != ADAPTIVE:
+            return
+        now, work = self.clock(), self._work()
+        last, self._last = self._last, (now, work)
+        if last is None or now <= last[0]:
+            return
+        batch = wants_batch(self.batching, (work - last[1]) / (now - last[0]))
+        if batch == self.batching:
+            return
+        try:
+            self.set_policy(batch)
+        except OSError as err:      # a kernel or sandbox without SCHED_BATCH: stay as we are
+            log.warning("cannot change the worker's scheduling policy, keeping the normal one: %s", err)
+            self.mode = NORMAL
+            return
+        self.batching = batch
+        log.debug("worker scheduling: %s", "batch" if batch else "normal")

@@ -1,0 +1,98 @@
+"""Access control lists on a running router: an inbound ACL keeps a domain's sources in it, an
+outbound ACL keeps topics out of a domain; allowed traffic crosses as before (router.portals.acl)."""
+import pytest
+
+from tests.support.processes import wait_for
+from tests.support.routers import endpoint_xml
+
+pytestmark = pytest.mark.integration
+
+LAN1_INBOUND = """      <acl>
+        <inbound>
+          <ace match="reject"><pcre-pattern>^blocked\\.</pcre-pattern></ace>
+          <ace match="accept"><transport value="tcp" comparison="eq"/></ace>
+        </inbound>
+      </acl>
+"""
+LAN2_OUTBOUND = """      <acl>
+        <outbound>
+          <ace match="reject"><topic>open.secret</topic></ace>
+          <ace match="accept"><pcre-pattern>.</pcre-pattern></ace>
+        </outbound>
+      </acl>
+"""
+
+
+def test_inbound_and_outbound_acls_decide_what_crosses(routers, tools, make_domain):
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path, after_config=LAN1_INBOUND) +
+                           endpoint_xml("LAN2", 2, lan2.config_path, after_config=LAN2_OUTBOUND)).wait_ready()
+    count = 400
+    receivers = {topic: tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 60, topic)
+                 for topic in ("open.news", "blocked.news", "open.secret")}
+    # LAN2's outbound ACL: its receivers' interest in open.secret is not passed on, so LAN1 pulls
+    # in only the other two topics.
+    wait_for(lambda: router.counters()[0]["receiver_topics"] == 2, 20,
+             message="LAN1 has proxy receivers for open.news and blocked.news only")
+    sources = {"open.news": tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", 200,
+                                        "--start-on-stdin", "open.news")}
+    # Nobody (or only the router) joins these: they send without waiting for a receiver.
+    for topic in ("blocked.news", "open.secret"):
+        sources[topic] = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", 200, "-W", 0, topic)
+    receivers["open.news"].wait_for_stderr("Beginning of Transport Session", 30)
+    sources["open.news"].send_line()
+    got = receivers["open.news"].result(60)
+    assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
+    for source in sources.values():
+        assert source.result(60)["sent"] == count
+    # LAN1's inbound ACL rejected the blocked.news source: no stream, no proxy source in LAN2.
+    wait_for(lambda: router.counters()[0]["acl_inbound_rejected"] >= 1, 10,
+             message="LAN1 counts the source its inbound ACL kept in")
+    lan1, lan2 = router.counters()[0], router.counters()[1]
+    assert lan2["proxy_sources_created"] == 1                  # open.news only
+    assert lan1["transport_topic_fragments_forwarded"] == count
+    assert lan2["transport_topic_fragments_dropped_error"] == 0
+    for topic in ("blocked.news", "open.secret"):
+        receivers[topic].stop()
+        assert "Beginning of Transport Session" not in receivers[topic].stderr
+    assert "inbound ACL rejects topic blocked.news" in router.log()
+    assert "outbound ACL rejects topic open.secret: its interest is not passed on" in router.log()
+
+
+def test_peer_portal_acls_over_a_link(routers, tools, make_domain):
+    """Router A (D1, peer TO_B with an outbound ACL) linked to router B (peer TO_A with an inbound
+    ACL, D2): only what both let through reaches D2."""
+    from tests.router.test_multi_hop import converged, send_and_receive, start
+    from tests.support.routers import free_port, peer_xml
+    lan1, lan2 = make_domain(), make_domain()
+    port = free_port()
+    outbound = ('      <acl><outbound><ace match="reject"><topic>link.secret</topic></ace>'
+                '<ace match="accept"><pcre-pattern>.</pcre-pattern></ace></outbound></acl>\n')
+    inbound = ('      <acl><inbound><ace match="reject"><pcre-pattern>^link\\.blocked</pcre-pattern></ace>'
+               '<ace match="accept"><pcre-pattern>.</pcre-pattern></ace></inbound></acl>\n')
+    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port, extra=outbound),
+              "acla")
+    b = start(routers, peer_xml("TO_A", listen=port, extra=inbound) + endpoint_xml("LAN2", 2, lan2.config_path),
+              "aclb")
+    a.wait_ready(), b.wait_ready()
+    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
+    blocked = {topic: tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, topic)
+               for topic in ("link.secret", "link.blocked")}
+    # B passes interest in link.blocked on (B's inbound list judges streams, not interest), but A's
+    # TO_B does not pass link.secret on: A pulls in link.blocked (and, below, link.open) only.
+    wait_for(lambda: a.counters()[0]["receiver_topics"] == 1, 20, message="A pulls in link.blocked only")
+    senders = {topic: tools.umsrc("-c", lan1.config_path, "--json", "-M", 300, "-P", 500, "-W", 0, topic)
+               for topic in blocked}
+    [got] = send_and_receive(tools, lan1, [lan2], "link.open", 1000, rate=2000)
+    assert (got["received"], got["gaps"], got["duplicates"]) == (1000, 0, 0), got
+    for sender in senders.values():
+        assert sender.result(60)["sent"] == 300
+    wait_for(lambda: b.counters()[0]["acl_inbound_rejected"] >= 1, 10,
+             message="B's TO_A counts the stream its inbound ACL kept out")
+    assert b.counters()[1]["proxy_sources_created"] == 1          # link.open only
+    assert b.counters()[0]["transport_topic_fragments_rcvd_unknown"] == 0
+    for receiver in blocked.values():
+        receiver.stop()
+        assert "Beginning of Transport Session" not in receiver.stderr
+    assert "inbound ACL rejects topic link.blocked" in b.log()
+    assert "outbound ACL rejects topic link.secret: its interest is not passed on" in a.log()

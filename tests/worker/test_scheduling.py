@@ -1,0 +1,112 @@
+"""Adaptive worker scheduling: the policy follows the fragments a worker moves, with hysteresis."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from router.monitor.counters import PortalCounters
+from router.worker.scheduling import (BATCH_ABOVE, NORMAL_BELOW, WorkerScheduling, policy_of, wants_batch)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scheduling(mode="adaptive", fail=False):
+    counters, clock, applied = PortalCounters(), Clock(), []
+
+    def set_policy(batch: bool) -> None:
+        if fail:
+            raise PermissionError(1, "Operation not permitted")
+        applied.append(batch)
+    return WorkerScheduling(mode, counters, clock, set_policy), counters, clock, applied
+
+
+def run(sched, counters, clock, rates, counter="transport_topic_fragments_rcvd", interval=0.1):
+    for rate in rates:
+        clock.now += interval
+        counters.add(counter, int(rate * interval))
+        sched.tick()
+
+
+@pytest.mark.parametrize("batching, rate, expected", [
+    (False, BATCH_ABOVE - 1, False), (False, BATCH_ABOVE, True),
+    (True, NORMAL_BELOW, True), (True, NORMAL_BELOW - 1, False), (True, BATCH_ABOVE - 1, True),
+])
+def test_thresholds_have_hysteresis(batching, rate, expected):
+    assert wants_batch(batching, rate) is expected
+
+
+def test_a_stream_switches_to_batch_and_idleness_back():
+    sched, counters, clock, applied = scheduling()
+    run(sched, counters, clock, [0, 2000, 2000])             # paced messages: stays normal
+    assert applied == [] and not sched.batching
+    run(sched, counters, clock, [400_000])
+    assert applied == [True] and sched.batching
+    run(sched, counters, clock, [10_000, 6_000])              # between the thresholds: keeps batching
+    assert applied == [True]
+    run(sched, counters, clock, [0])
+    assert applied == [True, False] and not sched.batching
+
+
+@pytest.mark.parametrize("counter", ["transport_topic_fragments_sent", "data_msgs_rcvd", "data_fragments_sent"])
+def test_every_kind_of_portal_counts_its_work(counter):
+    sched, counters, clock, applied = scheduling()
+    run(sched, counters, clock, [0, 100_000], counter=counter)
+    assert applied == [True]
+
+
+def test_normal_never_switches():
+    sched, counters, clock, applied = scheduling("normal")
+    run(sched, counters, clock, [0, 1_000_000, 1_000_000])
+    assert applied == []
+
+
+def test_a_refused_switch_keeps_the_normal_policy_for_good():
+    sched, counters, clock, applied = scheduling(fail=True)
+    run(sched, counters, clock, [0, 1_000_000])
+    assert sched.mode == "normal" and not sched.batching
+    run(sched, counters, clock, [1_000_000])
+    assert not sched.batching
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="adaptive, normal"):
+        scheduling("realtime")
+
+
+def test_the_real_policy_switch_is_visible_to_other_processes():
+    """The kernel call itself, in a child (so this test process keeps its policy)."""
+    switched_r, switched_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sched, counters, clock, _ = scheduling()
+            sched.set_policy = WorkerScheduling("adaptive", counters).set_policy
+            run(sched, counters, clock, [0, 1_000_000])
+            os.write(switched_w, b"1" if sched.batching else b"0")
+            os.read(done_r, 1)
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(switched_r, 1) == b"1"
+        assert policy_of(pid) == "batch"
+        assert policy_of(os.getpid()) == "normal"
+    finally:
+        os.write(done_w, b"x")
+        os.waitpid(pid, 0)
+        for fd in (switched_r, switched_w, done_r, done_w):
+            os.close(fd)
+
+
+def test_a_worker_started_with_a_policy_of_its_own_keeps_it():
+    counters, clock, applied = PortalCounters(), Clock(), []
+    sched = WorkerScheduling("adaptive", counters, clock, applied.append, inherited=os.SCHED_FIFO)
+    run(sched, counters, clock, [0, 1_000_000])
+    assert sched.mode == "normal" and applied == []
