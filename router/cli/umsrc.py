@@ -61,13 +61,14 @@ def main(argv=None) -> int:
         source.flush()
         elapsed = time.monotonic() - started
         stop.wait(args.linger)
+        receivers = source.receiver_count         # joined at the end (a router's proxy receiver counts)
         source.close()
     finally:
         context.close()
     if args.json:
         print_json({"sent": sent, "bytes": sent * args.length, "elapsed_s": round(elapsed, 6),
                     "rate_msgs_per_s": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
-                    "source_id": f"{source_id:08x}"})
+                    "source_id": f"{source_id:08x}", "receivers": receivers})
     return 0
 
 

@@ -30,7 +30,8 @@ class Ingress:
     # -- proxy receivers follow the other portals' interest ------------------------------------
     def update(self, topics: set[str], patterns: set[tuple[int, str]]) -> None:
         for topic in topics - self.receivers.keys():
-            self.receivers[topic] = self.context.receiver(topic, on_event=self._on_event, raw=True)
+            self.receivers[topic] = self.context.receiver(topic, on_event=self._on_event, raw=True,
+                                                          accept=self._accept)
             self.portal.log_event("proxy-receiver-created", f"topic {topic}")
         for topic in self.receivers.keys() - topics:
             self._close(self.receivers.pop(topic))
@@ -38,7 +39,7 @@ class Ingress:
         for key in patterns - self.wildcards.keys():
             kind = "pcre" if key[0] == 1 else "regex"
             self.wildcards[key] = self.context.wildcard_receiver(key[1], on_event=self._on_event,
-                                                                 kind=kind, raw=True)
+                                                                 kind=kind, raw=True, accept=self._accept)
             self.portal.log_event("proxy-wildcard-receiver-created", f"{kind} pattern {key[1]}")
         for key in self.wildcards.keys() - patterns:
             self._close(self.wildcards.pop(key))
@@ -63,10 +64,19 @@ class Ingress:
         elif event.kind == EOS:
             self._end(joined)
 
+    def _accept(self, candidate) -> bool:
+        """Asked before a proxy receiver joins a source: never our own proxy sources in this
+        domain (forwarding them would loop), never one the inbound ACL keeps in (no connection to
+        it, nothing read, counted and logged once per topic)."""
+        if self.portal.egress_has_otid(candidate.otid):
+            return False
+        return self.portal.access.source_allowed(candidate.topic, SourceFacts.of(candidate.transport),
+                                                 candidate.source_string)
+
     def _begin(self, joined) -> None:
         candidate = joined.candidate
         if self.portal.egress_has_otid(candidate.otid):
-            return          # our own proxy source in this domain: forwarding it would loop
+            return          # a proxy source for it came after the join: forwarding it would loop
         standing = self.joined_of_otid.setdefault(candidate.otid, [])
         if any(other is joined for other in standing):
             return
@@ -74,9 +84,6 @@ class Ingress:
         if len(standing) > 1:
             joined.forward = _ignore         # a second copy of a source already streaming
             return
-        if not self.portal.access.source_allowed(candidate.topic, SourceFacts.of(candidate.transport),
-                                                 candidate.source_string):
-            return          # its frames go nowhere: no stream, no advertisement (copies stand by)
         self._stream(joined)
 
     def _stream(self, joined) -> None:

@@ -21,7 +21,7 @@ from router.um.config import UMConfig, from_overrides, load_file
 from router.um.lbmr_channel import LbmrChannel, new_src_id
 from router.um.loop import EventLoop
 from router.um.netif import resolve_interface
-from router.um.receiver import OnBatch, OnEvent, OnMessage, Receiver, WildcardReceiver
+from router.um.receiver import Accept, OnBatch, OnEvent, OnMessage, Receiver, WildcardReceiver
 from router.um.source import Source
 from router.um.source_cache import Candidate
 from router.lbtipc.receiver import LbtipcSessionClient
@@ -91,18 +91,20 @@ class Context:
         return self._call(create)
 
     def receiver(self, topic: str, on_message: OnMessage | None = None, on_event: OnEvent | None = None,
-                 *, on_batch: OnBatch | None = None, raw: bool = False) -> Receiver:
+                 *, on_batch: OnBatch | None = None, raw: bool = False, accept: Accept | None = None) -> Receiver:
         """A receiver on `topic`: `on_message(message)` per message, or `on_batch(messages)` per
         batch read from the transport (cheaper at high rates). `raw` is for routers: each joined
-        source's frames go to its `forward` callable, fragments as they came."""
-        receiver = Receiver(self, topic, on_message, on_event, on_batch=on_batch, raw=raw)
+        source's frames go to its `forward` callable, fragments as they came. `accept(candidate)`,
+        if given, decides whether a source is joined at all."""
+        receiver = Receiver(self, topic, on_message, on_event, on_batch=on_batch, raw=raw, accept=accept)
         self._call(self.resolver.add_receiver, receiver)
         return receiver
 
     def wildcard_receiver(self, pattern: str, on_message: OnMessage | None = None,
                           on_event: OnEvent | None = None, kind: str = "pcre", *,
-                          on_batch: OnBatch | None = None, raw: bool = False) -> WildcardReceiver:
-        wildcard = WildcardReceiver(self, pattern, on_message, on_event, kind, on_batch, raw)
+                          on_batch: OnBatch | None = None, raw: bool = False,
+                          accept: Accept | None = None) -> WildcardReceiver:
+        wildcard = WildcardReceiver(self, pattern, on_message, on_event, kind, on_batch, raw, accept)
         self._call(self.resolver.add_wildcard, wildcard)
         return wildcard
 

@@ -2,7 +2,9 @@
 
 A receiver joins, per OTID, the cheapest advertisement it knows (see source_cache). When that
 source ends (its transport closes, or a final advertisement arrives) the receiver delivers EOS for
-it and joins the next cheapest advertisement of the same OTID, if there is one.
+it and joins the next cheapest advertisement of the same OTID, if there is one. An `accept`
+callable, if given, is asked first about each advertisement the receiver would join (a router
+refuses sources its ACL keeps out, and its own proxy sources, without connecting to them).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 OnMessage = Callable[[Message], None]
 OnEvent = Callable[[ReceiverEvent], None]
 OnBatch = Callable[[list[Message]], None]
+Accept = Callable[[Candidate], bool]
 
 
 class JoinedSource:
@@ -63,10 +66,11 @@ class Receiver:
 
     def __init__(self, context: "Context", topic: str, on_message: OnMessage | None,
                  on_event: OnEvent | None = None, query: bool = True, on_batch: OnBatch | None = None,
-                 raw: bool = False):
+                 raw: bool = False, accept: Accept | None = None):
         if on_message is None and on_batch is None and not raw:
             raise ValueError("a receiver needs on_message or on_batch")
         self.raw = raw
+        self.accept = accept
         self.context = context
         self.topic = topic
         self.on_message = on_message
@@ -80,6 +84,8 @@ class Receiver:
     def _join(self, candidate: Candidate) -> None:
         if self.closed or candidate.otid in self.joined:
             return
+        if self.accept is not None and not self.accept(candidate):
+            return           # refused before joining: no connection, nothing read
         joined = JoinedSource(self, candidate)
         if not self.context._attach(candidate, joined):
             return
@@ -118,7 +124,7 @@ class WildcardReceiver:
 
     def __init__(self, context: "Context", pattern: str, on_message: OnMessage | None,
                  on_event: OnEvent | None = None, kind: str = "pcre", on_batch: OnBatch | None = None,
-                 raw: bool = False):
+                 raw: bool = False, accept: Accept | None = None):
         if kind not in ("pcre", "regex"):
             raise ValueError(f"pattern kind must be 'pcre' or 'regex', not {kind!r}")
         try:
@@ -132,6 +138,7 @@ class WildcardReceiver:
         self.on_batch = on_batch
         self.on_event = on_event
         self.raw = raw
+        self.accept = accept
         self.topics: dict[str, Receiver] = {}
         self.closed = False
 
@@ -142,7 +149,8 @@ class WildcardReceiver:
         receiver = self.topics.get(topic)
         if receiver is None:
             receiver = self.topics[topic] = Receiver(self.context, topic, self.on_message, self.on_event,
-                                                     query=False, on_batch=self.on_batch, raw=self.raw)
+                                                     query=False, on_batch=self.on_batch, raw=self.raw,
+                                                     accept=self.accept)
         return receiver
 
     def close(self) -> None:

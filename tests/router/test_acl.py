@@ -43,9 +43,11 @@ def test_inbound_and_outbound_acls_decide_what_crosses(routers, tools, make_doma
     sources["open.news"].send_line()
     got = receivers["open.news"].result(60)
     assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
-    for source in sources.values():
-        assert source.result(60)["sent"] == count
-    # LAN1's inbound ACL rejected the blocked.news source: no stream, no proxy source in LAN2.
+    results = {topic: source.result(60) for topic, source in sources.items()}
+    assert all(result["sent"] == count for result in results.values())
+    # LAN1's inbound ACL rejected the blocked.news source before joining it: the router never
+    # connected to it, and so sent nothing on, had nothing to proxy in LAN2.
+    assert (results["open.news"]["receivers"], results["blocked.news"]["receivers"]) == (1, 0), results
     wait_for(lambda: router.counters()[0]["acl_inbound_rejected"] >= 1, 10,
              message="LAN1 counts the source its inbound ACL kept in")
     lan1, lan2 = router.counters()[0], router.counters()[1]
