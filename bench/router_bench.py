@@ -1,5 +1,7 @@
 """The router against the direct path and against a ZeroMQ XSUB/XPUB proxy, side by side in one
 run: throughput at 64 B and 8 KB, and latency at a paced rate (added latency = router − direct).
+Two routers run throughout: one with a worker per portal (the default) and one whose two portals
+share a worker (`<daemon><worker-group>`), each joining a pair of domains of its own.
 
     python -m bench.router_bench          (or: make bench)
 """
@@ -46,9 +48,13 @@ def gateway_config(path: Path, name: str, portals_xml: str, daemon_xml: str = ""
     return path
 
 
-def router_config(directory: Path, lan1: Path, lan2: Path) -> Path:
-    return gateway_config(directory / "bench-router.xml", f"bench{os.getpid()}",
-                          endpoint_xml("LAN1", 1, lan1) + endpoint_xml("LAN2", 2, lan2))
+def router_config(directory: Path, lan1: Path, lan2: Path, grouped: bool = False) -> Path:
+    """LAN1 and LAN2 joined; `grouped`: both portals in one worker process."""
+    group = ("<worker-group><portal-name>LAN1</portal-name><portal-name>LAN2</portal-name></worker-group>"
+             if grouped else "")
+    name = f"bench{os.getpid()}{'g' if grouped else ''}"
+    return gateway_config(directory / f"{name}.xml", name,
+                          endpoint_xml("LAN1", 1, lan1) + endpoint_xml("LAN2", 2, lan2), group)
 
 
 def spawn(*args, stdin=None) -> subprocess.Popen:
@@ -206,70 +212,112 @@ def floor_table(rate: int) -> list[list]:
 
 
 def native_floor_text(floor_rows: list[list]) -> str:
-    """What the C floor of the router's shape leaves of the issue's 50 µs for the routing work."""
-    added = [row[3] for row in floor_rows if row[0].startswith("C: two processes")]
-    if not added:
-        return "not measured here (no C compiler)."
-    if added[0] >= ADDED_P50_GOAL_US:
-        return (f"in C the shape alone adds {added[0]} µs at p50, so the added p50 ≤ {ADDED_P50_GOAL_US} µs "
-                f"goal is out of reach for the design's shape on this machine in any language.")
-    return (f"in C the shape alone adds {added[0]} µs at p50, which leaves {ADDED_P50_GOAL_US - added[0]:.1f} µs "
-            f"of the {ADDED_P50_GOAL_US} µs goal for all the routing work, even in C.")
+    """What the C floor of each router shape leaves of the issue's 50 µs for the routing work."""
+    parts = []
+    for shape, label in (("C: two processes", "a worker per portal"), ("C: one process", "portals in one worker")):
+        added = [row[3] for row in floor_rows if row[0].startswith(shape)]
+        if not added:
+            return "not measured here (no C compiler)."
+        if added[0] >= ADDED_P50_GOAL_US:
+            parts.append(f"with {label} the shape alone adds {added[0]} µs at p50 in C, so the added p50 ≤ "
+                         f"{ADDED_P50_GOAL_US} µs goal is out of its reach on this machine in any language")
+        else:
+            parts.append(f"with {label} the shape alone adds {added[0]} µs at p50 in C, which leaves "
+                         f"{ADDED_P50_GOAL_US - added[0]:.1f} µs of the {ADDED_P50_GOAL_US} µs goal for all the "
+                         f"routing work")
+    return "; ".join(parts) + "."
+
+
+PATHS = ("direct", "routed", "grouped", "relayed")
+LABELS = {"routed": "router, a worker per portal", "grouped": "router, portals in one worker"}
+
+
+def throughput_row(length: int, count: int, runs: dict, ceilings: list[str]) -> list:
+    rate = {k: statistics.median(x["rate_msgs_per_s"] for x in runs[k]) for k in PATHS}
+    spread = {k: f"{min(x['rate_msgs_per_s'] for x in v):,.0f}–{max(x['rate_msgs_per_s'] for x in v):,.0f}"
+              for k, v in runs.items()}
+    d, z = rate["direct"], rate["relayed"]
+    ceilings.append(f"at {length} B twice the proxy is {2 * z:,.0f} msgs/s, {2 * z / d:.0%} of the direct "
+                    f"path's own rate")
+    cpu = {k: {what: statistics.median(x[what] for x in runs[k]) for what in ("router_cpu_us", "tools_cpu_us")}
+           for k in ("direct", "routed", "grouped")}
+
+    def lost(results):
+        return " · ".join(str(x["gaps"] + x["duplicates"] + count - x["received"]) for x in results)
+    return [f"{length} B", count, f"{d:,.0f} ({spread['direct']})",
+            f"{rate['routed']:,.0f} ({spread['routed']})", f"{rate['grouped']:,.0f} ({spread['grouped']})",
+            f"{z:,.0f} ({spread['relayed']})",
+            f"{rate['routed'] / d:.0%} · {rate['grouped'] / d:.0%}",
+            f"{rate['routed'] / z:.2f}× · {rate['grouped'] / z:.2f}×",
+            f"{cpu['routed']['router_cpu_us']:.2f} · {cpu['grouped']['router_cpu_us']:.2f}",
+            f"{cpu['direct']['tools_cpu_us']:.2f} · {cpu['routed']['tools_cpu_us']:.2f} · "
+            f"{cpu['grouped']['tools_cpu_us']:.2f}",
+            f"{lost(runs['routed'])} / {lost(runs['grouped'])}", lost(runs["relayed"])]
+
+
+def latency_rows(rate: int, lans: dict, directory: Path) -> list[list]:
+    """RUNS interleaved paced runs of each path: the medians of their p50s and p99s."""
+    count = rate * 5
+    runs = {k: [] for k in PATHS}
+    for n in range(RUNS):
+        runs["direct"].append(um_run(lans[1], lans[1], count, 64, ("-P", rate, "-F"), topic=f"direct.paced.{n}"))
+        for path, (source, receiver) in (("routed", (lans[1], lans[2])), ("grouped", (lans[3], lans[4]))):
+            runs[path].append(um_run(source, receiver, count, 64, ("-P", rate, "-F"),
+                                     receiver_extra=("--idle-timeout", 15), topic=f"{path}.paced.{n}"))
+        runs["relayed"].append(zmq_run(directory, count, 64, rate))
+    median = {k: {q: statistics.median(r["latency_us"][q] for r in v) for q in ("p50", "p99")}
+              for k, v in runs.items()}
+    rows = []
+    for path in ("routed", "grouped"):
+        rows.append([f"{rate} msgs/s, 64 B", LABELS[path], median["direct"]["p50"], median["direct"]["p99"],
+                     median[path]["p50"], median[path]["p99"],
+                     round(median[path]["p50"] - median["direct"]["p50"], 1),
+                     round(median[path]["p99"] - median["direct"]["p99"], 1),
+                     median["relayed"]["p50"], median["relayed"]["p99"]])
+    return rows
 
 
 def main() -> int:
-    rows, latency_rows, floor_rows, ceilings = [], [], [], []
+    rows, paced_rows, floor_rows, ceilings = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        lan1, lan2 = domain(directory, 1), domain(directory, 2)
-        router = spawn("router.cli.tnwgd", router_config(directory, lan1, lan2))
+        lans = {n: domain(directory, n) for n in (1, 2, 3, 4)}
+        routers = {"routed": spawn("router.cli.tnwgd", router_config(directory, lans[1], lans[2])),
+                   "grouped": spawn("router.cli.tnwgd", router_config(directory, lans[3], lans[4], grouped=True))}
+        pairs = {"direct": (lans[1], lans[1]), "routed": (lans[1], lans[2]), "grouped": (lans[3], lans[4])}
         try:
-            wait_stderr(router, "portals are up")
+            for router in routers.values():
+                wait_stderr(router, "portals are up")
             for length, count in ((64, 500_000), (8192, 50_000)):
-                runs = {"direct": [], "routed": [], "relayed": []}
-                for n in range(RUNS):           # interleaved, so drifting machine load hits all three
-                    runs["direct"].append(measured(
-                        lambda: um_run(lan1, lan1, count, length, topic=f"direct.{length}.{n}"), router, count))
-                    runs["routed"].append(measured(
-                        lambda: um_run(lan1, lan2, count, length, receiver_extra=("--idle-timeout", 15),
-                                       topic=f"routed.{length}.{n}"), router, count))
+                runs = {k: [] for k in PATHS}
+                for n in range(RUNS):           # interleaved, so drifting machine load hits every path
+                    for path in ("direct", "routed", "grouped"):
+                        source, receiver = pairs[path]
+                        extra = () if path == "direct" else ("--idle-timeout", 15)
+                        runs[path].append(measured(
+                            lambda: um_run(source, receiver, count, length, receiver_extra=extra,
+                                           topic=f"{path}.{length}.{n}"),
+                            routers["grouped" if path == "grouped" else "routed"], count))
                     runs["relayed"].append(zmq_run(directory, count, length))
-                d, r, z = (statistics.median(x["rate_msgs_per_s"] for x in runs[k])
-                           for k in ("direct", "routed", "relayed"))
-                spread = {k: f"{min(x['rate_msgs_per_s'] for x in v):,.0f}–{max(x['rate_msgs_per_s'] for x in v):,.0f}"
-                          for k, v in runs.items()}
-                ceilings.append(f"at {length} B twice the proxy is {2 * z:,.0f} msgs/s, {2 * z / d:.0%} of the direct "
-                                f"path's own rate")
-                cpu = {k: {what: statistics.median(x[what] for x in runs[k]) for what in ("router_cpu_us", "tools_cpu_us")}
-                       for k in ("direct", "routed")}
-                rows.append([f"{length} B", count, f"{d:,.0f} ({spread['direct']})", f"{r:,.0f} ({spread['routed']})",
-                             f"{z:,.0f} ({spread['relayed']})", f"{r / d:.0%}", f"{r / z:.2f}×",
-                             f"{cpu['routed']['router_cpu_us']:.2f}",
-                             f"{cpu['direct']['tools_cpu_us']:.2f} · {cpu['routed']['tools_cpu_us']:.2f}",
-                             " · ".join(str(x["gaps"] + x["duplicates"] + count - x["received"]) for x in runs["routed"]),
-                             " · ".join(str(x["gaps"] + x["duplicates"] + count - x["received"])
-                                        for x in runs["relayed"])])
-            for rate in (2000,):
-                count = rate * 5
-                direct = um_run(lan1, lan1, count, 64, ("-P", rate, "-F"), topic=f"direct.paced.{rate}")
-                routed = um_run(lan1, lan2, count, 64, ("-P", rate, "-F"), receiver_extra=("--idle-timeout", 15),
-                                topic=f"routed.paced.{rate}")
-                relayed = zmq_run(directory, count, 64, rate)
-                latency_rows.append([f"{rate} msgs/s, 64 B", direct["latency_us"]["p50"], direct["latency_us"]["p99"],
-                                     routed["latency_us"]["p50"], routed["latency_us"]["p99"],
-                                     added_latency(routed, direct, "p50"), added_latency(routed, direct, "p99"),
-                                     relayed["latency_us"]["p50"], relayed["latency_us"]["p99"]])
+                rows.append(throughput_row(length, count, runs, ceilings))
+            paced_rows = latency_rows(2000, lans, directory)
             floor_rows = floor_table(2000)
         finally:
-            stop(router, 30)
+            for router in routers.values():
+                stop(router, 30)
     body = (f"Throughput (messages/s at the receiver: the median of {RUNS} unpaced runs of each, interleaved, "
-            "and their range; lost+dup for each run; every run is bounded in count and time):\n\n" +
-            table(["size", "messages", "direct", "router (1 hop)", "ZeroMQ proxy", "router / direct",
-                   "router / ZeroMQ", "router CPU µs/msg", "umsrc+umrcv CPU µs/msg (direct · routed)",
-                   "router lost+dup", "ZeroMQ lost+dup"], rows) +
-            "\n\nLatency at a paced rate, flushing each message (µs; added = router − direct):\n\n" +
-            table(["rate", "direct p50", "direct p99", "router p50", "router p99", "added p50", "added p99",
-                   "ZeroMQ p50", "ZeroMQ p99"], latency_rows) +
+            "and their range; lost+dup for each run; every run is bounded in count and time). Two routers, "
+            "each joining two domains of its own: *own workers* has a worker process per portal (the "
+            "default), *one worker* runs both portals in one worker process (`<daemon><worker-group>`); "
+            "where a cell holds two figures they are own workers · one worker:\n\n" +
+            table(["size", "messages", "direct", "router, own workers", "router, one worker", "ZeroMQ proxy",
+                   "router / direct", "router / ZeroMQ", "router CPU µs/msg",
+                   "umsrc+umrcv CPU µs/msg (direct · own · one)", "router lost+dup (own / one)",
+                   "ZeroMQ lost+dup"], rows) +
+            f"\n\nLatency at a paced rate, flushing each message (µs; medians of {RUNS} interleaved runs of "
+            "each path; added = router − direct):\n\n" +
+            table(["rate", "router", "direct p50", "direct p99", "router p50", "router p99", "added p50",
+                   "added p99", "ZeroMQ p50", "ZeroMQ p99"], paced_rows) +
             "\n\nThe issue's goals are router ≥ 80% of the direct path, ≥ 2× the ZeroMQ proxy, zero loss, "
             "added p50 ≤ 50 µs. A router sits on the direct path (the same source and receiver, one more "
             "TCP crossing), so on a machine whose speed holds steady it cannot beat it (a ratio above "
@@ -277,31 +325,25 @@ def main() -> int:
             "ranges): " + "; ".join(ceilings) + ". Where that is above 100% "
             "the 2× goal cannot be met on this machine. The CPU columns (medians; start-up included) show "
             "why the router's share of the direct rate is what it is: unpaced, umsrc and umrcv alone keep "
-            "both cores busy, so every µs of CPU the router spends per message is taken from them. Unpaced, the router holds records in its rings "
-            "while the receiver's socket is full and so slows the source instead of dropping "
-            "(README, \"When a receiver falls behind\").\n\n"
-            "What a paced message crosses in the router: the ingress worker's wake-up on the source's "
-            "TCP data, its read, the ring write and the eventfd that wakes the egress worker, that "
-            "worker's wake-up, its read of the ring and its send, then one more TCP crossing to the "
-            "receiver. Between paced messages both workers sleep, so each message meets two extra "
-            "wake-ups of idle processes (vCPUs, here) and runs Python on cold caches. Timestamps added "
-            "by hand to the workers (not kept in the code; 6,000 paced messages at 2000 msgs/s, p50s) "
-            "put the ingress worker at ~30 µs from its wake-up to publishing the record (the recv "
-            "system call ~12 µs, finding the frame and its stream ~12, the ring write ~9), the eventfd "
-            "write that wakes the egress worker at ~13 µs and that worker's loop running ~32 µs after "
-            "the write began, the egress worker at ~24 µs from its wake-up to its send, and the send "
-            "system call (which runs the receiver's side of loopback TCP) at ~16 µs: ~110 µs from the "
-            "ingress worker's wake-up to the egress worker's send returning. Less than half of it is "
-            "the workers' Python; the rest is system calls and wake-ups, which the next table measures "
-            "with no Python work at all.\n\n"
-            f"The floor of that shape on this machine: the same hand-offs carrying 64-byte messages with "
+            "both cores busy, so every µs of CPU the router spends per message is taken from them. Unpaced, "
+            "the router holds records in its rings while the receiver's socket is full and so slows the "
+            "source instead of dropping (README, \"When a receiver falls behind\").\n\n"
+            "What a paced message crosses in a router with a worker per portal: the ingress worker's "
+            "wake-up on the source's TCP data, its read, the ring write and the eventfd that wakes the "
+            "egress worker, that worker's wake-up, its read of the ring and its send, then one more TCP "
+            "crossing to the receiver. Between paced messages both workers sleep, so each message meets two "
+            "extra wake-ups of idle processes (vCPUs, here). With both portals in one worker the ring, the "
+            "eventfd and the second wake-up are gone: the worker reads the frames and hands them straight "
+            "to the egress portal, which sends them before the worker sleeps again. The price is "
+            "throughput at 8 KB, where one process now does both the read and the send that two processes "
+            "did on two cores, and a crash or restart taking both portals.\n\n"
+            f"The floor of those shapes on this machine: the same hand-offs carrying 64-byte messages with "
             f"nothing else done, in bare Python (bench/relay_floor.py) and in C (bench/relay_floor.c), median "
             f"of {RUNS} interleaved runs, µs:\n\n" +
             table(["path", "p50", "p99", "added p50"], floor_rows) +
-            "\n\nAny router built as one process per portal pays the two-process row's added time before "
-            "it parses a frame. The C rows are the machine's own cost of those wake-ups and loopback TCP "
-            f"crossings: {native_floor_text(floor_rows)} One process relaying between the connections (a "
-            "hand-off fewer) is the shape that would leave room for the work.")
+            "\n\nA router with a worker per portal pays the two-process row's added time before it parses "
+            "a frame; one with its portals in one worker pays the one-process row's. The C rows are the "
+            f"machine's own cost of those wake-ups and loopback TCP crossings: {native_floor_text(floor_rows)}")
     print(body)
     write_section("Router (1 hop) vs direct path vs ZeroMQ proxy", body, COMMAND)
     return 0

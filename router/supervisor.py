@@ -66,6 +66,7 @@ class Worker:
     boot_failures: int = 0
     history: list = field(default_factory=list)
     link: dict = field(default_factory=dict)      # a peer portal's link: {"up", "peer", "peer_node_id"}
+    group: tuple[str, ...] = ()           # the portals sharing this one's process (itself included)
 
 
 class Supervisor:
@@ -110,8 +111,11 @@ class Supervisor:
         claim_log_file()
         self.loop.call_every(1.0, roll_log_if_due)
         event("router-started", f"router {self.name} (pid {self.pid}) starting {len(self.config.portals)} portals")
+        groups = {name: group.portals for group in self.config.daemon.worker_groups for name in group.portals}
         for portal in self.config.portals:
-            self._add_worker(portal)
+            self._add_worker(portal, groups.get(portal.name))
+        for group in dict.fromkeys(worker.group for worker in self.workers.values()):
+            self._spawn(self.workers[group[0]])
         self.extensions = extensions.start_all(self)
         systemd_notify.notify(f"STATUS=starting {len(self.workers)} portals")
         try:
@@ -163,37 +167,59 @@ class Supervisor:
         self._reap()
 
     # -- workers -------------------------------------------------------------------------------
-    def _add_worker(self, portal) -> Worker:
+    def _add_worker(self, portal, group: tuple[str, ...] | None = None) -> Worker:
+        """A portal's segments and ring; `_spawn` starts it (with its `<worker-group>`, if any)."""
         index = self.free_indexes.pop(0)
         segment = SharedSegment.create(self.name, f"counters{index}", SEGMENT_BYTES)
-        worker = Worker(portal, index, PortalCounters(segment.memory[:SEGMENT_BYTES]), segment)
+        worker = Worker(portal, index, PortalCounters(segment.memory[:SEGMENT_BYTES]), segment,
+                        group=group or (portal.name,))
         self.rings.create(index)
         self.workers[portal.name] = worker
         if portal.kind == "endpoint":
             self.routing.set_route_portal(portal.name, True)
             self.routing.set_adjacency(portal.name, _domain_adjacency(portal))
-        self._spawn(worker)
         return worker
 
+    def _members(self, worker: Worker) -> list[Worker]:
+        """The portals that run in `worker`'s process (`worker` among them)."""
+        return [self.workers[name] for name in worker.group
+                if name in self.workers and not self.workers[name].retired]
+
     def _spawn(self, worker: Worker) -> None:
-        worker.generation += 1
-        worker.ready = False
-        worker.term_sent = None
-        worker.restart_at = None
-        worker.counters.set("heartbeat_ns", time.monotonic_ns())
-        spec = WorkerSpec(portal=worker.config, index=worker.index, portal_indexes=self.portal_indexes(),
-                          generation=worker.generation, bus_endpoints=self.hub.endpoints,
-                          counters_segment=worker.segment,
-                          datapath=DataPathSpec(self.rings, self.portal_indexes()),
-                          log_type=self.config.daemon.log.type, log_path=self.config.daemon.log.path,
-                          utc=self.utc, node_id=self.node_id, router_name=self.name,
-                          route_info=self.config.daemon.route_info,
-                          scheduling=self.config.daemon.worker_scheduling)
-        process = multiprocess.get_context("fork").Process(target=worker_main, args=(spec,),
-                                                           name=f"tnwgd-{worker.config.name}", daemon=False)
+        """Start the process of `worker`'s portal, with every portal of its group."""
+        members = self._members(worker)
+        indexes = self.portal_indexes()
+        specs = []
+        for member in members:
+            member.generation += 1
+            member.ready = False
+            member.term_sent = None
+            member.restart_at = None
+            member.counters.set("heartbeat_ns", time.monotonic_ns())
+            specs.append(WorkerSpec(portal=member.config, index=member.index, portal_indexes=indexes,
+                                    generation=member.generation, bus_endpoints=self.hub.endpoints,
+                                    counters_segment=member.segment, datapath=DataPathSpec(self.rings, indexes),
+                                    log_type=self.config.daemon.log.type, log_path=self.config.daemon.log.path,
+                                    utc=self.utc, node_id=self.node_id, router_name=self.name,
+                                    route_info=self.config.daemon.route_info,
+                                    scheduling=self.config.daemon.worker_scheduling))
+        name = "+".join(member.config.name for member in members)
+        process = multiprocess.get_context("fork").Process(target=worker_main, args=(specs,),
+                                                           name=f"tnwgd-{name}", daemon=False)
         process.start()
-        worker.process = process
-        worker.started = time.monotonic()
+        for member in members:
+            member.process = process
+            member.started = time.monotonic()
+
+    def _restart_requested(self, worker: Worker) -> None:
+        """Stop `worker`'s process to start it again at once: not a failure, for any portal in it."""
+        if worker.process is None or worker.restart_at is not None:
+            return                     # not running, or asked already (another portal of its group)
+        for member in self._members(worker):
+            member.restart_at = time.monotonic()
+            member.backoff = BACKOFF_FIRST
+            member.restarts -= 1       # _reap counts it
+        _kill(worker.process.pid, signal.SIGTERM)
 
     def portal_indexes(self) -> dict[str, int]:
         return {name: w.index for name, w in self.workers.items() if not w.retired}
@@ -355,14 +381,11 @@ class Supervisor:
                 cost_only.append(name)
                 self.hub.send_to(name, bm.SetCost(name, new_portal.cost))
                 self._cost_changed(worker)
-            elif worker.process is not None:
-                worker.restart_at = time.monotonic()
-                worker.backoff = BACKOFF_FIRST
-                _kill(worker.process.pid, signal.SIGTERM)
-                worker.restarts -= 1       # a requested restart is not a failure
+            else:
+                self._restart_requested(worker)
         self.config = dataclasses.replace(new, daemon=self.config.daemon)
-        for name in diff.added:
-            self._add_worker(new.portal(name))
+        for name in diff.added:         # in a worker of its own: <worker-group> applies at start
+            self._spawn(self._add_worker(new.portal(name)))
         summary = {"ok": True, "added": diff.added, "removed": diff.removed, "changed": diff.changed,
                    "kept": diff.kept, "cost_only": cost_only, "daemon_pending": diff.daemon_changes}
         pending = (f"; <daemon> changes take effect when the router restarts: {', '.join(diff.daemon_changes)}"
@@ -382,7 +405,13 @@ class Supervisor:
                                                                      config.name))
 
     def _retire(self, name: str) -> None:
-        worker = self.workers.pop(name)
+        worker = self.workers[name]
+        for member in self._members(worker):
+            if member is not worker and member.process is not None:
+                # The group's process goes with this portal: its other portals start again without it.
+                member.restart_at, member.backoff = time.monotonic(), BACKOFF_FIRST
+                member.restarts -= 1
+        del self.workers[name]
         self.routing.set_route_portal(name, False)
         self.routing.set_adjacency(name, None)
         worker.retired = True
@@ -443,6 +472,7 @@ class Supervisor:
                 "proxy_receivers": counters["proxy_receivers"], "proxy_sources": counters["proxy_sources"],
                 "state": "up" if alive and worker.ready else ("starting" if alive else "down"),
                 "scheduling": policy_of(worker.process.pid) if alive else None,
+                "worker_portals": [member.config.name for member in self._members(worker)],
             })
             if worker.config.kind == "peer":
                 portals[-1]["link"] = "up" if worker.link.get("up") else "down"

@@ -7,8 +7,9 @@ from pathlib import Path
 from lxml import etree
 
 from router.config.model import (DaemonConfig, HashMapConfig, LogConfig, MonitorConfig, RouteInfo,
-                                 RouteRecalculation, WebMonitorConfig)
+                                 RouteRecalculation, WebMonitorConfig, WorkerGroup)
 from router.config.reader import INT32_MAX, UINT32_MAX, ElementReader
+from router.um.xml_config import children
 from router.worker.scheduling import MODES as SCHEDULING_MODES
 
 MAX_NAME_LENGTH = 256                   # TNWG_DSTAT_MAX_GATEWAY_NAME_LEN
@@ -51,7 +52,27 @@ def build_daemon(reader: ElementReader, element: etree._Element | None, config_p
         daemon.worker_scheduling = reader.text(scheduling)
         if daemon.worker_scheduling not in SCHEDULING_MODES:
             reader.fail(scheduling, f"expected one of {', '.join(SCHEDULING_MODES)}, got '{daemon.worker_scheduling}'")
+    daemon.worker_groups = _worker_groups(reader, element)
     return daemon
+
+
+def _worker_groups(reader: ElementReader, daemon: etree._Element) -> list[WorkerGroup]:
+    """Each portal in at most one group; that the names are portals of the file is checked
+    with the portals (router.config.validate)."""
+    groups, grouped = [], {}
+    for group in children(daemon, "worker-group"):
+        where = {}
+        for item in children(group, "portal-name"):
+            name = reader.text(item)
+            if not name:
+                reader.fail(item, "a portal name must not be empty")
+            if name in grouped:
+                reader.fail(item, f"portal '{name}' is already in the worker group at line {grouped[name]}; "
+                                  "a portal runs in one worker")
+            grouped[name] = group.sourceline
+            where[name] = reader.source.where(item)
+        groups.append(WorkerGroup(tuple(where), where))
+    return groups
 
 
 def build_name(reader: ElementReader, element: etree._Element | None, default: str) -> str:

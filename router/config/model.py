@@ -67,6 +67,13 @@ class RouteRecalculation:
 
 
 @dataclass
+class WorkerGroup:
+    """<worker-group>: portals that share one worker process."""
+    portals: tuple[str, ...]
+    where: dict[str, Location] = field(default_factory=dict, compare=False)   # portal name -> its <portal-name>
+
+
+@dataclass
 class DaemonConfig:
     name: str = ""                          # defaults to the configuration file's stem
     log: LogConfig = field(default_factory=LogConfig)
@@ -84,6 +91,7 @@ class DaemonConfig:
     route_info: RouteInfo = field(default_factory=RouteInfo)
     route_recalculation: RouteRecalculation = field(default_factory=RouteRecalculation)
     worker_scheduling: str = "adaptive"     # router.worker.scheduling: adaptive | normal
+    worker_groups: list[WorkerGroup] = field(default_factory=list)
     line: int | None = field(default=None, compare=False)
     locations: dict[str, Location] = _where()
 

@@ -25,6 +25,7 @@ def validate_gateway(config: GatewayConfig) -> None:
     """Raise the first cross-element mistake; fill in each portal's effective UM options."""
     _check_portal_count(config)
     _check_unique_names(config)
+    _check_worker_groups(config)
     for peer in config.peers:
         _check_link(peer)
     _check_xml_config(config.daemon)
@@ -47,6 +48,15 @@ def _check_unique_names(config: GatewayConfig) -> None:
                               f"at {_at(first, portal, 'name')}; portal names must be unique",
                               *portal.where("name"), "name")
         seen[portal.name] = portal
+
+
+def _check_worker_groups(config: GatewayConfig) -> None:
+    names = {portal.name for portal in config.portals}
+    for group in config.daemon.worker_groups:
+        for name, (path, line) in group.where.items():
+            if name not in names:
+                raise ConfigError(f"worker group names '{name}', which is not a portal of this router "
+                                  f"(portals: {', '.join(sorted(names))})", path, line, "portal-name")
 
 
 def _check_link(peer: PeerConfig) -> None:

@@ -91,6 +91,11 @@ class RingConsumer(_RingView):
         """How often the producer gave up waiting for this consumer slot."""
         return load_acquire(self._slots, self._evictions_slot)
 
+    @property
+    def head(self) -> int:
+        """Our position: every record before it has been read (or skipped: not for us)."""
+        return self._head
+
     def has_records(self) -> bool:
         """True if the producer has published past our head (maybe records for others only)."""
         return load_acquire(self._slots, _TAIL) != self._head

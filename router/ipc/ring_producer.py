@@ -81,6 +81,11 @@ class RingProducer(_RingView):
 
     # -- single records --------------------------------------------------------------------
 
+    @property
+    def position(self) -> int:
+        """Where the next record goes: everything written so far ends before it."""
+        return self._position
+
     def try_claim(self, length: int, record_type: int, dest_mask: int) -> Claim | None:
         """Reserve a record with a writable, contiguous ``payload`` view, or None if full."""
         if self._claim is not None:

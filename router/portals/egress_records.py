@@ -22,10 +22,7 @@ class EgressRecords:
     def on_record(self, ring: int, record_type: int, payload) -> None:
         try:
             if record_type == RECORD_FRAMES:
-                stream_id, count, longest, frames = decode_frames(payload)
-                if not self.egress_frames(ring, stream_id, count, longest, frames):
-                    self.counters.add_pair("transport_topic_fragments_dropped_error",
-                                           "transport_topic_fragment_bytes_dropped_error", count, len(frames))
+                self.on_frames(ring, record_type, *decode_frames(payload))
             elif record_type == RECORD_ADVERT:
                 self.egress_advert(ring, StreamAdvert.decode(payload))
             elif record_type == RECORD_EOS:
@@ -35,6 +32,13 @@ class EgressRecords:
         except RecordError as err:
             self.counters.add("ring_records_malformed")
             log.warning("portal %s: %s", self.name, err)
+
+    def on_frames(self, ring: int, record_type: int, stream_id: int, count: int, longest: int, frames) -> None:
+        """A FRAMES record, its header already decoded (a portal in the same process hands these
+        over without a ring)."""
+        if not self.egress_frames(ring, stream_id, count, longest, frames):
+            self.counters.add_pair("transport_topic_fragments_dropped_error",
+                                   "transport_topic_fragment_bytes_dropped_error", count, len(frames))
 
     def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
         """Send a stream's frames on; False if the stream is unknown here (counted by the caller)."""

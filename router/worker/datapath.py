@@ -16,6 +16,13 @@ would: no loss. It holds back only while that costs no one else: as soon as a ri
 waits to write a record that is also for another portal, or its receivers have taken nothing for
 STALL_TIMEOUT (stopped), it reads on and its queue drops beyond `<max-queue>`, counted, as the DRO
 does, so one slow receiver never stalls the other domains for longer than that.
+
+Portals that share a worker process (`<daemon><worker-group>`) hand each other records directly:
+a record for such a portal is passed to its handler at once, with no ring write, eventfd or
+process wake-up on the way, and that portal flushes once this turn of the loop is done. When it
+cannot take records now (its sends would block) or older records for it are still in the ring,
+records for it go through the ring as above, so it holds back and keeps them in order exactly as
+a portal in another process would, and direct hand-over resumes once it has read the ring dry.
 """
 from __future__ import annotations
 
@@ -96,6 +103,7 @@ class DataPath:
         self.loop = loop
         self.counters = counters
         self.handler = None                    # handler(ring index, record type, payload view)
+        self.handler_frames = None             # (ring index, record type, stream id, count, longest, frames)
         self.after_batch = None                # called when the rings have been drained (flush point)
         self.producer = RingProducer(self._memory(index), wakeups=self.rings.wakeups(index))
         self.consumers: dict[int, RingConsumer] = {}
@@ -114,6 +122,10 @@ class DataPath:
         self.backlog = None
         self._released = self._holding = False
         self._recheck_timer = None
+        self.local: dict[int, "DataPath"] = {}    # portals in this process: ring index -> their DataPath
+        self.local_mask = 0
+        self._flush_due: dict[int, "DataPath"] = {}
+        self._ring_for: dict[int, int] = {}      # local portal -> ring position after its last record
         loop.call_later(0, self._woken)
 
     def _memory(self, ring: int) -> memoryview:
@@ -134,6 +146,13 @@ class DataPath:
         if consumer is not None:
             consumer.close()
 
+    def join_local(self, peers: dict[int, "DataPath"]) -> None:
+        """The portals running in this process, by ring index: records for them skip the ring."""
+        self.local = dict(peers)
+        self.local_mask = 0
+        for index in self.local:
+            self.local_mask |= 1 << index
+
     # -- writing ---------------------------------------------------------------------------------
     def advert(self, mask: int, advert) -> None:
         self._write([(RECORD_ADVERT, advert.encode(), mask)])
@@ -145,7 +164,12 @@ class DataPath:
         """One FRAMES record; a full ring pauses `connection`.
 
         `frames` may be a view of the reader's buffer: it is copied once, straight into the ring
-        (a claimed record), or into a bytes record that waits in order while the ring is full."""
+        (a claimed record), or into a bytes record that waits in order while the ring is full.
+        Portals in this process get the view itself, before this returns."""
+        if mask & self.local_mask:
+            mask = self._hand_over(mask, RECORD_FRAMES, frames, (stream_id, count, longest))
+            if not mask:
+                return
         if not self.pending:
             length = FRAMES_HEADER.size + len(frames)
             try:
@@ -158,6 +182,8 @@ class DataPath:
                 FRAMES_HEADER.pack_into(payload, 0, stream_id, count, longest)
                 payload[FRAMES_HEADER.size:] = frames
                 self.producer.commit(claim)
+                if mask & self.local_mask:
+                    self._note_ring(mask)
                 return
         self._wait([(RECORD_FRAMES, encode_frames(stream_id, frames, count, longest), mask)])
         if connection is not None:
@@ -165,6 +191,10 @@ class DataPath:
 
     def _write(self, records: list) -> bool:
         """Write in order behind anything already waiting; False if some had to wait."""
+        if self.local_mask:
+            records = self._hand_over_records(records)
+            if not records:
+                return True
         if self.pending:
             self._wait(records)
             return False
@@ -172,10 +202,64 @@ class DataPath:
             written = self.producer.write_batch(records)
         except RecordTooLarge as err:
             written = self._write_one_by_one(records, err)
+        if self.local_mask:
+            self._note_ring(_destinations(records[:written]))
         if written < len(records):
             self._wait(records[written:])
             return False
         return True
+
+    # -- portals in this process -------------------------------------------------------------------
+    def _hand_over(self, mask: int, record_type: int, payload, frames_header=None) -> int:
+        """Give the record to each portal of `mask` in this process that can take it now;
+        returns the mask of those that must read it from the ring. `frames_header` (stream id,
+        count, longest) says `payload` is a FRAMES record's frames without their header."""
+        for index, peer in self.local.items():
+            bit = 1 << index
+            if not mask & bit or not self._can_hand_to(peer, bit):
+                continue
+            mask &= ~bit
+            if frames_header is None:
+                peer.handler(self.index, record_type, payload)
+            else:
+                peer.handler_frames(self.index, record_type, *frames_header, payload)
+            if index not in self._flush_due:
+                if not self._flush_due:
+                    self.loop.call_later(0, self._flush_local)
+                self._flush_due[index] = peer
+        return mask
+
+    def _hand_over_records(self, records: list) -> list:
+        remaining = []
+        for record_type, payload, mask in records:
+            if mask & self.local_mask:
+                mask = self._hand_over(mask, record_type, payload)
+            if mask:
+                remaining.append((record_type, payload, mask))
+        return remaining
+
+    def _can_hand_to(self, peer: "DataPath", bit: int) -> bool:
+        """Directly only if nothing older for it is in the ring or waiting for ring space (order),
+        and its sends go through (otherwise it holds records back in the ring, as any portal)."""
+        if self._waiting_mask & bit:
+            return False
+        consumer = peer.consumers.get(self.index)
+        if consumer is not None and consumer.head < self._ring_for.get(peer.index, 0):
+            return False
+        return peer.backlog is None or peer.backlog() is None
+
+    def _note_ring(self, mask: int) -> None:
+        """Records for portals in this process went into the ring: until each has read past
+        them, later ones follow them there."""
+        for index in self.local:
+            if mask & (1 << index):
+                self._ring_for[index] = self.producer.position
+
+    def _flush_local(self) -> None:
+        due, self._flush_due = self._flush_due, {}
+        for peer in due.values():
+            if peer.after_batch is not None:
+                peer.after_batch()
 
     def _wait(self, records: list) -> None:
         """Records wait, in order, behind a full ring. The producer parks at once (the consumer
@@ -222,6 +306,8 @@ class DataPath:
                 written = self.producer.write_batch(batch)
             except RecordTooLarge as err:
                 written = self._write_one_by_one(batch, err)
+            if self.local_mask:
+                self._note_ring(_destinations(batch[:written]))
             if written < len(batch):
                 self.pending.extend(batch[written:])
                 self._waiting_mask = _destinations(self.pending)

@@ -48,17 +48,29 @@ class WorkerSpec:
     scheduling: str = "adaptive"    # <daemon><worker-scheduling>: router.worker.scheduling
 
 
-def worker_main(spec: WorkerSpec) -> None:
-    """Entry point in the forked child; never returns."""
-    os._exit(_run(spec))
+def worker_main(specs: list[WorkerSpec]) -> None:
+    """Entry point in the forked child (one portal, or a group of portals sharing the process);
+    never returns."""
+    os._exit(_run(specs))
 
 
-def _run(spec: WorkerSpec) -> int:
+@dataclass
+class _Hosted:
+    """One portal running in this worker: everything it has of its own."""
+    spec: WorkerSpec
+    counters: PortalCounters
+    datapath: object
+    portal: object
+    bus: BusClient | None = None
+
+
+def _run(specs: list[WorkerSpec]) -> int:
     for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
-    configure_logging(spec.log_type, spec.log_path, spec.utc)
-    name = spec.portal.name
-    loop = EventLoop(f"portal-{name}")
+    first = specs[0]
+    configure_logging(first.log_type, first.log_path, first.utc)
+    names = "+".join(spec.portal.name for spec in specs)
+    loop = EventLoop(f"portal-{names}")
     stopping = {"signal": None}
 
     def on_term(signum, frame) -> None:      # only records it: the loop does the work
@@ -69,38 +81,56 @@ def _run(spec: WorkerSpec) -> int:
 
     from router.worker.datapath import DataPath
     from router.worker.scheduling import WorkerScheduling
-    # Segments were mapped by the supervisor before the fork: the child has them already.
-    counters = PortalCounters(spec.counters_segment.memory[:SEGMENT_BYTES])
-    counters.set("worker_pid", os.getpid())
-    counters.set("worker_started_ns", time.time_ns())
     zmq_context = zmq.Context()
-    try:
-        datapath = DataPath(spec.datapath, spec.index, loop, counters)
-        portal = _make_portal(spec, loop, datapath, counters)
-    except Exception as err:
-        log.exception("portal %s cannot start: %s", name, err)
-        return EXIT_BOOT_ERROR
-    bus = BusClient(zmq_context, *spec.bus_endpoints, name, loop, lambda m: _on_bus(m, portal, loop))
-    portal.bus = bus
-    datapath.handler = portal.on_record
-    datapath.after_batch = portal.flush
-    scheduling = WorkerScheduling(spec.scheduling, counters)
-    heartbeat = loop.call_every(HEARTBEAT_INTERVAL, lambda: _beat(counters, datapath, scheduling))
-    _beat(counters, datapath, scheduling)
-    bus.hello(spec.generation, os.getpid())
-    event("portal-up", f"{spec.portal.kind} portal started (pid {os.getpid()}, generation {spec.generation})", name)
+    hosted: list[_Hosted] = []
+    for spec in specs:
+        # Segments were mapped by the supervisor before the fork: the child has them already.
+        counters = PortalCounters(spec.counters_segment.memory[:SEGMENT_BYTES])
+        counters.set("worker_pid", os.getpid())
+        counters.set("worker_started_ns", time.time_ns())
+        try:
+            datapath = DataPath(spec.datapath, spec.index, loop, counters)
+            portal = _make_portal(spec, loop, datapath, counters)
+        except Exception as err:
+            log.exception("portal %s cannot start: %s", spec.portal.name, err)
+            return EXIT_BOOT_ERROR
+        hosted.append(_Hosted(spec, counters, datapath, portal))
+    for one in hosted:
+        one.bus = BusClient(zmq_context, *one.spec.bus_endpoints, one.spec.portal.name, loop,
+                            lambda m, portal=one.portal: _on_bus(m, portal, loop))
+        one.portal.bus = one.bus
+        one.datapath.handler = one.portal.on_record
+        one.datapath.handler_frames = one.portal.on_frames
+        one.datapath.after_batch = one.portal.flush
+    _join_local(hosted)
+    scheduling = WorkerScheduling(first.scheduling, [one.counters for one in hosted])
+    heartbeat = loop.call_every(HEARTBEAT_INTERVAL, lambda: _beat(hosted, scheduling))
+    _beat(hosted, scheduling)
+    for one in hosted:
+        one.bus.hello(one.spec.generation, os.getpid())
+        event("portal-up", f"{one.spec.portal.kind} portal started (pid {os.getpid()}, "
+              f"generation {one.spec.generation})", one.spec.portal.name)
     try:
         loop.run_forever()
     finally:
         heartbeat.cancel()
-        portal.close()
+        for one in hosted:
+            one.portal.close()
         # Let final advertisements and queued frames go out before the sockets close.
         loop.run_until(lambda: False, 0.5)
-        datapath.close()
-        bus.close()
+        for one in hosted:
+            one.datapath.close()
+            one.bus.close()
         zmq_context.term()
-    event("portal-stopped", "stopped", name)
+    for one in hosted:
+        event("portal-stopped", "stopped", one.spec.portal.name)
     return EXIT_OK
+
+
+def _join_local(hosted: list[_Hosted]) -> None:
+    """Portals sharing this process hand each other records directly (router.worker.datapath)."""
+    for one in hosted:
+        one.datapath.join_local({other.spec.index: other.datapath for other in hosted if other is not one})
 
 
 def _make_portal(spec: WorkerSpec, loop, datapath, counters):
@@ -126,7 +156,9 @@ def _on_bus(message, portal, loop) -> None:
     portal.on_bus(message)
 
 
-def _beat(counters: PortalCounters, datapath, scheduling) -> None:
-    counters.set("heartbeat_ns", time.monotonic_ns())
-    datapath.heartbeat()
+def _beat(hosted: list[_Hosted], scheduling) -> None:
+    now = time.monotonic_ns()
+    for one in hosted:
+        one.counters.set("heartbeat_ns", now)
+        one.datapath.heartbeat()
     scheduling.tick()

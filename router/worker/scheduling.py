@@ -62,9 +62,10 @@ def _set_policy(batch: bool) -> None:
 
 
 class WorkerScheduling:
-    """Called on every heartbeat with the worker's counters; switches the calling thread's policy."""
+    """Called on every heartbeat with the counters of the worker's portals; switches the calling
+    thread's policy."""
 
-    def __init__(self, mode: str, counters, clock=time.monotonic, set_policy=_set_policy,
+    def __init__(self, mode: str, counters: list, clock=time.monotonic, set_policy=_set_policy,
                  inherited: int | None = None):
         if mode not in MODES:
             raise ValueError(f"worker scheduling must be one of {', '.join(MODES)}, not {mode!r}")
@@ -83,7 +84,7 @@ class WorkerScheduling:
         self._last: tuple[float, int] | None = None
 
     def _work(self) -> int:
-        return sum(self.counters.get(name) for name in WORK_COUNTERS)
+        return sum(counters.get(name) for counters in self.counters for name in WORK_COUNTERS)
 
     def tick(self) -> None:
         if self.mode != ADAPTIVE:

@@ -47,6 +47,11 @@ CASES = {
     "log-size.xml": ("log-size.xml", 5, "log", "attribute 'size' must be 0..4000, got 5000"),
     "admin-not-loopback.xml": ("admin-not-loopback.xml", 5, "admin",
                                "tcp:// admin endpoints must be on loopback"),
+    "worker-group-unknown-portal.xml": ("worker-group-unknown-portal.xml", 7, "portal-name",
+                                        "worker group names 'LAN3', which is not a portal of this router "
+                                        "(portals: LAN1, LAN2)"),
+    "worker-group-twice.xml": ("worker-group-twice.xml", 10, "portal-name",
+                               "portal 'LAN2' is already in the worker group at line 5; a portal runs in one worker"),
     "worker-scheduling.xml": ("worker-scheduling.xml", 5, "worker-scheduling",
                               "expected one of adaptive, normal, got 'realtime'"),
     "bad-pcre.xml": ("bad-pcre.xml", 12, "pcre-pattern", r"invalid pattern '^md\.(prices'"),

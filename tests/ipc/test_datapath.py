@@ -1,4 +1,5 @@
 """A worker's data path over real shared-memory rings: what a full ring tells the other portals."""
+import time
 import uuid
 
 import pytest
@@ -7,6 +8,7 @@ from router.ipc.ring_consumer import RingConsumer
 from router.monitor.counters import PortalCounters
 from router.um.loop import EventLoop
 from router.worker.datapath import DataPath, DataPathSpec, RingSet
+from router.worker.records import RECORD_FRAMES, decode_frames
 
 
 class _Connection:
@@ -56,3 +58,65 @@ def test_a_full_ring_names_every_portal_its_waiting_records_are_for(rings):
         for reader in (reader_1, reader_2):
             reader.close()
         path.close()
+
+
+class _Portal:
+    """What a portal gives its DataPath: record handlers and a flush, noting what reached it."""
+
+    def __init__(self, path: DataPath):
+        self.got: list[tuple[int, bytes]] = []        # (stream id, frames), in arrival order
+        self.flushes = 0
+        path.handler = self.on_record
+        path.handler_frames = self.on_frames
+        path.after_batch = self.flush
+
+    def on_record(self, ring, record_type, payload):
+        if record_type == RECORD_FRAMES:
+            self.on_frames(ring, record_type, *decode_frames(payload))
+
+    def on_frames(self, ring, record_type, stream_id, count, longest, frames):
+        self.got.append((stream_id, bytes(frames)))
+
+    def flush(self):
+        self.flushes += 1
+
+
+def test_portals_in_one_process_hand_records_over_and_fall_back_to_the_ring_in_order(rings):
+    ring_set, loop = rings
+    spec = DataPathSpec(ring_set, {"E0": 0, "E1": 1, "E2": 2})
+    ingress, egress = DataPath(spec, 0, loop, PortalCounters()), DataPath(spec, 1, loop, PortalCounters())
+    ingress.join_local({1: egress})
+    egress.join_local({0: ingress})
+    portal = _Portal(egress)
+    remote = RingConsumer(ring_set.segments[0].memory, 2, wakeups=ring_set.wakeups(0))   # portal 2: elsewhere
+    try:
+        loop.run_until(lambda: False, 0.05)          # both paths settle (parked on their rings)
+        written, flushes = ingress.producer.position, portal.flushes
+        ingress.frames(0b010, 1, b"first", 1, 5)
+        assert portal.got == [(1, b"first")]         # at once: no ring, no wake-up
+        assert ingress.producer.position == written and portal.flushes == flushes
+        loop.run_once(0)
+        assert portal.flushes == flushes + 1         # flushed once the loop's turn ends
+        ingress.frames(0b110, 1, b"both", 1, 4)      # for portal 2 too: only it reads the ring
+        assert portal.got[-1] == (1, b"both")
+        seen = []
+        remote.read_batch(lambda t, p: seen.append(decode_frames(p)[3].tobytes()))
+        assert seen == [b"both"]
+
+        # Its sends would block: records go through the ring, where it holds them back.
+        behind = {"since": time.monotonic()}
+        egress.backlog = lambda: behind["since"]
+        ingress.frames(0b010, 1, b"held", 1, 4)
+        assert portal.got[-1] == (1, b"both") and ingress.producer.position > written
+        behind["since"] = None                       # it caught up: but "held" is still in the ring,
+        ingress.frames(0b010, 1, b"after", 1, 5)     # so "after" goes behind it, not past it
+        assert portal.got[-1] == (1, b"both")
+        assert loop.run_until(lambda: len(portal.got) == 4, 2)
+        assert [frames for _, frames in portal.got] == [b"first", b"both", b"held", b"after"]
+        position = ingress.producer.position
+        ingress.frames(0b010, 1, b"direct again", 1, 12)     # the ring read dry: handed over again
+        assert portal.got[-1] == (1, b"direct again") and ingress.producer.position == position
+    finally:
+        remote.close()
+        ingress.close()
+        egress.close()

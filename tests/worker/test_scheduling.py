@@ -24,7 +24,7 @@ def scheduling(mode="adaptive", fail=False):
         if fail:
             raise PermissionError(1, "Operation not permitted")
         applied.append(batch)
-    return WorkerScheduling(mode, counters, clock, set_policy), counters, clock, applied
+    return WorkerScheduling(mode, [counters], clock, set_policy), counters, clock, applied
 
 
 def run(sched, counters, clock, rates, counter="transport_topic_fragments_rcvd", interval=0.1):
@@ -88,7 +88,7 @@ def test_the_real_policy_switch_is_visible_to_other_processes():
     if pid == 0:
         try:
             sched, counters, clock, _ = scheduling()
-            sched.set_policy = WorkerScheduling("adaptive", counters).set_policy
+            sched.set_policy = WorkerScheduling("adaptive", [counters]).set_policy
             run(sched, counters, clock, [0, 1_000_000])
             os.write(switched_w, b"1" if sched.batching else b"0")
             os.read(done_r, 1)
@@ -107,6 +107,6 @@ def test_the_real_policy_switch_is_visible_to_other_processes():
 
 def test_a_worker_started_with_a_policy_of_its_own_keeps_it():
     counters, clock, applied = PortalCounters(), Clock(), []
-    sched = WorkerScheduling("adaptive", counters, clock, applied.append, inherited=os.SCHED_FIFO)
+    sched = WorkerScheduling("adaptive", [counters], clock, applied.append, inherited=os.SCHED_FIFO)
     run(sched, counters, clock, [0, 1_000_000])
     assert sched.mode == "normal" and applied == []

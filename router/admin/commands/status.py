@@ -17,11 +17,12 @@ class Status(Command):
        "portals": [{"name", "kind", "domain_id", "cost", "pid", "uptime_s", "restarts", "generation",
                     "heartbeat_age_s", "proxy_receivers", "proxy_sources", "state",
                     "rx_fragments_per_s", "rx_bytes_per_s", "tx_fragments_per_s", "tx_bytes_per_s",
-                    "scheduling"}]}
+                    "scheduling", "worker_portals"}]}
     `pid` is null and `uptime_s` 0 while a portal's worker is down; `state` is up, starting or down;
     `scheduling` is the worker's kernel policy now, "normal" or "batch" (router/worker/scheduling.py;
     "fifo", "rr" or "idle" if the router was started with one),
-    null while it is down.
+    null while it is down; `worker_portals` names the portals that run in that worker process, the
+    portal itself among them (more than one with `<daemon><worker-group>`).
     """
 
     def execute(self, supervisor, props: dict) -> dict:

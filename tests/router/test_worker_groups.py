@@ -1,0 +1,158 @@
+"""Portals sharing one worker process (`<daemon><worker-group>`): the same delivery, flow control
+and restarts as portals with workers of their own, with records handed over inside the process."""
+import os
+import signal
+
+import pytest
+
+from router.ipc.ring import read_counters
+from router.ipc.shm import SharedSegment
+from tests.router.test_multi_hop import routerctl
+from tests.support.processes import wait_for
+from tests.support.routers import endpoint_xml, write_config
+
+pytestmark = pytest.mark.integration
+
+
+def group_xml(*portals: str) -> str:
+    names = "".join(f"      <portal-name>{name}</portal-name>\n" for name in portals)
+    return f"    <worker-group>\n{names}    </worker-group>\n"
+
+
+def grouped_router(routers, domains, group=("LAN1", "LAN2"), max_queue=None):
+    before = f"      <max-queue>{max_queue}</max-queue>\n" if max_queue else ""
+    portals = "".join(endpoint_xml(f"LAN{i + 1}", i + 1, d.config_path, before_config=before)
+                      for i, d in enumerate(domains))
+    return routers.start(portals, daemon_extra=group_xml(*group)).wait_ready()
+
+
+def test_two_lans_in_one_worker_100k_messages_cross_with_no_loss(routers, tools, make_domain):
+    lan1, lan2 = make_domain(), make_domain()
+    router = grouped_router(routers, [lan1, lan2])
+    pids = router.worker_pids()
+    assert pids["0"] == pids["1"] != 0, pids                   # one process for both portals
+    status = {p["name"]: p for p in routerctl(router, "status")["portals"]}
+    assert status["LAN1"]["pid"] == status["LAN2"]["pid"] == pids["0"]
+    assert status["LAN1"]["worker_portals"] == status["LAN2"]["worker_portals"] == ["LAN1", "LAN2"]
+    ring_before = _ring_records_written(router, 0)
+    count = 100_000
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 240, "grouped")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", 64, "--start-on-stdin", "grouped")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    assert source.result(240)["sent"] == count
+    got = receiver.result(240)
+    assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
+    counters = router.counters()
+    assert counters[0]["transport_topic_fragments_forwarded"] >= count
+    assert counters[1]["transport_topic_fragments_sent"] >= count
+    # Handed over inside the process: the data never went through LAN1's ring. (Its adverts may
+    # have, while LAN2's worker was still settling: a handful of records at most.)
+    assert _ring_records_written(router, 0) - ring_before < 100
+
+
+def test_a_receiver_that_falls_behind_in_the_group_is_held_for_without_loss(routers, tools, make_domain):
+    """Unpaced 8 KB: LAN2's sends block often; records for it go through the ring, where its portal
+    holds them back (and the ring pushes back on the source), then hand-over resumes: no loss."""
+    lan1, lan2 = make_domain(), make_domain()
+    router = grouped_router(routers, [lan1, lan2])
+    count, length = 20_000, 8192
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 120, "--idle-timeout", 10,
+                           "grouped.unpaced")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "--start-on-stdin",
+                         "grouped.unpaced")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    assert source.result(120)["sent"] == count
+    got = receiver.result(120)
+    assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
+    lan2_counters = router.counters()[1]
+    print(f"LAN2 held records back {lan2_counters['egress_backlog_holds']} times")
+    assert lan2_counters["transport_topic_fragments_dropped_would_block"] == 0
+
+
+def test_a_stalled_receiver_in_the_group_does_not_slow_another_domain(routers, tools, make_domain):
+    """LAN1 and LAN2 share a worker, LAN3 has its own: LAN2's receiver stops; LAN3 gets everything,
+    LAN2's portal drops beyond its <max-queue>, counted."""
+    lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
+    router = grouped_router(routers, [lan1, lan2, lan3], max_queue=200_000)
+    count, length, rate = 24_000, 1000, 6000
+    stalled = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 240, "grouped.fanout")
+    healthy = tools.umrcv("-c", lan3.config_path, "--json", "-C", count, "--timeout", 240, "grouped.fanout")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "-P", rate,
+                         "--start-on-stdin", "grouped.fanout")
+    for receiver in (stalled, healthy):
+        receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    stalled.proc.send_signal(signal.SIGSTOP)
+    try:
+        source.send_line()
+        assert source.result(240)["sent"] == count
+        got = healthy.result(240)
+        assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
+        wait_for(lambda: router.counters()[1]["transport_topic_fragment_bytes_dropped_would_block"] > 0, 10,
+                 message="LAN2's portal counts what it dropped for its stalled receiver")
+        assert router.counters()[1]["data_bytes_enqueued_max"] <= 200_000 + 256 * 1024
+    finally:
+        stalled.proc.send_signal(signal.SIGCONT)
+
+
+def test_a_killed_group_worker_restarts_every_portal_in_it(routers, tools, make_domain):
+    lan1, lan2 = make_domain(), make_domain()
+    router = grouped_router(routers, [lan1, lan2])
+    rate, seconds = 2000, 8
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, "--idle-timeout", 3, "grouped.survivor")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", rate * seconds, "-P", rate, "--start-on-stdin",
+                         "grouped.survivor")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    before = router.worker_pids()["0"]
+    wait_for(lambda: router.counters()[1]["transport_topic_fragments_sent"] > rate, 20, message="traffic flowing")
+    os.kill(before, signal.SIGKILL)
+    wait_for(lambda: len(set(router.worker_pids().values()) - {0, before}) == 1
+             and before not in router.worker_pids().values(), 20,
+             message="the supervisor restarts the group's worker, both portals in one process again")
+    assert source.result(120)["sent"] == rate * seconds
+    got = receiver.result(60)
+    per_source = next(iter(got["per_source"].values()))
+    assert per_source["last_seq"] >= rate * seconds - rate // 2, "traffic resumed after the restart"
+    assert got["duplicates"] == 0
+    status = {p["name"]: p for p in routerctl(router, "status")["portals"]}
+    assert status["LAN1"]["generation"] == status["LAN2"]["generation"] == 2
+    assert status["LAN1"]["restarts"] == status["LAN2"]["restarts"] == 1
+
+
+def test_reload_that_changes_a_grouped_portal_restarts_its_group_and_adds_others_alone(
+        routers, tools, make_domain):
+    lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
+    router = grouped_router(routers, [lan1, lan2])
+    first = router.worker_pids()["0"]
+    # LAN2's <max-queue> changes (a restart), LAN3 is new; the group is as it was.
+    portals = (endpoint_xml("LAN1", 1, lan1.config_path) +
+               endpoint_xml("LAN2", 2, lan2.config_path, before_config="      <max-queue>500000</max-queue>\n") +
+               endpoint_xml("LAN3", 3, lan3.config_path))
+    write_config(router.config.parent, router.name, portals, group_xml("LAN1", "LAN2"))
+    reply = routerctl(router, "reload")
+    assert (reply["changed"], reply["added"], reply["daemon_pending"]) == (["LAN2"], ["LAN3"], []), reply
+
+    def restarted() -> bool:
+        pids = router.worker_pids()
+        return pids.get("2", 0) != 0 and pids["0"] == pids["1"] not in (0, first)
+    wait_for(restarted, 20, message="LAN1 and LAN2 in a new worker together, LAN3 in one of its own")
+    status = {p["name"]: p for p in routerctl(router, "status")["portals"]}
+    assert status["LAN3"]["worker_portals"] == ["LAN3"] and status["LAN3"]["pid"] != status["LAN1"]["pid"]
+    assert status["LAN1"]["restarts"] == status["LAN2"]["restarts"] == 0     # asked for, not a failure
+    receiver = tools.umrcv("-c", lan3.config_path, "--json", "-C", 1000, "--timeout", 60, "after.reload")
+    source = tools.umsrc("-c", lan2.config_path, "--json", "-M", 1000, "--start-on-stdin", "after.reload")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    got = receiver.result(60)
+    assert (got["received"], got["gaps"]) == (1000, 0), got
+
+
+def _ring_records_written(router, index: int) -> int:
+    """Records a portal's worker has written into its ring so far (the ring's own counter)."""
+    segment = SharedSegment.attach(f"/umr.{router.name}.{router.pid}.ring{index}")
+    try:
+        return read_counters(segment.memory).records_written
+    finally:
+        segment.close()
