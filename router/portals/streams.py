@@ -57,14 +57,17 @@ class StreamTable:
             self.datapath.eos(stream.mask, stream.stream_id)
 
     def forward(self, stream: Stream, frames: bytes, count: int, longest: int) -> None:
-        """The frames one read brought for one stream: one ring record for all of them."""
+        """The frames one read brought for one stream: one ring record for all of them (counted
+        after they are on their way: a portal in this process has sent them on by then)."""
         size = len(frames)
-        self.counters.add_pair("transport_topic_fragments_rcvd", "transport_topic_fragment_bytes_rcvd", count, size)
         if not stream.mask:
+            self.counters.add_pair("transport_topic_fragments_rcvd", "transport_topic_fragment_bytes_rcvd",
+                                   count, size)
             self.counters.add_pair("transport_topic_fragments_rcvd_unknown",
                                    "transport_topic_fragment_bytes_rcvd_unknown", count, size)
             return
         self.datapath.frames(stream.mask, stream.stream_id, frames, count, longest, stream.client)
+        self.counters.add_pair("transport_topic_fragments_rcvd", "transport_topic_fragment_bytes_rcvd", count, size)
         self.counters.add_pair("transport_topic_fragments_forwarded", "transport_topic_fragment_bytes_forwarded",
                                count, size)
 

@@ -19,7 +19,8 @@ does, so one slow receiver never stalls the other domains for longer than that.
 
 Portals that share a worker process (`<daemon><worker-group>`) hand each other records directly:
 a record for such a portal is passed to its handler at once, with no ring write, eventfd or
-process wake-up on the way, and that portal flushes once this turn of the loop is done. When it
+process wake-up on the way, and that portal sends it on at once (one read of a source's
+connection is one hand-over: it is as much a batch as the ring would have made). When it
 cannot take records now (its sends would block) or older records for it are still in the ring,
 records for it go through the ring as above, so it holds back and keeps them in order exactly as
 a portal in another process would, and direct hand-over resumes once it has read the ring dry.
@@ -124,7 +125,6 @@ class DataPath:
         self._recheck_timer = None
         self.local: dict[int, "DataPath"] = {}    # portals in this process: ring index -> their DataPath
         self.local_mask = 0
-        self._flush_due: dict[int, "DataPath"] = {}
         self._ring_for: dict[int, int] = {}      # local portal -> ring position after its last record
         loop.call_later(0, self._woken)
 
@@ -223,10 +223,8 @@ class DataPath:
                 peer.handler(self.index, record_type, payload)
             else:
                 peer.handler_frames(self.index, record_type, *frames_header, payload)
-            if index not in self._flush_due:
-                if not self._flush_due:
-                    self.loop.call_later(0, self._flush_local)
-                self._flush_due[index] = peer
+            if peer.after_batch is not None:
+                peer.after_batch()
         return mask
 
     def _hand_over_records(self, records: list) -> list:
@@ -254,12 +252,6 @@ class DataPath:
         for index in self.local:
             if mask & (1 << index):
                 self._ring_for[index] = self.producer.position
-
-    def _flush_local(self) -> None:
-        due, self._flush_due = self._flush_due, {}
-        for peer in due.values():
-            if peer.after_batch is not None:
-                peer.after_batch()
 
     def _wait(self, records: list) -> None:
         """Records wait, in order, behind a full ring. The producer parks at once (the consumer
