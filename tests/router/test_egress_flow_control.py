@@ -6,15 +6,17 @@ import signal
 import pytest
 
 from tests.support.processes import wait_for
-from tests.support.routers import endpoint_xml
+from tests.support.routers import LAYOUTS, endpoint_xml, worker_group_xml
 
 pytestmark = pytest.mark.integration
 
 
-def test_an_unpaced_source_loses_nothing_to_a_receiver_that_keeps_up_on_average(routers, tools, make_domain):
+@pytest.mark.parametrize("group", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_an_unpaced_source_loses_nothing_to_a_receiver_that_keeps_up_on_average(routers, tools, make_domain, group):
+    """In one worker the same: records for LAN2 go through the ring while its sends would block."""
     lan1, lan2 = make_domain(), make_domain()
     router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
-                           endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+                           endpoint_xml("LAN2", 2, lan2.config_path), daemon_extra=worker_group_xml(*group)).wait_ready()
     # 8 KB messages as fast as the source can send: far faster than the receiver's socket drains
     # in bursts, far more than the socket buffers and the 1 MB <max-queue> hold (160 MB in all).
     count, length = 20_000, 8192

@@ -5,7 +5,7 @@ import signal
 import pytest
 
 from tests.support.processes import wait_for
-from tests.support.routers import endpoint_xml, write_config
+from tests.support.routers import LAYOUTS, endpoint_xml, worker_group_xml, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -16,9 +16,12 @@ def portals_xml(domains, max_queue=None):
                    for i, d in enumerate(domains))
 
 
-def test_stalled_receiver_does_not_slow_the_others(routers, tools, make_domain):
+@pytest.mark.parametrize("group", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_stalled_receiver_does_not_slow_the_others(routers, tools, make_domain, group):
+    """With LAN1 and LAN2 in one worker, records for the stalled LAN2 go through the ring too."""
     lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
-    router = routers.start(portals_xml([lan1, lan2, lan3], max_queue=200_000)).wait_ready()
+    router = routers.start(portals_xml([lan1, lan2, lan3], max_queue=200_000),
+                           daemon_extra=worker_group_xml(*group)).wait_ready()
     # Paced at a rate the healthy receiver keeps up with; big enough messages that the stalled
     # receiver's socket buffers (several MB) fill within the run and the portal queue overflows.
     count, length, rate = 24_000, 1000, 6000

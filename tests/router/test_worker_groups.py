@@ -1,5 +1,6 @@
-"""Portals sharing one worker process (`<daemon><worker-group>`): the same delivery, flow control
-and restarts as portals with workers of their own, with records handed over inside the process."""
+"""Portals sharing one worker process (`<daemon><worker-group>`): the same delivery and restarts as
+portals with workers of their own, with records handed over inside the process. (Flow control in
+both layouts: test_egress_flow_control.py and test_resilience.py.)"""
 import os
 import signal
 
@@ -9,21 +10,14 @@ from router.ipc.ring import read_counters
 from router.ipc.shm import SharedSegment
 from tests.router.test_multi_hop import routerctl
 from tests.support.processes import wait_for
-from tests.support.routers import endpoint_xml, write_config
+from tests.support.routers import endpoint_xml, worker_group_xml, write_config
 
 pytestmark = pytest.mark.integration
 
 
-def group_xml(*portals: str) -> str:
-    names = "".join(f"      <portal-name>{name}</portal-name>\n" for name in portals)
-    return f"    <worker-group>\n{names}    </worker-group>\n"
-
-
-def grouped_router(routers, domains, group=("LAN1", "LAN2"), max_queue=None):
-    before = f"      <max-queue>{max_queue}</max-queue>\n" if max_queue else ""
-    portals = "".join(endpoint_xml(f"LAN{i + 1}", i + 1, d.config_path, before_config=before)
-                      for i, d in enumerate(domains))
-    return routers.start(portals, daemon_extra=group_xml(*group)).wait_ready()
+def grouped_router(routers, domains, group=("LAN1", "LAN2")):
+    portals = "".join(endpoint_xml(f"LAN{i + 1}", i + 1, d.config_path) for i, d in enumerate(domains))
+    return routers.start(portals, daemon_extra=worker_group_xml(*group)).wait_ready()
 
 
 def test_two_lans_in_one_worker_100k_messages_cross_with_no_loss(routers, tools, make_domain):
@@ -49,51 +43,6 @@ def test_two_lans_in_one_worker_100k_messages_cross_with_no_loss(routers, tools,
     # Handed over inside the process: the data never went through LAN1's ring. (Its adverts may
     # have, while LAN2's worker was still settling: a handful of records at most.)
     assert _ring_records_written(router, 0) - ring_before < 100
-
-
-def test_a_receiver_that_falls_behind_in_the_group_is_held_for_without_loss(routers, tools, make_domain):
-    """Unpaced 8 KB: LAN2's sends block often; records for it go through the ring, where its portal
-    holds them back (and the ring pushes back on the source), then hand-over resumes: no loss."""
-    lan1, lan2 = make_domain(), make_domain()
-    router = grouped_router(routers, [lan1, lan2])
-    count, length = 20_000, 8192
-    receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 120, "--idle-timeout", 10,
-                           "grouped.unpaced")
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "--start-on-stdin",
-                         "grouped.unpaced")
-    receiver.wait_for_stderr("Beginning of Transport Session", 30)
-    source.send_line()
-    assert source.result(120)["sent"] == count
-    got = receiver.result(120)
-    assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
-    lan2_counters = router.counters()[1]
-    print(f"LAN2 held records back {lan2_counters['egress_backlog_holds']} times")
-    assert lan2_counters["transport_topic_fragments_dropped_would_block"] == 0
-
-
-def test_a_stalled_receiver_in_the_group_does_not_slow_another_domain(routers, tools, make_domain):
-    """LAN1 and LAN2 share a worker, LAN3 has its own: LAN2's receiver stops; LAN3 gets everything,
-    LAN2's portal drops beyond its <max-queue>, counted."""
-    lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
-    router = grouped_router(routers, [lan1, lan2, lan3], max_queue=200_000)
-    count, length, rate = 24_000, 1000, 6000
-    stalled = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 240, "grouped.fanout")
-    healthy = tools.umrcv("-c", lan3.config_path, "--json", "-C", count, "--timeout", 240, "grouped.fanout")
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "-P", rate,
-                         "--start-on-stdin", "grouped.fanout")
-    for receiver in (stalled, healthy):
-        receiver.wait_for_stderr("Beginning of Transport Session", 30)
-    stalled.proc.send_signal(signal.SIGSTOP)
-    try:
-        source.send_line()
-        assert source.result(240)["sent"] == count
-        got = healthy.result(240)
-        assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
-        wait_for(lambda: router.counters()[1]["transport_topic_fragment_bytes_dropped_would_block"] > 0, 10,
-                 message="LAN2's portal counts what it dropped for its stalled receiver")
-        assert router.counters()[1]["data_bytes_enqueued_max"] <= 200_000 + 256 * 1024
-    finally:
-        stalled.proc.send_signal(signal.SIGCONT)
 
 
 def test_a_killed_group_worker_restarts_every_portal_in_it(routers, tools, make_domain):
@@ -130,7 +79,7 @@ def test_reload_that_changes_a_grouped_portal_restarts_its_group_and_adds_others
     portals = (endpoint_xml("LAN1", 1, lan1.config_path) +
                endpoint_xml("LAN2", 2, lan2.config_path, before_config="      <max-queue>500000</max-queue>\n") +
                endpoint_xml("LAN3", 3, lan3.config_path))
-    write_config(router.config.parent, router.name, portals, group_xml("LAN1", "LAN2"))
+    write_config(router.config.parent, router.name, portals, worker_group_xml("LAN1", "LAN2"))
     reply = routerctl(router, "reload")
     assert (reply["changed"], reply["added"], reply["daemon_pending"]) == (["LAN2"], ["LAN3"], []), reply
 

@@ -56,6 +56,18 @@ def peer_xml(name: str, *, connect: int | None = None, listen: int | None = None
             f"      <single-tcp><nodelay/>{link_extra}{side}</single-tcp>\n{extra}      {keepalive}\n    </peer>\n")
 
 
+def worker_group_xml(*portals: str) -> str:
+    """<daemon> content putting `portals` in one worker process (empty: a worker each)."""
+    if not portals:
+        return ""
+    names = "".join(f"      <portal-name>{name}</portal-name>\n" for name in portals)
+    return f"    <worker-group>\n{names}    </worker-group>\n"
+
+
+# Both process layouts, for tests of behaviour that must not depend on it.
+LAYOUTS = {"own-workers": (), "one-worker": ("LAN1", "LAN2")}
+
+
 def write_config(directory: Path, name: str, portals_xml: str, daemon_extra: str = "") -> Path:
     path = directory / f"{name}.xml"
     path.write_text('<?xml version="1.0"?>\n<tnw-gateway version="1.0">\n  <daemon>\n'
