@@ -16,6 +16,8 @@ from router.config.model import DaemonConfig, GatewayConfig
 # <xml-config> is merged into every portal's UM options when the file is loaded, so an edit
 # changes (and restarts) the portals that use it at once: it is never a pending daemon setting.
 _APPLIED_THROUGH_PORTALS = ("xml_config", "xml_config_digest")
+# Model fields whose element name is not the field's name with dashes.
+_ELEMENT_OF_FIELD = {"worker_groups": "worker-group"}
 
 
 @dataclass
@@ -56,5 +58,5 @@ def daemon_changes(old: DaemonConfig, new: DaemonConfig) -> list[str]:
     for item in fields(DaemonConfig):
         if item.compare and item.name not in _APPLIED_THROUGH_PORTALS \
                 and getattr(old, item.name) != getattr(new, item.name):
-            changed.append(item.name.replace("_", "-"))
+            changed.append(_ELEMENT_OF_FIELD.get(item.name, item.name.replace("_", "-")))
     return changed

@@ -61,3 +61,15 @@ def test_daemon_changes_are_named_by_element(write_gateway):
         LAN1 + LAN2, NAMED + '<route-info timeout="5000"/><worker-scheduling>normal</worker-scheduling>',
         name="new.xml"))
     assert diff_configs(old, new).daemon_changes == ["route-info", "worker-scheduling"]
+
+
+def test_an_edited_worker_group_is_a_daemon_change_and_restarts_no_portal(write_gateway):
+    group = "<worker-group><portal-name>LAN1</portal-name><portal-name>LAN2</portal-name></worker-group>"
+    old = load_gateway_config(write_gateway(LAN1 + LAN2, NAMED, name="old.xml"))
+    new = load_gateway_config(write_gateway(LAN1 + LAN2, NAMED + group, name="new.xml"))
+    assert new.daemon.worker_groups[0].portals == ("LAN1", "LAN2")
+    diff = diff_configs(old, new)
+    assert diff.daemon_changes == ["worker-group"] and diff.kept == ["LAN1", "LAN2"]
+    # Where the group was written is not part of it: the same group on other lines is no change.
+    moved = load_gateway_config(write_gateway(LAN1 + LAN2, NAMED + "\n\n" + group, name="moved.xml"))
+    assert diff_configs(new, moved).unchanged
