@@ -219,12 +219,16 @@ class DataPath:
             if not mask & bit or not self._can_hand_to(peer, bit):
                 continue
             mask &= ~bit
-            if frames_header is None:
-                peer.handler(self.index, record_type, payload)
-            else:
-                peer.handler_frames(self.index, record_type, *frames_header, payload)
-            if peer.after_batch is not None:
-                peer.after_batch()
+            try:
+                if frames_header is None:
+                    peer.handler(self.index, record_type, payload)
+                else:
+                    peer.handler_frames(self.index, record_type, *frames_header, payload)
+                if peer.after_batch is not None:
+                    peer.after_batch()
+            except Exception:        # the egress's fault: it must not make the ingress read again
+                peer.counters.add("ring_records_malformed")
+                log.exception("portal %d could not take a record from portal %d", index, self.index)
         return mask
 
     def _hand_over_records(self, records: list) -> list:
