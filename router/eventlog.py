@@ -42,6 +42,9 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "drops-queue-failure": ("UMR-3001-3", logging.WARNING),
     "ring-full": ("UMR-3002-1", logging.WARNING),
     "malformed-input": ("UMR-3003-1", logging.WARNING),
+    "request-port-unavailable": ("UMR-3004-1", logging.WARNING),
+    "proxy-requests-evicted": ("UMR-3004-2", logging.WARNING),
+    "response-no-proxy-request": ("UMR-3004-3", logging.WARNING),
     "peer-link-up": ("UMR-1201-1", logging.INFO),
     "peer-link-down": ("UMR-1201-2", logging.WARNING),
     "peer-connect-failed": ("UMR-1201-3", logging.WARNING),
@@ -112,6 +115,21 @@ def event(name: str, text: str, portal: str | None = None) -> None:
     message_id, level = MESSAGE_IDS[name]
     prefix = f"portal {portal}: " if portal else ""
     log.log(level, "%s: %s%s", message_id, prefix, text)
+
+
+class RateLimitedEvents:
+    """`log_event` for events that come in bursts (drops, stray input): one line per name every
+    `interval` seconds; the counters have the rest."""
+
+    def __init__(self, log_event, interval: float = 10.0):
+        self.log_event, self.interval = log_event, interval
+        self.last: dict[str, float] = {}
+
+    def __call__(self, name: str, text: str) -> None:
+        now = time.monotonic()
+        if now - self.last.get(name, -self.interval) >= self.interval:
+            self.last[name] = now
+            self.log_event(name, text)
 
 
 def portal_logger(portal: str):

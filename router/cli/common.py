@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 
 from router.um.config import ConfigError
 from router.um.context import Context
@@ -21,6 +22,24 @@ def add_context_arguments(parser: argparse.ArgumentParser) -> None:
 def setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def add_wait_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-W", "--wait-receivers", type=int, default=1, metavar="N",
+                        help="wait until N receivers have joined before sending (0: do not wait)")
+    parser.add_argument("--wait-timeout", type=float, default=60.0, metavar="S")
+
+
+def wait_for_receivers(source, args: argparse.Namespace, stop: threading.Event, tool: str) -> bool:
+    """Wait until --wait-receivers receivers have joined `source` (behind a router: its proxy
+    receiver), or `stop`; False, with a message, if --wait-timeout passed first."""
+    deadline = time.monotonic() + args.wait_timeout
+    while source.receiver_count < args.wait_receivers and not stop.is_set():
+        if time.monotonic() > deadline:
+            print(f"{tool}: no receiver joined within {args.wait_timeout} s", file=sys.stderr)
+            return False
+        stop.wait(0.01)
+    return True
 
 
 def open_context(args: argparse.Namespace) -> Context:

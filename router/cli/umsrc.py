@@ -7,7 +7,8 @@ import sys
 import time
 
 from router.cli import payload
-from router.cli.common import add_context_arguments, open_context, print_json, setup_logging, stop_event_on_signals
+from router.cli.common import (add_context_arguments, add_wait_arguments, open_context, print_json, setup_logging,
+                               stop_event_on_signals, wait_for_receivers)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -18,9 +19,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("-P", "--rate", type=float, default=0, metavar="MSGS_PER_SEC",
                         help="pace sending at this many messages per second (0: as fast as possible)")
     parser.add_argument("-T", "--transport", choices=("tcp", "lbtipc"), default=None)
-    parser.add_argument("-W", "--wait-receivers", type=int, default=1, metavar="N",
-                        help="wait until N receivers have joined before sending (0: do not wait)")
-    parser.add_argument("--wait-timeout", type=float, default=60.0, metavar="S")
+    add_wait_arguments(parser)
     parser.add_argument("--start-on-stdin", action="store_true",
                         help="after receivers joined, wait for a line on standard input before sending "
                              "(scripts use it to start when a receiver behind a router reports BOS)")
@@ -47,12 +46,8 @@ def main(argv=None) -> int:
     source_id = args.source_id if args.source_id is not None else int.from_bytes(os.urandom(4), "big")
     try:
         source = context.source(args.topic, transport=args.transport)
-        deadline = time.monotonic() + args.wait_timeout
-        while source.receiver_count < args.wait_receivers and not stop.is_set():
-            if time.monotonic() > deadline:
-                print(f"umsrc: no receiver joined within {args.wait_timeout} s", file=sys.stderr)
-                return 1
-            stop.wait(0.01)
+        if not wait_for_receivers(source, args, stop, "umsrc"):
+            return 1
         if args.start_on_stdin:
             print("umsrc: waiting for a line on standard input", file=sys.stderr, flush=True)
             sys.stdin.readline()

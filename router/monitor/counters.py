@@ -67,9 +67,25 @@ FLOW_CONTROL_COUNTERS = ("egress_backlog_holds", "egress_backlog_releases")
 ACL_COUNTERS = ("acl_inbound_rejected", "acl_outbound_rejected")
 # Endpoint checks that found due use queries held back by <rate-limit> (router/portals/rate_limit.py).
 RATE_LIMIT_COUNTERS = ("use_queries_rate_limited",)
+# Added with request/response forwarding (router/portals/proxy_requests.py), named after the
+# seed's web-monitor rows: request fragments in and out, responses ("unicast data") received at
+# the portal (those whose request index the portal never handed out or has forgotten: "with
+# unknown forwarding info"), forwarded to the portal the request came in by, sent on to the
+# requester, or dropped because they could not be sent ("due to error").
+REQUEST_COUNTERS = (
+    "transport_topic_req_fragments_rcvd", "transport_topic_req_fragment_bytes_rcvd",
+    "transport_topic_req_fragments_sent", "transport_topic_req_fragment_bytes_sent",
+    "unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd",
+    "unicast_data_msgs_rcvd_unknown_fwd", "unicast_data_msg_bytes_rcvd_unknown_fwd",
+    "unicast_data_msgs_forwarded", "unicast_data_msg_bytes_forwarded",
+    "unicast_data_msgs_sent", "unicast_data_msg_bytes_sent",
+    "unicast_data_msgs_dropped_error", "unicast_data_msg_bytes_dropped_error",
+    "proxy_requests",
+)
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
-                 + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS)
+                 + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
+                 + REQUEST_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

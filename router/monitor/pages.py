@@ -19,6 +19,11 @@ ENDPOINT_RECEIVE = (
      "transport_topic_fragment_bytes_rcvd"),
     ("Transport topic fragments/bytes received from an unknown source", "transport_topic_fragments_rcvd_unknown",
      "transport_topic_fragment_bytes_rcvd_unknown"),
+    ("Transport topic request fragments/bytes received", "transport_topic_req_fragments_rcvd",
+     "transport_topic_req_fragment_bytes_rcvd"),
+    ("Unicast data messages/bytes received", "unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd"),
+    ("Unicast data messages/bytes received with unknown forwarding info", "unicast_data_msgs_rcvd_unknown_fwd",
+     "unicast_data_msg_bytes_rcvd_unknown_fwd"),
 )
 ENDPOINT_SEND = (
     ("Transport topic fragments/bytes forwarded", "transport_topic_fragments_forwarded",
@@ -32,10 +37,17 @@ ENDPOINT_SEND = (
      "transport_topic_fragments_dropped_size_error", "transport_topic_fragment_bytes_dropped_size_error"),
     ("Transport topic fragments/bytes dropped due to queue failure", "transport_topic_fragments_dropped_queue_failure",
      "transport_topic_fragment_bytes_dropped_queue_failure"),
+    ("Transport topic request fragments/bytes sent", "transport_topic_req_fragments_sent",
+     "transport_topic_req_fragment_bytes_sent"),
+    ("Unicast data messages/bytes forwarded", "unicast_data_msgs_forwarded", "unicast_data_msg_bytes_forwarded"),
+    ("Unicast data messages/bytes sent", "unicast_data_msgs_sent", "unicast_data_msg_bytes_sent"),
 )
 PEER_RECEIVE = (
     ("Data messages/bytes received", "data_msgs_rcvd", "data_msg_bytes_rcvd"),
     ("Gateway control messages/bytes received", "gateway_cntl_msgs_rcvd", "gateway_cntl_msg_bytes_rcvd"),
+    ("Unicast data messages/bytes received", "unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd"),
+    ("Unicast data messages/bytes received with unknown forwarding info", "unicast_data_msgs_rcvd_unknown_fwd",
+     "unicast_data_msg_bytes_rcvd_unknown_fwd"),
 )
 PEER_SEND = (
     ("Transport topic data fragments/bytes forwarded", "data_fragments_forwarded", "data_fragment_bytes_forwarded"),
@@ -46,6 +58,12 @@ PEER_SEND = (
      "data_fragment_bytes_dropped_not_operational"),
     ("Transport topic data fragments/bytes dropped (queue failure)", "data_fragments_dropped_queue_failure",
      "data_fragment_bytes_dropped_queue_failure"),
+    ("Transport topic request fragments/bytes sent", "transport_topic_req_fragments_sent",
+     "transport_topic_req_fragment_bytes_sent"),
+    ("Unicast data messages/bytes forwarded", "unicast_data_msgs_forwarded", "unicast_data_msg_bytes_forwarded"),
+    ("Unicast data messages/bytes sent", "unicast_data_msgs_sent", "unicast_data_msg_bytes_sent"),
+    ("Unicast data messages/bytes dropped due to error", "unicast_data_msgs_dropped_error",
+     "unicast_data_msg_bytes_dropped_error"),
     ("Gateway control messages sent", "gateway_cntl_msgs_sent", None),
     ("Batches", "batches", None),
     ("Keepalive/RTT samples", "rtt_samples", None),
@@ -66,6 +84,7 @@ ENDPOINT_INTEREST = (
     ("Receiver PCRE patterns", "receiver_pcre_patterns"),
     ("Receiver REGEX patterns", "receiver_regex_patterns"),
     ("Proxy sources", "proxy_sources"),
+    ("Proxy requests", "proxy_requests"),
 )
 
 LINKS = (("Main", "/"), ("Portals", "/portals"), ("Topology Info", "/topology"), ("Path Info", "/path"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from router.monitor.counters import COUNTER_NAMES
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"            # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
 METADATA_KEY = b"umrouter.stats.schema_version"
 COUNTERS_METADATA_KEY = b"umrouter.stats.counters"
 
@@ -42,7 +42,7 @@ COLUMN_NAMES = tuple(name for name, _, _ in COLUMNS)
 # value as it is. Everything else in COUNTER_COLUMNS only ever grows within one counters_epoch.
 GAUGES = frozenset({
     "data_bytes_enqueued", "data_bytes_enqueued_max", "data_bytes_enqueued_limit",
-    "proxy_receivers", "proxy_sources",
+    "proxy_receivers", "proxy_sources", "proxy_requests",
     "receiver_topics", "receiver_pcre_patterns", "receiver_regex_patterns",
     "local_interest_topics", "local_interest_pcre_patterns", "local_interest_regex_patterns",
     "remote_interest_topics", "remote_interest_pcre_patterns", "remote_interest_regex_patterns",

@@ -1,32 +1,36 @@
 """Reading the records other portals address to this one (the egress side of every portal kind).
 
-Both portal kinds take the same three records from the rings — a stream's ADVERT, its FRAMES,
-its EOS — and differ only in where they send them (proxy sources in a domain, or a peer link).
-`EgressRecords.on_record` decodes and checks each record once, counts what is malformed or meant
-for a stream this portal does not know, and calls the portal's `egress_advert`, `egress_frames`
-and `egress_eos`.
+Both portal kinds take the same records from the rings — a stream's ADVERT, its FRAMES (plain,
+or holding requests), its EOS, and RESPONSEs to requests that came in by this portal — and differ
+only in where they send them (proxy sources in a domain, or a peer link). `EgressRecords.on_record`
+decodes and checks each record once, counts what is malformed or meant for a stream this portal
+does not know, and calls the portal's `egress_advert`, `egress_frames`, `egress_request_frames`,
+`egress_eos` and `egress_response`.
 """
 from __future__ import annotations
 
 import logging
 
-from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RecordError, StreamAdvert,
-                                   decode_eos, decode_frames)
+from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RECORD_REQUEST_FRAMES,
+                                   RECORD_RESPONSE, RecordError, StreamAdvert, decode_eos, decode_frames,
+                                   decode_response)
 
 log = logging.getLogger(__name__)
 
 
 class EgressRecords:
-    """Mixed into a portal that has `name`, `counters` and the three egress_* methods."""
+    """Mixed into a portal that has `name`, `counters` and the egress_* methods."""
 
     def on_record(self, ring: int, record_type: int, payload) -> None:
         try:
-            if record_type == RECORD_FRAMES:
+            if record_type == RECORD_FRAMES or record_type == RECORD_REQUEST_FRAMES:
                 self.on_frames(ring, record_type, *decode_frames(payload))
             elif record_type == RECORD_ADVERT:
                 self.egress_advert(ring, StreamAdvert.decode(payload))
             elif record_type == RECORD_EOS:
                 self.egress_eos(ring, decode_eos(payload))
+            elif record_type == RECORD_RESPONSE:
+                self.egress_response(ring, *decode_response(payload))
             else:
                 raise RecordError(f"unknown ring record type {record_type}")
         except RecordError as err:
@@ -34,14 +38,24 @@ class EgressRecords:
             log.warning("portal %s: %s", self.name, err)
 
     def on_frames(self, ring: int, record_type: int, stream_id: int, count: int, longest: int, frames) -> None:
-        """A FRAMES record, its header already decoded (a portal in the same process hands these
-        over without a ring)."""
-        if not self.egress_frames(ring, stream_id, count, longest, frames):
+        """A FRAMES or REQUEST_FRAMES record, its header already decoded (a portal in the same
+        process hands these over without a ring)."""
+        send = self.egress_frames if record_type == RECORD_FRAMES else self.egress_request_frames
+        if not send(ring, stream_id, count, longest, frames):
             self.counters.add_pair("transport_topic_fragments_dropped_error",
                                    "transport_topic_fragment_bytes_dropped_error", count, len(frames))
 
     def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
         """Send a stream's frames on; False if the stream is unknown here (counted by the caller)."""
+        raise NotImplementedError
+
+    def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+        """Frames holding requests. A portal that makes proxy requests overrides it; otherwise
+        the requests travel on as they are (their requester's address unchanged)."""
+        return self.egress_frames(ring, stream_id, count, longest, frames)
+
+    def egress_response(self, ring: int, ipaddr: str, port: int, qidx: int, data: bytes) -> None:
+        """A response for a requester that this portal's domain holds."""
         raise NotImplementedError
 
     def egress_advert(self, ring: int, advert: StreamAdvert) -> None:

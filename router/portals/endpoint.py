@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
+from router.eventlog import RateLimitedEvents
 from router.ipc import bus_messages as bm
 from router.portals.acl import PortalAccess
 from router.portals.domain_routes import DomainRouteChannel
@@ -18,11 +19,13 @@ from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
 from router.portals.ingress import Ingress
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings
+from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
 from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
 from router.portals.streams import StreamTable
 from router.um.context import Context
+from router.um.requests import RequestOrigin
 from router.worker.records import frame_offsets
 from router.um.wire.lbmr import (SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE, TMR_FLAG_WILDCARD_PCRE,
                                  TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC, TMR_TOPIC_USE,
@@ -73,6 +76,8 @@ class EndpointPortal(EgressRecords):
         self.context.add_lbmr_listener(self._on_lbmr)
         self.egress = ProxySourceTable(self.context, self.cost, self.domain_id, config.max_queue,
                                        config.source_deletion_delay / 1000, counters, log_event)
+        self.requests = ProxyRequestTable()
+        self.context.response_handler = self._response_in
         self.datapath = datapath
         datapath.backlog = self._egress_backlog
         self.streams = StreamTable(self.name, self.view, datapath, counters, log_event)
@@ -94,7 +99,7 @@ class EndpointPortal(EgressRecords):
         self._conflicts_logged: dict[int, float] = {}
         self.counters.set("data_bytes_enqueued_limit", config.max_queue)
         self._interest_timer = None
-        self._last_logged: dict[str, float] = {}
+        self._rate_limited = RateLimitedEvents(log_event)
         self._sent_frames = self._sent_bytes = 0          # added to the counters once per ring batch
         self._queue_timer = loop.call_every(0.25, self.refresh_queue_counters)
         self._start_requests()
@@ -344,6 +349,40 @@ class EndpointPortal(EgressRecords):
         self._sent_bytes += len(frames)
         return True
 
+    def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+        """Frames holding requests: each becomes a proxy request (router.portals.proxy_requests),
+        answered at this portal's request port, then the frames go as any others."""
+        if (ring, stream_id) not in self.egress.by_stream:
+            return self.egress_frames(ring, stream_id, count, longest, frames)
+        try:
+            ipaddr, port = self.context.request_address()
+        except OSError as err:
+            self._rate_limited("request-port-unavailable", f"requests forwarded as they are, without a proxy request "
+                                                           f"(no request port: {err})")
+            return self.egress_frames(ring, stream_id, count, longest, frames)
+        evicted = self.requests.evicted
+        frames, requests, size = self.requests.rewrite(frames, ring, ipaddr, port)
+        self.counters.add_pair("transport_topic_req_fragments_sent", "transport_topic_req_fragment_bytes_sent",
+                               requests, size)
+        self.counters.set("proxy_requests", len(self.requests))
+        if self.requests.evicted != evicted:
+            self._rate_limited("proxy-requests-evicted",
+                               f"{self.requests.evicted} oldest proxy requests forgotten "
+                               f"(at most {self.requests.capacity} are kept); their late responses are dropped")
+        return self.egress_frames(ring, stream_id, count, longest, frames)
+
+    def _response_in(self, qidx: int, data: bytes, source: str) -> bool:
+        """A response at this portal's request port: to the portal its request came in by."""
+        if not forward_response(self.requests, qidx, data, self.datapath, self.counters):
+            self._rate_limited("response-no-proxy-request", f"response from {source} to request index {qidx}, "
+                                                            f"which has no proxy request here; dropped")
+        return True                   # taken either way: the router's context sends no requests of its own
+
+    def egress_response(self, ring: int, ipaddr: str, port: int, qidx: int, data: bytes) -> None:
+        """A response another portal received for a requester in this domain."""
+        self.context.respond(RequestOrigin(ipaddr, port, qidx), data)
+        self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(data))
+
     def egress_advert(self, ring: int, advert) -> None:
         # The ingress addressed it to us from the router-wide interest and routes; when either
         # changes, the ingress re-masks and sends EOS.
@@ -393,14 +432,9 @@ class EndpointPortal(EgressRecords):
                 self._sent_frames += 1
                 self._sent_bytes += size
 
-    def _rate_limited(self, name: str, text: str) -> None:
-        now = time.monotonic()
-        if now - self._last_logged.get(name, 0.0) >= 10.0:   # one line per burst; counters have the rest
-            self._last_logged[name] = now
-            self.log_event(name, text)
-
     def refresh_queue_counters(self) -> None:
-        """Bytes waiting in proxy sources' connections, and what they dropped ("would block")."""
+        """Bytes waiting in proxy sources' connections (or held for their first receiver), and
+        what they dropped ("would block")."""
         channel = self.context.channel.counters       # the resolver channel counts what it sends
         self.counters.set("lbmr_packets_sent", channel["packets_sent"])
         self.counters.set("lbmr_malformed", channel["malformed"])

@@ -82,7 +82,7 @@ class Ingress:
             return
         standing.append(joined)
         if len(standing) > 1:
-            joined.forward = _ignore         # a second copy of a source already streaming
+            joined.forward = joined.forward_requests = _ignore   # a second copy of a source already streaming
             return
         self._stream(joined)
 
@@ -94,8 +94,14 @@ class Ingress:
         if stream is None:
             return
         self.stream_of_joined[id(joined)] = stream
-        forward = self.streams.forward
+        self._feed(joined, stream)
+
+    def _feed(self, joined, stream) -> None:
+        """Where a joined source's frames go: its stream; reads holding requests say so, so the
+        egress can make proxy requests of them (router.portals.proxy_requests)."""
+        forward, forward_requests = self.streams.forward, self.streams.forward_requests
         joined.forward = lambda frames, count, longest, s=stream: forward(s, frames, count, longest)
+        joined.forward_requests = lambda frames, count, longest, s=stream: forward_requests(s, frames, count, longest)
 
     def _end(self, joined) -> None:
         standing = self.joined_of_otid.get(joined.candidate.otid, [])
@@ -108,8 +114,7 @@ class Ingress:
             return
         if standing:                         # another copy of the source takes over the stream
             self.stream_of_joined[id(standing[0])] = stream
-            forward = self.streams.forward
-            standing[0].forward = lambda frames, count, longest, s=stream: forward(s, frames, count, longest)
+            self._feed(standing[0], stream)
             return
         self.streams.end(stream)
 

@@ -18,6 +18,9 @@ connection (spec/wire.md §3 b):
   index set to the stream's ``topic_idx`` on this link (kept as the origin's index when free, so
   usually nothing is rewritten).
 - **Route-info** — flooded by the supervisor (router.routing.service), passed through.
+- **Requests and responses** — a request goes as data with its index replaced by one of this
+  portal's proxy requests (router.portals.proxy_requests); its responses come back as unicast
+  data messages (router.portals.peer_responses) and go to the portal the request came in by.
 
 A stream's frames go into the far router's rings as they arrive; a full ring stops reading the
 link, so TCP pushes back instead of anything being dropped inside the router.
@@ -27,17 +30,20 @@ from __future__ import annotations
 import itertools
 import logging
 
+from router.eventlog import RateLimitedEvents
 from router.ipc import bus_messages as bm
 from router.portals.acl import PortalAccess
 from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
 from router.portals.peer_dual_link import DualPeerLink
 from router.portals.peer_link import PeerLink
+from router.portals.peer_responses import is_response, response_message
+from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.streams import StreamTable
 from router.routing.route_info import is_route_info
 from router.um.batching_session import with_topic_index
-from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LbmcMessage, encode_lbmc
-from router.um.wire.lbmc_constants import (ADV_EOS, INTEREST_CANCEL, PATTERN_INTEREST_CANCEL)
+from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LbmcMessage, WireError, encode_lbmc
+from router.um.wire.lbmc_constants import ADV_EOS, INTEREST_CANCEL, NHDR_REQUEST, PATTERN_INTEREST_CANCEL
 from router.um.wire.lbmc_gateway import Advertisement, PatternInterest, TopicInterest
 from router.um.wire.lbmc_headers import Otid, TopicName
 from router.um.wire.lbmr_constants import PATTERN_PCRE, PATTERN_REGEX
@@ -85,6 +91,7 @@ class PeerPortal(EgressRecords):
         self.datapath = datapath
         self.counters = counters
         self.log_event = log_event
+        self._rate_limited = RateLimitedEvents(log_event)
         self.access = PortalAccess(config.acl, counters, log_event)
         self.rejected_inbound: set[int] = set()                    # link topic indexes an ACL kept out
         self.view = ForwardingView(self.name, portal_indexes)
@@ -98,7 +105,9 @@ class PeerPortal(EgressRecords):
         self.link_indexes: set[int] = set()
         self._spare_indexes = itertools.count(0x40000000)
         self.inbound: dict[int, object] = {}                       # link topic index -> Stream
-        self._arrived: dict[int, list] = {}                        # link index -> [frames, count, longest]
+        self._arrived: dict[int, list] = {}     # link index -> [frames, count, longest, holds a request]
+        self.requests = ProxyRequestTable()
+        self._response_sqn = 0
         self.sent_interest: set[tuple[int, str, int]] = set()
         self.heard_interest: set[tuple[int, str, int]] = set()
         self.peer_name, self.peer_node_id = "", 0
@@ -180,7 +189,9 @@ class PeerPortal(EgressRecords):
             self._malformed("control message without headers")
             return
         head = message.headers[0]
-        if isinstance(head, (TopicInterest, PatternInterest)):
+        if is_response(message):
+            self._response_in(message)
+        elif isinstance(head, (TopicInterest, PatternInterest)):
             self._heard_interest(message)
         elif isinstance(head, Advertisement):
             self._heard_advert(message)
@@ -218,13 +229,16 @@ class PeerPortal(EgressRecords):
 
     def _data(self, link_index: int, frames: bytes, count: int, longest: int) -> None:
         """A run of data messages for one stream (kept until the read is done: one ring record)."""
+        # The link hands each request over on its own (never in a run of equal messages).
+        request = count == 1 and frames[1] == NHDR_REQUEST
         pending = self._arrived.get(link_index)
         if pending is None:
-            self._arrived[link_index] = [[frames], count, longest]
+            self._arrived[link_index] = [[frames], count, longest, request]
         else:
             pending[0].append(frames)
             pending[1] += count
             pending[2] = max(pending[2], longest)
+            pending[3] |= request
 
     def _read_done(self) -> None:
         for link_index in list(self._arrived):
@@ -242,7 +256,10 @@ class PeerPortal(EgressRecords):
             self.counters.add_pair("transport_topic_fragments_rcvd_unknown",
                                    "transport_topic_fragment_bytes_rcvd_unknown", pending[1], len(frames))
             return
-        self.streams.forward(stream, frames, pending[1], pending[2])
+        if pending[3]:
+            self.streams.forward_requests(stream, frames, pending[1], pending[2])
+        else:
+            self.streams.forward(stream, frames, pending[1], pending[2])
 
     def _malformed(self, what: str) -> None:
         self.counters.add("link_malformed")
@@ -256,6 +273,38 @@ class PeerPortal(EgressRecords):
         data = frames if outbound.rewrite is None else with_topic_index(frames, outbound.rewrite, count)
         self.link.send_data(data, count)
         return True
+
+    def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+        """Requests for the far side: each gets an index of this portal's proxy requests, so the
+        far router's responses, which come back over the link by index, find their requester."""
+        if (ring, stream_id) not in self.outbound:
+            return self.egress_frames(ring, stream_id, count, longest, frames)
+        frames, requests, size = self.requests.rewrite(frames, ring)
+        self.counters.add_pair("transport_topic_req_fragments_sent", "transport_topic_req_fragment_bytes_sent",
+                               requests, size)
+        self.counters.set("proxy_requests", len(self.requests))
+        return self.egress_frames(ring, stream_id, count, longest, frames)
+
+    def _response_in(self, message: LbmcMessage) -> None:
+        """A response from the far router to one of our proxy requests: to the portal its request
+        came in by."""
+        if not forward_response(self.requests, message.tidx, message.payload, self.datapath, self.counters):
+            self._rate_limited("response-no-proxy-request", f"peer link {self.name}: response to request index "
+                                                            f"{message.tidx}, which has no proxy request here; dropped")
+
+    def egress_response(self, ring: int, ipaddr: str, port: int, qidx: int, data: bytes) -> None:
+        """A response to a request that came over the link: back over the link, by the index the
+        link carried (the far portal's proxy request)."""
+        self._response_sqn = (self._response_sqn + 1) & 0xFFFFFFFF
+        try:
+            sent = self.link.send_data(response_message(qidx, self._response_sqn, ipaddr, port, data))
+        except WireError as err:          # larger than one LBMC message can carry
+            self.counters.add_pair("unicast_data_msgs_dropped_error", "unicast_data_msg_bytes_dropped_error",
+                                   1, len(data))
+            self.log_event("malformed-input", f"a {len(data)}-byte response cannot cross the link ({err}); dropped")
+            return
+        if sent:                          # the link counts what it could not take
+            self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(data))
 
     def egress_advert(self, ring: int, advert: StreamAdvert) -> None:
         if self.access.stream_out_allowed(ring, advert.stream_id, advert.topic):

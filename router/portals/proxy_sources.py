@@ -3,8 +3,11 @@
 A stream advertisement from another portal creates (or re-points) the proxy source for that OTID;
 its TIRs carry the original OTID, the cost so far plus this portal's cost, one more hop, and the
 origin's domain id. Data records become frames on the proxy source with the origin's sequence
-numbers and fragmentation. When the stream ends the proxy source waits `source-deletion-delay`,
-then sends final advertisements and goes away.
+numbers and fragmentation. What arrives before the interested receivers have connected (they
+connect on hearing the proxy's advertisement) is held for them through the advertisement's
+initial phase, so a requester's first request is not lost on a path still being built. When the
+stream ends the proxy source waits `source-deletion-delay`, then sends final advertisements and
+goes away.
 """
 from __future__ import annotations
 
@@ -37,6 +40,8 @@ class ProxySourceTable:
         self.deletion_delay = deletion_delay
         self.counters = counters
         self.log_event = log_event
+        # Receivers hear a new advertisement within the source's initial advertising phase.
+        self.hold_for_receiver = context.config.get("source", "resolver_advertisement_minimum_initial_duration") / 1000
         self.by_otid: dict[bytes, ProxySource] = {}
         self.by_stream: dict[tuple[int, int], tuple[ProxySource, int | None]] = {}   # -> (proxy, index to write)
 
@@ -50,7 +55,7 @@ class ProxySourceTable:
                 advert.topic, otid=advert.otid, cost=advert.cost + self.portal_cost,
                 hop_count=advert.hop_count + 1, domain_id=advert.origin_domain_id,
                 overflow="drop", max_queue=self.max_queue, final_advertisements=FINAL_ADVERTISEMENTS,
-                index=advert.origin_index)
+                index=advert.origin_index, hold_for_receiver=self.hold_for_receiver)
             proxy = self.by_otid[advert.otid] = ProxySource(advert, source)
             self.counters.add("proxy_sources_created")
             self.counters.set("proxy_sources", len(self.by_otid))

@@ -12,7 +12,8 @@ import itertools
 import logging
 
 from router.portals.forwarding import MAX_HOP_COUNT
-from router.worker.records import StreamAdvert
+from router.portals.proxy_requests import count_requests
+from router.worker.records import RECORD_FRAMES, RECORD_REQUEST_FRAMES, StreamAdvert
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ class StreamTable:
         if self.streams.pop(stream.stream_id, None) is not None and stream.mask:
             self.datapath.eos(stream.mask, stream.stream_id)
 
-    def forward(self, stream: Stream, frames: bytes, count: int, longest: int) -> None:
+    def forward(self, stream: Stream, frames: bytes, count: int, longest: int,
+                record_type: int = RECORD_FRAMES) -> None:
         """The frames one read brought for one stream: one ring record for all of them (counted
         after they are on their way: a portal in this process has sent them on by then)."""
         size = len(frames)
@@ -66,10 +68,17 @@ class StreamTable:
             self.counters.add_pair("transport_topic_fragments_rcvd_unknown",
                                    "transport_topic_fragment_bytes_rcvd_unknown", count, size)
             return
-        self.datapath.frames(stream.mask, stream.stream_id, frames, count, longest, stream.client)
+        self.datapath.frames(stream.mask, stream.stream_id, frames, count, longest, stream.client, record_type)
         self.counters.add_pair("transport_topic_fragments_rcvd", "transport_topic_fragment_bytes_rcvd", count, size)
         self.counters.add_pair("transport_topic_fragments_forwarded", "transport_topic_fragment_bytes_forwarded",
                                count, size)
+
+    def forward_requests(self, stream: Stream, frames: bytes, count: int, longest: int) -> None:
+        """Frames of one read that hold requests: the egress makes each a proxy request."""
+        requests, size = count_requests(frames)
+        self.counters.add_pair("transport_topic_req_fragments_rcvd", "transport_topic_req_fragment_bytes_rcvd",
+                               requests, size)
+        self.forward(stream, frames, count, longest, RECORD_REQUEST_FRAMES)
 
     def remask(self) -> None:
         """Interest or routes changed: recompute each stream's portals."""

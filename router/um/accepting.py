@@ -1,4 +1,5 @@
-"""Taking every connection a non-blocking listener has ready (the loops' readable callback).
+"""Listening on the first free port of a range, and taking every connection a non-blocking listener
+has ready (the loops' readable callback).
 
 A listener's fd is readable once for several waiting connections: accept until it would block.
 A failed accept (EMFILE and friends) is logged, not raised: the loop tries again on the next
@@ -12,6 +13,32 @@ import socket
 from typing import Iterator
 
 log = logging.getLogger(__name__)
+
+
+def listen_in_range(interface: str, ports, backlog: int = 64, receive_buffer: int = 0,
+                    errors: list[OSError] | None = None) -> socket.socket | None:
+    """A non-blocking socket listening on `interface` at the first port of `ports` free to listen
+    on, or None if none is (each port's error is appended to `errors`, if given, for the message).
+    `receive_buffer` (SO_RCVBUF) is set before listening, so accepted connections inherit it and
+    their window scale is agreed on it."""
+    for port in ports:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if receive_buffer:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        try:
+            sock.bind((interface, port))
+            # With SO_REUSEADDR two applications starting at once can both bind a port that
+            # nobody listens on yet; the second to listen is refused, and takes the next port.
+            sock.listen(backlog)
+        except OSError as err:
+            sock.close()
+            if errors is not None:
+                errors.append(err)
+            continue
+        sock.setblocking(False)
+        return sock
+    return None
 
 
 def accept_pending(listener: socket.socket, what: str) -> Iterator[tuple[socket.socket, tuple]]:

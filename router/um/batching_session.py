@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 
+from router.um.requests import RequestOrigin, message_frames
 from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
 
 _MESSAGE_OVERHEAD = MESSAGE_HEADER.size
@@ -82,6 +83,20 @@ class BatchingSession:
                 self._flush_locked()
             else:
                 self._flush_or_arm_timer()
+        return sqn
+
+    def send_request(self, tidx: int, sqn: int, payload, origin: RequestOrigin) -> int:
+        """Append one request (router.um.requests: REQUEST first in each of its frames) after
+        what is batched, and send it all now: a requester waits for the answer. Returns the next
+        sequence number."""
+        with self.lock:
+            for headers, piece in message_frames(tidx, sqn, payload, self.datagram_max_size, origin):
+                self.batch += headers
+                self.batch += piece
+                sqn += 1
+                if len(self.batch) >= self.batching_minimum_length:
+                    self._flush_locked()
+            self._flush_locked()
         return sqn
 
     def send_raw(self, frames, tidx: int | None = None, count: int = 0) -> None:

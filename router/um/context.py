@@ -5,6 +5,7 @@
     rcv = ctx.receiver("md.prices", on_message)
     wrc = ctx.wildcard_receiver(r"^md\\.", on_message)
     src.send(b"...")
+    pending = src.send_request(b"?", on_response)   # answered by a receiver's message.respond(...)
     ctx.close()
 
 By default a context runs its own loop on a background thread (UM's context thread) and
@@ -22,6 +23,9 @@ from router.um.lbmr_channel import LbmrChannel, new_src_id
 from router.um.loop import EventLoop
 from router.um.netif import resolve_interface
 from router.um.receiver import Accept, OnBatch, OnEvent, OnMessage, Receiver, WildcardReceiver
+from router.um.request_port import RequestPort
+from router.um.requests import RequestIndexes, RequestOrigin, RequestPortUnavailable, Response
+from router.um.responder import ResponseSender
 from router.um.source import Source
 from router.um.source_cache import Candidate
 from router.lbtipc.receiver import LbtipcSessionClient
@@ -59,6 +63,15 @@ class Context:
         self.session_indexes: dict[object, set[int]] = {}       # topic indexes in use per session
         self.next_topic_index = 1
         self.clients: dict[tuple, object] = {}                 # session key -> TCP / LBT-IPC stream
+        # Request/response (router.um.requests): our requests by index, the request port their
+        # responses come to (opened on first use), and the connections our responses go out on.
+        self.requests = RequestIndexes()
+        self.request_port: RequestPort | None = None
+        self.responder = ResponseSender(self.loop, merged.get("context", "transport_tcp_datagram_max_size"))
+        # (qidx, data, source) -> True if taken: responses to no request of ours (a router's proxy requests).
+        self.response_handler: Callable[[int, bytes, str], bool] | None = None
+        self.request_counters = {"requests_sent": 0, "responses_received": 0, "responses_unmatched": 0,
+                                 "request_port_errors": 0}
         self.closed = False
         if self.own_loop:
             self.loop.start_thread()
@@ -67,16 +80,18 @@ class Context:
     def source(self, topic: str, *, transport: str | None = None, otid: bytes | None = None,
                cost: int | None = None, hop_count: int = 0, domain_id: int | None = None,
                overflow: str = "block", final_advertisements: int | None = None,
-               max_queue: int | None = None, index: int | None = None) -> Source:
+               max_queue: int | None = None, index: int | None = None, hold_for_receiver: float = 0.0) -> Source:
         """A source on `topic`. `otid`, `cost`, `hop_count`, `domain_id` are for proxy sources:
         they make the advertisement say where the data really comes from; `index` asks for a
-        topic index (a router keeps the origin's, so forwarded frames need no rewriting)."""
+        topic index (a router keeps the origin's, so forwarded frames need no rewriting);
+        `hold_for_receiver` (seconds, TCP) keeps what is sent while no receiver is connected for
+        the first one to connect (router.um.tcp_source)."""
         transport = (transport or self.config.get("source", "transport")).replace("-", "")
         finals = self.config.get("source", "resolver_send_final_advertisements") \
             if final_advertisements is None else final_advertisements
 
         def create() -> Source:
-            session = self._session_for(transport, overflow, max_queue)
+            session = self._session_for(transport, overflow, max_queue, hold_for_receiver)
             used = self.session_indexes.setdefault(session, set())
             chosen = index if index is not None and index not in used and index > 0 else None
             while chosen is None:
@@ -95,7 +110,8 @@ class Context:
         """A receiver on `topic`: `on_message(message)` per message, or `on_batch(messages)` per
         batch read from the transport (cheaper at high rates). `raw` is for routers: each joined
         source's frames go to its `forward` callable, fragments as they came. `accept(candidate)`,
-        if given, decides whether a source is joined at all."""
+        if given, decides whether a source is joined at all. Requests arrive as RequestMessage
+        (`isinstance(message, RequestMessage)`; `message.respond(data)` answers), in sequence."""
         receiver = Receiver(self, topic, on_message, on_event, on_batch=on_batch, raw=raw, accept=accept)
         self._call(self.resolver.add_receiver, receiver)
         return receiver
@@ -119,14 +135,64 @@ class Context:
     def counters(self) -> dict[str, int]:
         found = {f"lbmr_{k}": v for k, v in self.channel.counters.items()}
         found.update(self.resolver.counters)
+        found.update(self.request_counters)
+        found.update(self.responder.counters)
+        if self.request_port is not None:
+            found.update(self.request_port.counters)
         return found
 
+    # -- request/response --------------------------------------------------------------------------
+    def request_address(self) -> tuple[str, int]:
+        """(ipaddr, port) of this context's request port, where responses to its requests come;
+        opened on first use. RequestPortUnavailable (an OSError) if no port of the range is free."""
+        port = self.request_port
+        if port is None:
+            port = self._call(self._open_request_port)
+        return port.address
+
+    def _open_request_port(self) -> RequestPort:
+        if self.request_port is None:
+            if self.closed:
+                raise RuntimeError(f"context {self.name} is closed")
+            get = self.config.get
+            interface = resolve_interface(get("context", "request_tcp_interface") or self.tcp_interface)
+            try:
+                self.request_port = RequestPort(self.loop, interface, get("context", "request_tcp_port_low"),
+                                                get("context", "request_tcp_port_high"), self._response_in)
+            except RequestPortUnavailable:
+                self.request_counters["request_port_errors"] += 1
+                raise
+        return self.request_port
+
+    def _request_sent(self) -> None:
+        with self.requests.lock:           # applications may send requests from several threads
+            self.request_counters["requests_sent"] += 1
+
+    def _response_in(self, qidx: int, data: bytes, source: str) -> None:
+        """A whole response at our request port (on the loop thread)."""
+        self.request_counters["responses_received"] += 1
+        pending = self.requests.get(qidx)
+        if pending is not None and not pending.closed:
+            pending.deliver(Response(qidx, data, source))
+            return
+        handler = self.response_handler
+        if handler is not None and handler(qidx, data, source):
+            return
+        self.request_counters["responses_unmatched"] += 1
+        log.debug("response from %s to request %d, which is not open here; dropped", source, qidx)
+
+    def respond(self, origin: RequestOrigin, data) -> None:
+        """Answer a request (RequestMessage.respond calls this). From any thread; never blocks:
+        what cannot be sent yet is queued, and what cannot be sent at all is counted
+        (responses_dropped) and logged with the requester's address."""
+        self.responder.respond(origin, data)
+
     # -- transports --------------------------------------------------------------------------------
-    def _session_for(self, transport: str, overflow: str, max_queue: int | None):
+    def _session_for(self, transport: str, overflow: str, max_queue: int | None, hold_for_receiver: float = 0.0):
         if transport not in ("tcp", "lbtipc"):
             raise ValueError(f"source transport {transport} is not supported here (tcp and lbtipc are)")
         get = self.config.get
-        key = (transport, get("source", "transport_tcp_port"), overflow)
+        key = (transport, get("source", "transport_tcp_port"), overflow, hold_for_receiver)
         session = self.sessions.get(key)
         if session is None or session.closed:
             if transport == "lbtipc":
@@ -148,7 +214,7 @@ class Context:
                 batching_minimum_length=get("source", "implicit_batching_minimum_length"),
                 batching_interval=get("source", "implicit_batching_interval") / 1000,
                 overflow=overflow, max_queue=max_queue or 8 * 1024 * 1024,
-                nodelay=get("source", "transport_tcp_nodelay"))
+                nodelay=get("source", "transport_tcp_nodelay"), hold_for_receiver=hold_for_receiver)
             self.sessions[key] = session
         self.session_users[session] = self.session_users.get(session, 0) + 1
         return session
@@ -242,11 +308,18 @@ class Context:
         for wildcard in list(self.resolver.wildcards):
             wildcard.close()
 
+        if self.own_loop and not self.loop.in_loop_thread():
+            self.responder.wait_sent(5.0)     # answers given just before closing still go out
+
         def shutdown() -> None:
             for client in list(self.clients.values()):
                 client.close(notify=False)
             self.channel.close()
+            self.responder.close()
+            if self.request_port is not None:
+                self.request_port.close()
         self._call(shutdown)
+        self.requests.close_all()
         for session in list(self.session_users):
             session.close()
         if self.own_loop:

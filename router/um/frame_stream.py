@@ -3,6 +3,9 @@
 A context opens one stream per source transport session it has joined sources on (a TCP
 connection, an LBT-IPC ring), however many of its receivers use it. Fragments are reassembled per
 (topic index, first sequence number). When the stream ends, every source on it ends (EOS).
+Requests (router.um.requests) are data frames with a REQUEST header first: they are delivered in
+sequence with the data around them, as requests, and a raw (router) subscription is told which of
+its frames hold requests, so it can stand in for the requester.
 """
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import logging
 from typing import Callable, Protocol
 
 from router.um.frame_runs import MIN_RUN, equal_frames
-from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
+from router.um.requests import REQUEST_FRAME_MIN, REQUEST_HEADER_OFFSET, read_request, request_frame_problem
+from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA,
+                                 NHDR_FRAG, NHDR_REQUEST)
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +30,20 @@ class Subscription(Protocol):
     """What a connection delivers to: one joined source (topic index) of one receiver."""
 
     def on_batch(self, messages: list[tuple]) -> None: ...
+    def on_request(self, sqn: int, payload: bytes, origin) -> None: ...
     def on_frames(self, frames: bytes, count: int, longest: int) -> None: ...
+    def on_request_frames(self, frames: bytes, count: int, longest: int) -> None: ...
     def on_eos(self) -> None: ...
 
 # A subscription with `raw = True` (a router's proxy receiver) gets the LBMC frames themselves,
 # fragments as they came: `on_frames(frames, count, longest)`, the bytes of `count` whole frames
 # of its topic index from one read. The router forwards frames; it does not reassemble them. A
-# topic index is either raw or not within one stream (a router's context holds only proxy receivers).
+# run of frames holding at least one request goes to `on_request_frames` instead (same arguments):
+# the router rewrites those requests' REQUEST headers. A topic index is either raw or not within
+# one stream (a router's context holds only proxy receivers).
+#
+# Other subscriptions get `on_batch([(sqn, payload), ...])` per read and, for a request,
+# `on_request(sqn, payload, origin)` after the batch of the messages before it.
 
 
 class FrameStream:
@@ -90,6 +102,7 @@ class FrameStream:
         subscriptions, raw_indexes = self.subscriptions, self.raw_indexes
         batches: dict[int, list] = {}
         raw_spans: dict[int, list] = {}
+        requested: set[int] | None = None       # topic indexes whose batch holds a request
         offset = frames = 0
         if raw_indexes and end >= MIN_RUN * _MESSAGE_SIZE:
             frames, offset = self._uniform_run(data, end, view)
@@ -107,9 +120,12 @@ class FrameStream:
                     if next_hdr == NHDR_FRAG and msglen < _MESSAGE_SIZE + _FRAG_SIZE:
                         self._malformed("fragment shorter than its headers")
                         return end
-                    run = raw_spans.get(tidx)      # [start, end, frames, longest, earlier runs]
-                    if run is None:
-                        raw_spans[tidx] = [offset, offset + msglen, 1, msglen, None]
+                    is_request = next_hdr == NHDR_REQUEST
+                    run = raw_spans.get(tidx)      # [start, end, frames, longest, earlier runs, has requests]
+                    if is_request and not self._valid_request(data, offset, msglen):
+                        pass                        # dropped alone: the frames after it start a new run
+                    elif run is None:
+                        raw_spans[tidx] = [offset, offset + msglen, 1, msglen, None, is_request]
                     else:
                         if run[1] != offset:        # interleaved with another topic: a new run
                             if run[4] is None:
@@ -120,6 +136,8 @@ class FrameStream:
                         run[2] += 1
                         if msglen > run[3]:
                             run[3] = msglen
+                        if is_request:
+                            run[5] = True
                 elif next_hdr == NHDR_DATA:
                     if tidx in subscriptions:
                         batch = batches.get(tidx)
@@ -127,9 +145,17 @@ class FrameStream:
                             batch = batches[tidx] = []
                         batch.append((sqn, data[offset + _MESSAGE_SIZE:offset + msglen]))
                 elif next_hdr == NHDR_FRAG:
-                    whole = self._fragment(data, offset, msglen, tidx, subscriptions.get(tidx))
+                    whole = self._fragment(data, offset + _MESSAGE_SIZE, offset + msglen, tidx,
+                                           subscriptions.get(tidx))
                     if whole is not None:
                         batches.setdefault(tidx, []).append(whole)
+                elif next_hdr == NHDR_REQUEST:
+                    request = self._request(data, offset, msglen, tidx, sqn, subscriptions.get(tidx))
+                    if request is not None:
+                        batches.setdefault(tidx, []).append(request)
+                        if requested is None:
+                            requested = set()
+                        requested.add(tidx)
                 else:
                     self.counters["unknown_frames"] += 1
             elif ver_type == LBMC_TYPE_CONTROL:
@@ -141,17 +167,60 @@ class FrameStream:
             frames += 1
         self.counters["frames"] += frames
         for tidx, batch in batches.items():
+            if requested is not None and tidx in requested:
+                self._deliver_with_requests(batch, subscriptions.get(tidx, ()))
+                continue
             for sub in subscriptions.get(tidx, ()):
                 sub.on_batch(batch)
-        for tidx, (start, stop, count, longest, earlier) in raw_spans.items():
+        for tidx, (start, stop, count, longest, earlier, has_requests) in raw_spans.items():
             frames = view[start:stop] if earlier is None else b"".join(earlier) + view[start:stop]
             for sub in subscriptions.get(tidx, ()):
-                sub.on_frames(frames, count, longest)
+                if has_requests:
+                    sub.on_request_frames(frames, count, longest)
+                else:
+                    sub.on_frames(frames, count, longest)
         return offset
+
+    @staticmethod
+    def _deliver_with_requests(batch: list, subs) -> None:
+        """A batch with requests in it ((sqn, payload, origin) entries): the messages before each
+        request as one batch, then the request, so the application sees the source's order."""
+        start = 0
+        for position, entry in enumerate(batch):
+            if len(entry) == 3:
+                for sub in subs:
+                    if position > start:
+                        sub.on_batch(batch[start:position])
+                    sub.on_request(*entry)
+                start = position + 1
+        if start < len(batch):
+            rest = batch[start:]
+            for sub in subs:
+                sub.on_batch(rest)
+
+    def _valid_request(self, data, offset: int, msglen: int) -> bool:
+        problem = request_frame_problem(data, offset, msglen)
+        if problem is None:
+            return True
+        # The frame's length is sound, so the stream's framing is: drop this frame, keep the stream.
+        self._malformed(problem, close=False)
+        return False
+
+    def _request(self, data, offset: int, msglen: int, tidx: int, sqn: int, subs):
+        """A request frame: (sqn, payload, origin) when the request is whole (its last fragment)."""
+        if not self._valid_request(data, offset, msglen) or not subs:
+            return None
+        origin = read_request(data, offset)
+        if data[offset + REQUEST_HEADER_OFFSET] == NHDR_DATA:
+            return sqn, data[offset + REQUEST_FRAME_MIN:offset + msglen], origin
+        whole = self._fragment(data, offset + REQUEST_FRAME_MIN, offset + msglen, tidx, subs)
+        return None if whole is None else (whole[0], whole[1], origin)
 
     def _uniform_run(self, data, end: int, view) -> tuple[int, int]:
         """A router's fast path: the equal data frames of one raw topic index at the start of
-        `data` (router.um.frame_runs), handed on as one run: (frames, bytes); (0, 0) if none."""
+        `data` (router.um.frame_runs), handed on as one run: (frames, bytes); (0, 0) if none.
+        Never a request: a run starts only on DATA or FRAG, and equal_frames compares next_hdr,
+        so the first request frame ends it (the walk then gives it to on_request_frames)."""
         length = (data[2] << 8) | data[3]
         if length < _MESSAGE_SIZE or data[0] != LBMC_TYPE_MESSAGE:
             return 0, 0
@@ -168,16 +237,17 @@ class FrameStream:
                 sub.on_frames(frames, count, length)
         return count, count * length
 
-    def _fragment(self, data: bytes, offset: int, msglen: int, tidx: int, subs):
-        """Fold one fragment in; returns (first_sqn, payload) when the message is complete."""
+    def _fragment(self, data: bytes, header: int, end: int, tidx: int, subs):
+        """Fold in one fragment whose FRAG header is at `header` (its frame ends at `end`); returns
+        (first_sqn, payload) when the message is complete."""
         self.counters["fragments"] += 1
-        if msglen < _MESSAGE_SIZE + _FRAG_SIZE:
+        if end - header < _FRAG_SIZE:
             self._malformed("fragment shorter than its headers")
             return None
-        next_hdr, _, _, first_sqn, frag_offset, total = _unpack_frag(data, offset + _MESSAGE_SIZE)
+        next_hdr, _, _, first_sqn, frag_offset, total = _unpack_frag(data, header)
         if next_hdr != NHDR_DATA or not subs:
             return None
-        piece = data[offset + _MESSAGE_SIZE + _FRAG_SIZE:offset + msglen]
+        piece = data[header + _FRAG_SIZE:end]
         key = (tidx, first_sqn)
         entry = self.fragments.get(key)
         if entry is None:
@@ -197,10 +267,17 @@ class FrameStream:
         self.counters["reassembled"] += 1
         return first_sqn, bytes(entry[0])
 
-    def _malformed(self, what: str) -> None:
-        self.counters["malformed"] += 1
-        log.warning("malformed %s (%s); dropped", self.description, what)
-        self.loop.call_later(0, self.close)
+    def _malformed(self, what: str, close: bool = True) -> None:
+        """Count and log a malformed frame; `close` ends the stream (its framing cannot be trusted).
+        Frames dropped on their own are logged at the 1st, 2nd, 4th, 8th ... so a flood cannot
+        flood the log too."""
+        count = self.counters["malformed"] = self.counters["malformed"] + 1
+        if close:
+            log.warning("malformed %s (%s); dropped", self.description, what)
+            self.loop.call_later(0, self.close)
+        elif not count & (count - 1):
+            log.warning("malformed frame on %s (%s); frame dropped (%d malformed so far)",
+                        self.description, what, count)
 
     def close(self, notify: bool = True) -> None:
         if self.closed:

@@ -1,8 +1,10 @@
-"""What a receiver hands its application: messages, and the start/end of each source's stream."""
+"""What a receiver hands its application: messages, requests, and the start/end of each source's stream."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from router.um.requests import RequestOrigin
 
 BOS = "BOS"     # beginning of stream: a source was joined
 EOS = "EOS"     # end of stream: that source ended (disconnect, final advertisement, timeout)
@@ -18,6 +20,21 @@ class Message(NamedTuple):
     source: str
     sequence_number: int
     data: bytes
+
+
+class RequestMessage(NamedTuple):
+    """A request (another source's lbm_send_request), delivered in sequence with that source's
+    messages. `respond(data)` answers it, as often as wanted, from any thread."""
+
+    topic: str
+    source: str
+    sequence_number: int
+    data: bytes
+    origin: RequestOrigin
+    context: Any                # the Context that received it (it sends the responses)
+
+    def respond(self, data) -> None:
+        self.context.respond(self.origin, data)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,23 +11,23 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Callable
 
-from router.um.messages import BOS, EOS, Message, ReceiverEvent
+from router.um.messages import BOS, EOS, Message, ReceiverEvent, RequestMessage
 from router.um.source_cache import Candidate
 
 if TYPE_CHECKING:
     from router.um.context import Context
 
-OnMessage = Callable[[Message], None]
+OnMessage = Callable[[Message | RequestMessage], None]
 OnEvent = Callable[[ReceiverEvent], None]
-OnBatch = Callable[[list[Message]], None]
+OnBatch = Callable[[list[Message | RequestMessage]], None]
 Accept = Callable[[Candidate], bool]
 
 
 class JoinedSource:
     """One joined source of one receiver; the transport delivers into it."""
 
-    __slots__ = ("receiver", "candidate", "source", "topic", "ended", "raw", "forward", "client",
-                 "_on_message", "_on_batch")
+    __slots__ = ("receiver", "candidate", "source", "topic", "ended", "raw", "forward", "forward_requests",
+                 "client", "_on_message", "_on_batch")
 
     def __init__(self, receiver: "Receiver", candidate: Candidate):
         self.receiver = receiver
@@ -37,6 +37,7 @@ class JoinedSource:
         self.ended = False
         self.raw = receiver.raw           # a router's proxy receiver: frames, fragments unassembled
         self.forward = None               # where a raw source's frames go (set by the router)
+        self.forward_requests = None      # where its frames holding requests go (None: to forward)
         self.client = None                # the transport connection delivering it (pause/resume)
         self._on_message = receiver.on_message
         self._on_batch = receiver.on_batch
@@ -46,6 +47,13 @@ class JoinedSource:
         if self.forward is not None:
             self.forward(frames, count, longest)
 
+    def on_request_frames(self, frames: bytes, count: int, longest: int) -> None:
+        """A raw source's frames, at least one of them a request (the router stands in for the
+        requester: it rewrites them)."""
+        forward = self.forward_requests if self.forward_requests is not None else self.forward
+        if forward is not None:
+            forward(frames, count, longest)
+
     def on_batch(self, messages: list[tuple]) -> None:
         topic, source, make = self.topic, self.source, Message._make
         if self._on_batch is not None:
@@ -54,6 +62,13 @@ class JoinedSource:
         on_message = self._on_message
         for sqn, payload in messages:
             on_message(make((topic, source, sqn, payload)))
+
+    def on_request(self, sqn: int, payload: bytes, origin) -> None:
+        request = RequestMessage(self.topic, self.source, sqn, payload, origin, self.receiver.context)
+        if self._on_batch is not None:
+            self._on_batch([request])
+        else:
+            self._on_message(request)
 
     def on_eos(self) -> None:
         if not self.ended:

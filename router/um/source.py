@@ -6,8 +6,9 @@ originating domain) is built here once and refreshed only when something changes
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
+from router.um.requests import PendingRequest, RequestOrigin, Response
 from router.um.source_cache import source_string
 from router.um.wire.lbmr import COST_INFINITE, CostOption, DomainIdOption, OtidOption, Tir
 
@@ -68,6 +69,25 @@ class Source:
         if self.closed:
             raise RuntimeError(f"source for topic {self.topic!r} is closed")
         self.sequence_number = self.session.send(self.index, self.sequence_number, data, flush)
+
+    def send_request(self, data, on_response: Callable[[Response], None] | None = None) -> PendingRequest:
+        """Send a request (lbm_send_request): a message of this source, in order with its others,
+        whose receivers may answer it. Responses come to this context's request port and go to
+        `on_response` on the context's thread until the returned PendingRequest is closed (close
+        it: an open request is kept, and matched against, for as long as it is open).
+        RequestPortUnavailable (an OSError) if the context cannot open a request port."""
+        if self.closed:
+            raise RuntimeError(f"source for topic {self.topic!r} is closed")
+        ipaddr, port = self.context.request_address()
+        pending = self.context.requests.open(on_response)      # before sending: answers can be quick
+        try:
+            self.sequence_number = self.session.send_request(self.index, self.sequence_number, data,
+                                                             RequestOrigin(ipaddr, port, pending.qidx))
+        except BaseException:
+            pending.close()
+            raise
+        self.context._request_sent()
+        return pending
 
     def send_many(self, messages) -> None:
         send = self.session.send

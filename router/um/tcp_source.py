@@ -6,6 +6,12 @@ non-blocking; each connection has an output queue. When a queue passes its limit
 blocks the sending thread until the receiver catches up (applications: TCP flow control reaches the
 publisher) or drops the batch for that connection and counts it (the router: one slow receiver must
 not stall the others).
+
+A router's proxy source exists because a receiver in its domain showed interest, but that receiver
+connects only once it has heard the proxy's advertisement: what the proxy forwards in between (a
+requester's first request, typically) would reach nobody. So a session made with
+`hold_for_receiver` keeps what it sends while no receiver is connected, up to `max_queue` bytes and
+for at most that many seconds, and gives it to the first receiver that connects.
 """
 from __future__ import annotations
 
@@ -15,8 +21,9 @@ import os
 import select
 import socket
 import time
+from collections import deque
 
-from router.um.accepting import accept_pending
+from router.um.accepting import accept_pending, listen_in_range
 from router.um.batching_session import BatchingSession
 from router.um.wire.lbmc import CONTROL_HEADER, LBMC_TYPE_CONTROL, NHDR_NONE, NHDR_TCP_SID, TCP_SID_HEADER
 from router.um.wire.lbmr import TcpInfo
@@ -44,7 +51,7 @@ class TcpSourceSession(BatchingSession):
     def __init__(self, loop, interface: str, port_low: int, port_high: int, *, fixed_port: int = 0,
                  datagram_max_size: int = 65535, batching_minimum_length: int = 2048,
                  batching_interval: float = 0.2, overflow: str = "block",
-                 max_queue: int = 8 * 1024 * 1024, nodelay: bool = True):
+                 max_queue: int = 8 * 1024 * 1024, nodelay: bool = True, hold_for_receiver: float = 0.0):
         super().__init__(loop, datagram_max_size=datagram_max_size, batching_minimum_length=batching_minimum_length,
                          batching_interval=batching_interval, overflow=overflow, max_queue=max_queue)
         self.interface = interface
@@ -52,6 +59,11 @@ class TcpSourceSession(BatchingSession):
         self.nodelay = nodelay
         self.connections: list[_Connection] = []
         self.counters["connections_accepted"] = 0
+        self.hold_for_receiver = hold_for_receiver
+        self.held: deque[tuple[float, bytes]] = deque()     # (when, batch) sent while nobody was connected
+        self.held_bytes = 0
+        self.counters["held_batches_delivered"] = 0
+        self.counters["held_batches_expired"] = 0
         self.listener = self._listen(interface, port_low, port_high, fixed_port)
         self.port = self.listener.getsockname()[1]
         loop.add_reader(self.listener.fileno(), self._accept)
@@ -59,18 +71,8 @@ class TcpSourceSession(BatchingSession):
     @staticmethod
     def _listen(interface: str, low: int, high: int, fixed: int) -> socket.socket:
         ports = [fixed] if fixed else range(low, high + 1)
-        for port in ports:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((interface, port))
-                # With SO_REUSEADDR two applications starting at once can both bind a port that
-                # nobody listens on yet; the second to listen is refused, and takes the next port.
-                sock.listen(64)
-            except OSError:
-                sock.close()
-                continue
-            sock.setblocking(False)
+        sock = listen_in_range(interface, ports)
+        if sock is not None:
             return sock
         raise OSError(errno.EADDRINUSE, f"no free TCP port in {ports[0]}..{ports[-1]} on {interface}")
 
@@ -84,6 +86,7 @@ class TcpSourceSession(BatchingSession):
             sid = TCP_SID_HEADER.pack(NHDR_NONE, TCP_SID_HEADER.size, 0, self.session_id)
             connection.queue += CONTROL_HEADER.pack(LBMC_TYPE_CONTROL, NHDR_TCP_SID, 4 + len(sid)) + sid
             with self.lock:
+                self._give_held(connection)
                 self.connections.append(connection)
                 self.counters["connections_accepted"] += 1
                 self._write(connection)
@@ -122,6 +125,9 @@ class TcpSourceSession(BatchingSession):
     def _deliver(self, data) -> None:
         """Send a batch on every connection (lock held): straight to the socket when nothing is
         queued before it, the rest into the connection's queue; a full queue blocks or drops."""
+        if not self.connections and self.hold_for_receiver > 0:
+            self._hold(data)
+            return
         for connection in list(self.connections):
             if connection.queue:
                 if len(connection.queue) + len(data) > self.max_queue:
@@ -140,6 +146,33 @@ class TcpSourceSession(BatchingSession):
                 connection.queue += memoryview(data)[sent:]
                 connection.progress = time.monotonic()      # the backlog starts now
                 self._want_writable(connection)
+
+    # -- held for the first receiver ---------------------------------------------------------------
+    def _hold(self, data) -> None:
+        """Keep a batch nobody is connected for (lock held); the oldest go beyond `max_queue` bytes."""
+        now = time.monotonic()
+        self._expire_held(now)
+        self.held.append((now, bytes(data)))
+        self.held_bytes += len(data)
+        while self.held_bytes > self.max_queue and len(self.held) > 1:
+            self._forget_oldest_held()
+
+    def _expire_held(self, now: float) -> None:
+        while self.held and now - self.held[0][0] > self.hold_for_receiver:
+            self._forget_oldest_held()
+
+    def _forget_oldest_held(self) -> None:
+        _, batch = self.held.popleft()
+        self.held_bytes -= len(batch)
+        self.counters["held_batches_expired"] += 1
+
+    def _give_held(self, connection: _Connection) -> None:
+        """The first receiver to connect takes what was held, in order, after its TCP_SID (lock held)."""
+        self._expire_held(time.monotonic())
+        while self.held:
+            connection.queue += self.held.popleft()[1]
+            self.counters["held_batches_delivered"] += 1
+        self.held_bytes = 0
 
     def _send(self, connection: _Connection, data) -> int | None:
         """What the socket takes of `data` now, in bytes; None if the connection broke (it is
@@ -203,7 +236,8 @@ class TcpSourceSession(BatchingSession):
                 pass
 
     def queued_bytes(self) -> int:
-        return sum(len(c.queue) for c in self.connections)
+        """What waits to be sent: in connections' queues, and held for a first receiver."""
+        return sum(len(c.queue) for c in self.connections) + self.held_bytes
 
     def backlog(self) -> float | None:
         """None if some receiver's connection takes data now; else (every connection has data

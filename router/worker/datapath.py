@@ -39,7 +39,8 @@ from router.ipc.ring_consumer import RingConsumer
 from router.ipc.ring_producer import RingProducer
 from router.ipc.shm import SharedSegment, segment_name
 from router.ipc.wakeup import EventfdWakeup, RingWakeups
-from router.worker.records import EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, encode_frames
+from router.worker.records import (EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES,
+                                   RECORD_RESPONSE, encode_frames, encode_response)
 
 log = logging.getLogger(__name__)
 
@@ -160,20 +161,25 @@ class DataPath:
     def eos(self, mask: int, stream_id: int) -> None:
         self._write([(RECORD_EOS, EOS_RECORD.pack(stream_id), mask)])
 
-    def frames(self, mask: int, stream_id: int, frames, count: int, longest: int, connection=None) -> None:
-        """One FRAMES record; a full ring pauses `connection`.
+    def response(self, portal: int, ipaddr: str, port: int, qidx: int, data) -> None:
+        """A response for the requester behind `portal` (the portal its request came in by)."""
+        self._write([(RECORD_RESPONSE, encode_response(ipaddr, port, qidx, data), 1 << portal)])
+
+    def frames(self, mask: int, stream_id: int, frames, count: int, longest: int, connection=None,
+               record_type: int = RECORD_FRAMES) -> None:
+        """One FRAMES (or REQUEST_FRAMES) record; a full ring pauses `connection`.
 
         `frames` may be a view of the reader's buffer: it is copied once, straight into the ring
         (a claimed record), or into a bytes record that waits in order while the ring is full.
         Portals in this process get the view itself, before this returns."""
         if mask & self.local_mask:
-            mask = self._hand_over(mask, RECORD_FRAMES, frames, (stream_id, count, longest))
+            mask = self._hand_over(mask, record_type, frames, (stream_id, count, longest))
             if not mask:
                 return
         if not self.pending:
             length = FRAMES_HEADER.size + len(frames)
             try:
-                claim = self.producer.try_claim(length, RECORD_FRAMES, mask)
+                claim = self.producer.try_claim(length, record_type, mask)
             except RecordTooLarge as err:
                 self._too_large(count, length, err)
                 return
@@ -185,7 +191,7 @@ class DataPath:
                 if mask & self.local_mask:
                     self._note_ring(mask)
                 return
-        self._wait([(RECORD_FRAMES, encode_frames(stream_id, frames, count, longest), mask)])
+        self._wait([(record_type, encode_frames(stream_id, frames, count, longest), mask)])
         if connection is not None:
             self._pause(connection)
 

@@ -15,9 +15,16 @@ A frame larger than the egress datagram size is dropped and counted.
     FRAMES  <III    stream_id, frame count, longest frame
                     the frame bytes (each frame's length is in its own header)
     EOS     <I      stream_id
+    REQUEST_FRAMES  as FRAMES, for a read that holds at least one request frame: the egress
+                    rewrites each request's REQUEST header to its own request port (a proxy
+                    request), which plain FRAMES never need
+    RESPONSE >IHI   requester ip, port, request index (as the requester sent them); the
+                    response bytes. Written by the egress portal whose domain answered, addressed
+                    to the portal the request came in by, which sends it on to the requester.
 """
 from __future__ import annotations
 
+import socket
 import struct
 from dataclasses import dataclass
 
@@ -27,9 +34,12 @@ import numpy as np
 RECORD_ADVERT = 1
 RECORD_FRAMES = 2
 RECORD_EOS = 4
+RECORD_REQUEST_FRAMES = 5
+RECORD_RESPONSE = 6
 
 FRAMES_HEADER = struct.Struct("<III")
 EOS_RECORD = struct.Struct("<I")
+RESPONSE_HEADER = struct.Struct(">4sHI")     # requester ip (network order), port, request index
 
 
 class RecordError(ValueError):
@@ -93,3 +103,15 @@ def decode_eos(payload) -> int:
     if len(payload) < EOS_RECORD.size:
         raise RecordError("end-of-stream record is too short")
     return EOS_RECORD.unpack_from(payload)[0]
+
+
+def encode_response(ipaddr: str, port: int, qidx: int, data) -> bytes:
+    return RESPONSE_HEADER.pack(socket.inet_aton(ipaddr), port, qidx) + bytes(data)
+
+
+def decode_response(payload) -> tuple[str, int, int, bytes]:
+    """(requester ip, port, request index, response bytes) of a RESPONSE record."""
+    if len(payload) < RESPONSE_HEADER.size:
+        raise RecordError(f"response record of {len(payload)} bytes is shorter than its header")
+    raw_ip, port, qidx = RESPONSE_HEADER.unpack_from(payload)
+    return socket.inet_ntoa(raw_ip), port, qidx, bytes(payload[RESPONSE_HEADER.size:])

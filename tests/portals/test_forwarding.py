@@ -112,7 +112,7 @@ class _Ring:
     def eos(self, mask, stream_id):
         self.records.append(("eos", mask, stream_id))
 
-    def frames(self, mask, stream_id, frames, count, longest, client=None):
+    def frames(self, mask, stream_id, frames, count, longest, client=None, record_type=None):
         self.records.append(("frames", mask, len(frames)))
 
 

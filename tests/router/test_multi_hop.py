@@ -38,6 +38,16 @@ def signatures(*routers) -> set[str]:
     return {routerctl(r, "topology")["signature"] for r in routers}
 
 
+def linked_pair(routers, lan1, lan2, prefix: str):
+    """LAN1 - router A - peer link - router B - LAN2, converged: (A, B)."""
+    port = free_port()
+    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port), f"{prefix}a")
+    b = start(routers, peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path), f"{prefix}b")
+    a.wait_ready(), b.wait_ready()
+    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
+    return a, b
+
+
 def converged(routers_, count: int) -> bool:
     """Every router knows `count` routers, all compute the same topology signature, and every
     router has recalculated its routes since (nothing pending)."""
@@ -385,11 +395,7 @@ def test_forbidden_two_domain_ids_for_one_domain(routers, make_domain):
 
 def test_peer_link_cut_by_a_stopped_router_recovers(routers, tools, make_domain):
     lan1, lan2 = make_domain(), make_domain()
-    port = free_port()
-    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port), "sta")
-    b = start(routers, peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path), "stb")
-    a.wait_ready(), b.wait_ready()
-    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
+    a, b = linked_pair(routers, lan1, lan2, "st")
     source, receiver = paced_stream(tools, lan1, lan2, "stopped.topic", 24000, 2000)
     wait_for(lambda: counter(a, 1, "data_fragments_sent") > 1000, 20, message="traffic over the link")
     pids = [b.pid, *b.worker_pids().values()]

@@ -17,11 +17,14 @@ class Domain:
     tcp_low: int
     tcp_high: int
     config_path: Path
+    request_low: int = 0
+    request_high: int = 0
 
     def overrides(self) -> dict:
         return {"resolver_multicast_address": self.group, "resolver_multicast_port": self.port,
                 "resolver_multicast_interface": "127.0.0.1",
-                "transport_tcp_port_low": self.tcp_low, "transport_tcp_port_high": self.tcp_high}
+                "transport_tcp_port_low": self.tcp_low, "transport_tcp_port_high": self.tcp_high,
+                "request_tcp_port_low": self.request_low, "request_tcp_port_high": self.request_high}
 
 
 def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
@@ -30,14 +33,18 @@ def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
     group = f"239.{100 + worker // 250}.{worker % 250}.{n % 250 + 1}"
     port = 10000 + (worker * 37 + n * 11) % 10000
     # TCP ranges stay below the kernel's ephemeral ports (32768+) so clients never squat on them.
+    # 20 ports per domain: 15 for sources' transports, 5 for request ports (UM's default width).
     tcp_low = 21000 + ((worker * 7 + n) % 550) * 20
-    tcp_high = tcp_low + 19
+    tcp_high = tcp_low + 14
+    request_low, request_high = tcp_high + 1, tcp_high + 5
     path = directory / f"domain{n}.cfg"
     lines = [f"context resolver_multicast_address {group}",
              f"context resolver_multicast_port {port}",
              "context resolver_multicast_interface 127.0.0.1",
              f"context transport_tcp_port_low {tcp_low}",
              f"context transport_tcp_port_high {tcp_high}",
+             f"context request_tcp_port_low {request_low}",
+             f"context request_tcp_port_high {request_high}",
              *extra_lines]
     path.write_text("\n".join(lines) + "\n")
-    return Domain(group, port, tcp_low, tcp_high, path)
+    return Domain(group, port, tcp_low, tcp_high, path, request_low, request_high)

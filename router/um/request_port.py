@@ -1,0 +1,172 @@
+"""The requester's end of responses: a context's request port and the UIM connections made to it.
+
+A context opens its request port on first use only: a context that never sends a request holds no
+port (UM's default range, request_tcp_port_low..high, has five ports, and many contexts share a
+host). Each responder's context connects once and sends its responses as LBMC MESSAGE frames whose
+topic index is the request index (router.um.requests); fragments are reassembled per connection by
+(qidx, first_sqn). A whole response goes to `on_response(qidx, data, source)`. A connection that
+breaks the framing is counted, logged and closed; the port and the other connections go on.
+"""
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Callable
+
+from router.um.accepting import accept_pending, listen_in_range
+from router.um.requests import RequestPortUnavailable
+from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
+
+log = logging.getLogger(__name__)
+
+OnResponse = Callable[[int, bytes, str], None]
+_READ_SIZE = 256 * 1024
+# As a receiver of source streams does (tcp_receiver): a large response arrives in few, full segments.
+_RECEIVE_BUFFER = 4 * 1024 * 1024
+# What one connection may hold in responses not yet whole: a responder cannot make us keep more.
+MAX_PARTIAL_BYTES = 64 * 1024 * 1024
+_MESSAGE_SIZE = MESSAGE_HEADER.size
+_FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
+_unpack_message = MESSAGE_HEADER.unpack_from
+_unpack_frag = FRAG_HEADER.unpack_from
+
+
+class MalformedResponse(ValueError):
+    """A frame that breaks the stream (bad length, impossible fragment): the connection goes."""
+
+
+class UimConnection:
+    """One responder context's connection: a byte stream of response frames."""
+
+    def __init__(self, sock: socket.socket, peer: tuple, on_response: OnResponse, counters: dict[str, int]):
+        self.sock = sock
+        self.source = f"TCP:{peer[0]}:{peer[1]}"
+        self.on_response = on_response
+        self.counters = counters
+        self.buffer = bytearray()
+        self.partial: dict[tuple[int, int], list] = {}     # (qidx, first_sqn) -> [bytearray, received]
+        self.partial_bytes = 0
+
+    def take(self, data: bytes) -> None:
+        """Add what the socket gave; deliver every whole response. MalformedResponse on bad framing."""
+        self.buffer += data
+        buffer = bytes(self.buffer)
+        offset, end = 0, len(buffer)
+        try:
+            while end - offset >= 4:
+                msglen = (buffer[offset + 2] << 8) | buffer[offset + 3]
+                if msglen < 4:
+                    raise MalformedResponse(f"frame length {msglen}")
+                if end - offset < msglen:
+                    break
+                self._frame(buffer, offset, msglen)
+                offset += msglen
+        finally:
+            del self.buffer[:offset]
+
+    def _frame(self, buffer: bytes, offset: int, msglen: int) -> None:
+        ver_type, next_hdr, _, qidx, sqn = _unpack_message(buffer, offset) if msglen >= _MESSAGE_SIZE \
+            else (buffer[offset], buffer[offset + 1], 0, 0, 0)
+        if ver_type != LBMC_TYPE_MESSAGE or msglen < _MESSAGE_SIZE:
+            self.counters["response_frames_unknown"] += 1   # controls a UM context may send: not ours
+        elif next_hdr == NHDR_DATA:
+            self.on_response(qidx, buffer[offset + _MESSAGE_SIZE:offset + msglen], self.source)
+        elif next_hdr == NHDR_FRAG:
+            self._fragment(buffer, offset, msglen, qidx)
+        else:
+            self.counters["response_frames_unknown"] += 1
+
+    def _fragment(self, buffer: bytes, offset: int, msglen: int, qidx: int) -> None:
+        if msglen < _FRAGMENT_OVERHEAD:
+            raise MalformedResponse("fragment shorter than its headers")
+        next_hdr, _, _, first_sqn, piece_offset, total = _unpack_frag(buffer, offset + _MESSAGE_SIZE)
+        if next_hdr != NHDR_DATA:
+            self.counters["response_frames_unknown"] += 1
+            return
+        piece = buffer[offset + _FRAGMENT_OVERHEAD:offset + msglen]
+        key = (qidx, first_sqn)
+        entry = self.partial.get(key)
+        if entry is None:
+            if self.partial_bytes + total > MAX_PARTIAL_BYTES:
+                raise MalformedResponse(f"fragmented response of {total} bytes, with {self.partial_bytes} "
+                                        f"bytes of others pending (at most {MAX_PARTIAL_BYTES})")
+            entry = self.partial[key] = [bytearray(total), 0]
+            self.partial_bytes += total
+        if piece_offset + len(piece) > len(entry[0]):
+            raise MalformedResponse("fragment beyond the response's length")
+        entry[0][piece_offset:piece_offset + len(piece)] = piece
+        entry[1] += len(piece)
+        if entry[1] >= len(entry[0]):
+            del self.partial[key]
+            self.partial_bytes -= len(entry[0])
+            self.on_response(qidx, bytes(entry[0]), self.source)
+
+
+class RequestPort:
+    """The listening request port and its connections; on the context's loop thread."""
+
+    def __init__(self, loop, interface: str, port_low: int, port_high: int, on_response: OnResponse):
+        self.loop = loop
+        self.on_response = on_response
+        errors: list[OSError] = []
+        self.listener = listen_in_range(interface, range(port_low, port_high + 1), receive_buffer=_RECEIVE_BUFFER,
+                                        errors=errors)
+        if self.listener is None:
+            last = f"; last error: {errors[-1].strerror}" if errors else ""
+            raise RequestPortUnavailable(
+                f"no free request port in request_tcp_port_low..high = {port_low}..{port_high} on {interface} "
+                f"({max(port_high - port_low + 1, 0)} ports; widen the range, or close contexts that hold one{last})")
+        self.address = (interface, self.listener.getsockname()[1])
+        self.connections: dict[int, tuple[socket.socket, UimConnection]] = {}
+        self.counters = {"response_connections": 0, "responses_malformed": 0, "response_frames_unknown": 0}
+        self.closed = False
+        loop.add_reader(self.listener.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        for sock, peer in accept_pending(self.listener, f"request port {self.address[1]}"):
+            connection = UimConnection(sock, peer, self._deliver, self.counters)
+            self.connections[sock.fileno()] = (sock, connection)
+            self.counters["response_connections"] += 1
+            self.loop.add_reader(sock.fileno(), lambda fd=sock.fileno(): self._readable(fd))
+
+    def _readable(self, fd: int) -> None:
+        sock, connection = self.connections.get(fd, (None, None))
+        if sock is None:
+            return
+        try:
+            data = sock.recv(_READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(fd)
+            return
+        try:
+            connection.take(data)
+        except MalformedResponse as err:
+            self.counters["responses_malformed"] += 1
+            log.warning("request port %d: malformed response stream from %s (%s); connection closed",
+                        self.address[1], connection.source, err)
+            self._drop(fd)
+
+    def _deliver(self, qidx: int, data: bytes, source: str) -> None:
+        try:
+            self.on_response(qidx, data, source)
+        except Exception:       # an application's callback must not cost the other responses
+            log.exception("response callback failed for request %d from %s", qidx, source)
+
+    def _drop(self, fd: int) -> None:
+        sock, _ = self.connections.pop(fd, (None, None))
+        if sock is not None:
+            self.loop.remove_reader(fd)
+            sock.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for fd in list(self.connections):
+            self._drop(fd)
+        self.loop.remove_reader(self.listener.fileno())
+        self.listener.close()
