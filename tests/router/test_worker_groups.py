@@ -98,6 +98,21 @@ def test_reload_that_changes_a_grouped_portal_restarts_its_group_and_adds_others
     assert (got["received"], got["gaps"]) == (1000, 0), got
 
 
+def test_requests_and_responses_cross_a_group_handed_over_both_ways(routers, tools, make_domain):
+    """Requests go LAN2 → LAN1 and responses LAN1 → LAN2 inside the one worker: every one answered."""
+    from tests.router.test_request_response import _ask_across
+    lan1, lan2 = make_domain(), make_domain()
+    router = grouped_router(routers, [lan1, lan2])
+    count = 30
+    asked, answered = _ask_across(tools, lan1, lan2, "grouped.svc", count, 32,
+                                  lambda: router.counters()[1]["receiver_topics"] == 1)
+    assert (asked["answered"], asked["unanswered"]) == (count, 0), asked
+    assert answered["responded"] == count, answered
+    wait_for(lambda: router.counters()[1]["unicast_data_msgs_sent"] == count, 10,
+             message="LAN2 sent every response on to the requester")
+    assert router.counters()[0]["proxy_requests"] == count
+
+
 def _ring_records_written(router, index: int) -> int:
     """Records a portal's worker has written into its ring so far (the ring's own counter)."""
     segment = SharedSegment.attach(f"/umr.{router.name}.{router.pid}.ring{index}")
