@@ -37,22 +37,26 @@ class EgressRecords:
             self.counters.add("ring_records_malformed")
             log.warning("portal %s: %s", self.name, err)
 
-    def on_frames(self, ring: int, record_type: int, stream_id: int, count: int, longest: int, frames) -> None:
-        """A FRAMES or REQUEST_FRAMES record, its header already decoded (a portal in the same
-        process hands these over without a ring)."""
+    def on_frames(self, ring: int, record_type: int, stream_id: int, count: int, longest: int, frames,
+                  now: bool = False) -> None:
+        """A FRAMES or REQUEST_FRAMES record, its header already decoded. `now`: a portal in the
+        same process handed it over, and its frames go out at once rather than into a batch
+        (they are one read's worth: a batch already)."""
         send = self.egress_frames if record_type == RECORD_FRAMES else self.egress_request_frames
-        if not send(ring, stream_id, count, longest, frames):
+        if not send(ring, stream_id, count, longest, frames, now):
             self.counters.add_pair("transport_topic_fragments_dropped_error",
                                    "transport_topic_fragment_bytes_dropped_error", count, len(frames))
 
-    def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
-        """Send a stream's frames on; False if the stream is unknown here (counted by the caller)."""
+    def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames, now: bool = False) -> bool:
+        """Send a stream's frames on (`now`: without batching them); False if the stream is unknown
+        here (counted by the caller)."""
         raise NotImplementedError
 
-    def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+    def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames,
+                              now: bool = False) -> bool:
         """Frames holding requests. A portal that makes proxy requests overrides it; otherwise
         the requests travel on as they are (their requester's address unchanged)."""
-        return self.egress_frames(ring, stream_id, count, longest, frames)
+        return self.egress_frames(ring, stream_id, count, longest, frames, now)
 
     def egress_response(self, ring: int, ipaddr: str, port: int, qidx: int, data: bytes) -> None:
         """A response for a requester that this portal's domain holds."""

@@ -335,7 +335,7 @@ class EndpointPortal(EgressRecords):
         self._schedule_emit()
 
     # -- records from the other portals' rings (the egress side) ----------------------------------
-    def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+    def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames, now: bool = False) -> bool:
         entry = self.egress.by_stream.get((ring, stream_id))
         if entry is None:
             return self.access.stream_rejected(ring, stream_id)     # not ours to send: not an error
@@ -344,22 +344,23 @@ class EndpointPortal(EgressRecords):
         if longest > session.datagram_max_size:
             self._send_fitting_frames(proxy, rewrite, frames)
             return True
-        session.send_raw(frames, rewrite, count)
+        session.send_raw(frames, rewrite, count, now)
         self._sent_frames += count
         self._sent_bytes += len(frames)
         return True
 
-    def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+    def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames,
+                              now: bool = False) -> bool:
         """Frames holding requests: each becomes a proxy request (router.portals.proxy_requests),
         answered at this portal's request port, then the frames go as any others."""
         if (ring, stream_id) not in self.egress.by_stream:
-            return self.egress_frames(ring, stream_id, count, longest, frames)
+            return self.egress_frames(ring, stream_id, count, longest, frames, now)
         try:
             ipaddr, port = self.context.request_address()
         except OSError as err:
             self._rate_limited("request-port-unavailable", f"requests forwarded as they are, without a proxy request "
                                                            f"(no request port: {err})")
-            return self.egress_frames(ring, stream_id, count, longest, frames)
+            return self.egress_frames(ring, stream_id, count, longest, frames, now)
         evicted = self.requests.evicted
         frames, requests, size = self.requests.rewrite(frames, ring, ipaddr, port)
         self.counters.add_pair("transport_topic_req_fragments_sent", "transport_topic_req_fragment_bytes_sent",
@@ -369,7 +370,7 @@ class EndpointPortal(EgressRecords):
             self._rate_limited("proxy-requests-evicted",
                                f"{self.requests.evicted} oldest proxy requests forgotten "
                                f"(at most {self.requests.capacity} are kept); their late responses are dropped")
-        return self.egress_frames(ring, stream_id, count, longest, frames)
+        return self.egress_frames(ring, stream_id, count, longest, frames, now)
 
     def _response_in(self, qidx: int, data: bytes, source: str) -> bool:
         """A response at this portal's request port: to the portal its request came in by."""

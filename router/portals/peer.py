@@ -266,7 +266,7 @@ class PeerPortal(EgressRecords):
         self.log_event("malformed-input", f"peer link {self.name}: {what}; ignored")
 
     # -- records from the other portals' rings (what we send over the link) --------------------------
-    def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+    def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames, now: bool = False) -> bool:
         outbound = self.outbound.get((ring, stream_id))
         if outbound is None:
             return self.access.stream_rejected(ring, stream_id)     # not ours to send: not an error
@@ -274,16 +274,17 @@ class PeerPortal(EgressRecords):
         self.link.send_data(data, count)
         return True
 
-    def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames) -> bool:
+    def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames,
+                              now: bool = False) -> bool:
         """Requests for the far side: each gets an index of this portal's proxy requests, so the
         far router's responses, which come back over the link by index, find their requester."""
         if (ring, stream_id) not in self.outbound:
-            return self.egress_frames(ring, stream_id, count, longest, frames)
+            return self.egress_frames(ring, stream_id, count, longest, frames, now)
         frames, requests, size = self.requests.rewrite(frames, ring)
         self.counters.add_pair("transport_topic_req_fragments_sent", "transport_topic_req_fragment_bytes_sent",
                                requests, size)
         self.counters.set("proxy_requests", len(self.requests))
-        return self.egress_frames(ring, stream_id, count, longest, frames)
+        return self.egress_frames(ring, stream_id, count, longest, frames, now)
 
     def _response_in(self, message: LbmcMessage) -> None:
         """A response from the far router to one of our proxy requests: to the portal its request

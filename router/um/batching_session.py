@@ -99,11 +99,12 @@ class BatchingSession:
             self._flush_locked()
         return sqn
 
-    def send_raw(self, frames, tidx: int | None = None, count: int = 0) -> None:
+    def send_raw(self, frames, tidx: int | None = None, count: int = 0, now: bool = False) -> None:
         """Append `count` whole LBMC frames as they are (a router forwarding a source's frames).
-        With `tidx`, each frame's topic index is set to it (in our batch: the caller's bytes stay)."""
+        With `tidx`, each frame's topic index is set to it (in our batch: the caller's bytes stay).
+        `now`: send them at once if nothing is batched before them, whatever their length."""
         with self.lock:
-            if tidx is None and not self.batch and len(frames) >= self.batching_minimum_length:
+            if tidx is None and not self.batch and (now or len(frames) >= self.batching_minimum_length):
                 self._deliver_counted(frames)      # a batch already: no copy into ours
                 return
             start = len(self.batch)

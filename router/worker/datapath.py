@@ -105,7 +105,9 @@ class DataPath:
         self.loop = loop
         self.counters = counters
         self.handler = None                    # handler(ring index, record type, payload view)
-        self.handler_frames = None             # (ring index, record type, stream id, count, longest, frames)
+        # handler_frames(ring index, record type, stream id, count, longest, frames): frames handed
+        # over by a portal in this process, to be sent at once (they are one read's worth)
+        self.handler_frames = None
         self.after_batch = None                # called when the rings have been drained (flush point)
         self.producer = RingProducer(self._memory(index), wakeups=self.rings.wakeups(index))
         self.consumers: dict[int, RingConsumer] = {}

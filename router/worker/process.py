@@ -7,6 +7,7 @@ restarted. SIGTERM is a graceful stop: proxy sources send final advertisements f
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -100,7 +101,7 @@ def _run(specs: list[WorkerSpec]) -> int:
                             lambda m, portal=one.portal: _on_bus(m, portal, loop))
         one.portal.bus = one.bus
         one.datapath.handler = one.portal.on_record
-        one.datapath.handler_frames = one.portal.on_frames
+        one.datapath.handler_frames = functools.partial(one.portal.on_frames, now=True)
         one.datapath.after_batch = one.portal.flush
     _join_local(hosted)
     scheduling = WorkerScheduling(first.scheduling, [one.counters for one in hosted])
