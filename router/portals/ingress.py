@@ -6,6 +6,7 @@ becomes a stream of router.portals.streams, which tells the right portals about 
 """
 from __future__ import annotations
 
+import functools
 import logging
 
 from router.portals.acl import SourceFacts
@@ -99,9 +100,8 @@ class Ingress:
     def _feed(self, joined, stream) -> None:
         """Where a joined source's frames go: its stream; reads holding requests say so, so the
         egress can make proxy requests of them (router.portals.proxy_requests)."""
-        forward, forward_requests = self.streams.forward, self.streams.forward_requests
-        joined.forward = lambda frames, count, longest, s=stream: forward(s, frames, count, longest)
-        joined.forward_requests = lambda frames, count, longest, s=stream: forward_requests(s, frames, count, longest)
+        joined.forward = functools.partial(self.streams.forward, stream)
+        joined.forward_requests = functools.partial(self.streams.forward_requests, stream)
 
     def _end(self, joined) -> None:
         standing = self.joined_of_otid.get(joined.candidate.otid, [])
