@@ -159,9 +159,10 @@ class BatchingSession:
         self._deliver_counted(data)
 
     def _deliver_counted(self, data) -> None:
+        size = len(data)
+        self._deliver(data)              # counted after: the send is what a paced message waits for
         self.counters["batches"] += 1
-        self.counters["bytes_sent"] += len(data)
-        self._deliver(data)
+        self.counters["bytes_sent"] += size
 
     def _deliver(self, data) -> None:
         """Send or queue `data` (bytes-like; it may be a view valid only during this call)."""

@@ -77,7 +77,6 @@ class TcpSessionClient(FrameStream):
             self.close()
             return
         self.filled += received
-        self.counters["bytes"] += received
         if self.raw_indexes:      # a router's proxy receiver: frames go on as views of the buffer
             consumed = self._parse(self.buffer, self.filled, self.view)
         else:                     # an application's receiver keeps its payloads: slice a copy
@@ -87,6 +86,7 @@ class TcpSessionClient(FrameStream):
             if remaining:
                 self.buffer[:remaining] = self.buffer[consumed:self.filled]
             self.filled = remaining
+        self.counters["bytes"] += received        # after the frames went on: off their way
 
     def _control(self, data: bytes, offset: int, msglen: int, next_hdr: int) -> bool:
         if next_hdr == NHDR_TCP_SID and msglen >= CONTROL_HEADER.size + TCP_SID_HEADER.size:
