@@ -81,6 +81,15 @@ class RingProducer(_RingView):
 
     # -- single records --------------------------------------------------------------------
 
+    def live_consumers(self) -> int:
+        """How many consumers are attached and alive now (heartbeat set and within the timeout)."""
+        slots, now, live = self._slots, _monotonic_ns(), 0
+        for _, _, heartbeat_slot, _, _ in self._consumers:
+            heartbeat = load_acquire(slots, heartbeat_slot)
+            if heartbeat and now - heartbeat <= self.heartbeat_timeout_ns:
+                live += 1
+        return live
+
     @property
     def position(self) -> int:
         """Where the next record goes: everything written so far ends before it."""

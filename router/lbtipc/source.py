@@ -6,6 +6,12 @@ the full ring cannot take, up to its max_queue, then drops and counts (and repor
 its portal holds records in the router's rings meanwhile: router.worker.datapath). A receiver that
 dies stops holding the source back after the ring's heartbeat timeout. Closing writes an
 end-of-session record, so receivers see EOS at once.
+
+A receiver starts reading at the ring's tail when it attaches, and the receiver a router's proxy
+source exists for attaches only once it has heard the proxy's advertisement. So a session made
+with `hold_for_receiver` (as router.um.tcp_source's) keeps what it is sent until its first
+receiver attaches, up to max_queue bytes and for at most that many seconds, and then writes it
+into the ring in order, looking for the receiver every HOLD_CHECK_INTERVAL meanwhile.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ RECORD_END = 2
 SLOTS = 16
 HEARTBEAT_TIMEOUT = 5.0
 WAITING_RECHECK_INTERVAL = 0.25    # s: a proxy's queue looks for dead receivers this often
+HOLD_CHECK_INTERVAL = 0.005        # s: a proxy holding batches for its first receiver looks this often
 _ALL = (1 << SLOTS) - 1
 
 
@@ -41,7 +48,8 @@ def ring_capacity(window: int) -> int:
 
 class LbtipcSourceSession(BatchingSession):
     def __init__(self, loop, *, id_low: int, id_high: int, window: int, datagram_max_size: int,
-                 batching_minimum_length: int, batching_interval: float, overflow: str, max_queue: int):
+                 batching_minimum_length: int, batching_interval: float, overflow: str, max_queue: int,
+                 hold_for_receiver: float = 0.0):
         super().__init__(loop, datagram_max_size=datagram_max_size, batching_minimum_length=batching_minimum_length,
                          batching_interval=batching_interval, overflow=overflow, max_queue=max_queue)
         self.session_id = int.from_bytes(os.urandom(4), "big") or 1
@@ -59,6 +67,13 @@ class LbtipcSourceSession(BatchingSession):
         self.waiting_bytes = 0
         self.progress = 0.0                       # time.monotonic() the ring last took a waiting batch
         self._recheck = None                      # while batches wait: looks again for dead receivers
+        self.hold_for_receiver = hold_for_receiver
+        self.held: deque[tuple[float, bytes]] = deque()     # (when, batch) sent before any receiver
+        self.held_bytes = 0
+        self._receiver_seen = False
+        self._hold_check = None
+        self.counters["held_batches_delivered"] = 0
+        self.counters["held_batches_expired"] = 0
 
     def advertised_info(self) -> LbtipcInfo:
         return LbtipcInfo(self.host_id, self.session_id, self.xport_id)
@@ -75,6 +90,9 @@ class LbtipcSourceSession(BatchingSession):
         proxy queues what the full ring cannot take, up to its max_queue, and drops the rest."""
         try:
             if self.overflow == "drop":
+                if self.hold_for_receiver > 0 and not self._receiver_seen and not self._receivers_now():
+                    self._hold(bytes(data))
+                    return
                 if self.waiting or not self.producer.offer(RECORD_FRAMES, data, _ALL):
                     self._queue(bytes(data))
                 return
@@ -83,6 +101,56 @@ class LbtipcSourceSession(BatchingSession):
         except RecordTooLarge:
             # A batch above half the ring: only a tiny transmission window gets here; counted.
             self.counters["records_too_large"] += 1
+
+    # -- held for the first receiver ---------------------------------------------------------------
+    def _receivers_now(self) -> bool:
+        if self.held or not self.producer.live_consumers():
+            return False          # (with batches held, only _release_held may let them go, in order)
+        self._receiver_seen = True
+        return True
+
+    def _hold(self, data: bytes) -> None:
+        """Keep a batch no receiver has attached for yet (lock held); beyond max_queue bytes the
+        oldest go, counted."""
+        now = time.monotonic()
+        self._expire_held(now)
+        self.held.append((now, data))
+        self.held_bytes += len(data)
+        while self.held_bytes > self.max_queue and len(self.held) > 1:
+            self._forget_oldest_held()
+        if self._hold_check is None:
+            self._hold_check = self.loop.call_every(HOLD_CHECK_INTERVAL, self._release_held)
+
+    def _expire_held(self, now: float) -> None:
+        while self.held and now - self.held[0][0] > self.hold_for_receiver:
+            self._forget_oldest_held()
+
+    def _forget_oldest_held(self) -> None:
+        _, batch = self.held.popleft()
+        self.held_bytes -= len(batch)
+        self.counters["held_batches_expired"] += 1
+
+    def _release_held(self) -> None:
+        """On the loop: once a receiver is attached, what was held goes into the ring in order
+        (behind nothing: no batch was written before it); with nothing left to hold, stop looking."""
+        with self.lock:
+            self._expire_held(time.monotonic())
+            if self.held and not self.closed and not self.producer.live_consumers():
+                return
+            self._hold_check.cancel()
+            self._hold_check = None
+            if self.closed:
+                return
+            self._receiver_seen = bool(self.held)
+            while self.held:
+                batch = self.held.popleft()[1]
+                self.held_bytes -= len(batch)
+                self.counters["held_batches_delivered"] += 1
+                try:
+                    if self.waiting or not self.producer.offer(RECORD_FRAMES, batch, _ALL):
+                        self._queue(batch)
+                except RecordTooLarge:          # as in _deliver: counted
+                    self.counters["records_too_large"] += 1
 
     def _queue(self, data: bytes) -> None:
         """The ring is full (its slowest receiver is behind): keep the batch in order. Lock held,
@@ -136,7 +204,7 @@ class LbtipcSourceSession(BatchingSession):
         return self.progress if self.waiting else None
 
     def queued_bytes(self) -> int:
-        return self.waiting_bytes
+        return self.waiting_bytes + self.held_bytes
 
     def close(self) -> None:
         with self.lock:
@@ -144,6 +212,13 @@ class LbtipcSourceSession(BatchingSession):
                 return
             self._flush_locked()
             self.closed = True
+            if self.held:                         # nobody attached in time: as a TCP session's, counted
+                self.counters["held_batches_expired"] += len(self.held)
+                self.held.clear()
+                self.held_bytes = 0
+            if self._hold_check is not None:
+                self._hold_check.cancel()
+                self._hold_check = None
             if self.waiting:                      # a deleted proxy's queue is discarded (as the DRO's)
                 self.counters["dropped_would_block_batches"] += len(self.waiting)
                 self.counters["dropped_would_block_bytes"] += self.waiting_bytes

@@ -84,8 +84,9 @@ class Context:
         """A source on `topic`. `otid`, `cost`, `hop_count`, `domain_id` are for proxy sources:
         they make the advertisement say where the data really comes from; `index` asks for a
         topic index (a router keeps the origin's, so forwarded frames need no rewriting);
-        `hold_for_receiver` (seconds, TCP) keeps what is sent while no receiver is connected for
-        the first one to connect (router.um.tcp_source)."""
+        `hold_for_receiver` (seconds) keeps what is sent while no receiver is connected (LBT-IPC:
+        until the first attaches) for the first one to connect (router.um.tcp_source,
+        router.lbtipc.source)."""
         transport = (transport or self.config.get("source", "transport")).replace("-", "")
         finals = self.config.get("source", "resolver_send_final_advertisements") \
             if final_advertisements is None else final_advertisements
@@ -203,7 +204,8 @@ class Context:
                     datagram_max_size=get("context", "transport_lbtipc_datagram_max_size"),
                     batching_minimum_length=get("source", "implicit_batching_minimum_length"),
                     batching_interval=get("source", "implicit_batching_interval") / 1000,
-                    overflow=overflow, max_queue=max_queue or 8 * 1024 * 1024)
+                    overflow=overflow, max_queue=max_queue or 8 * 1024 * 1024,
+                    hold_for_receiver=hold_for_receiver)
                 self.sessions[key] = session
                 self.session_users[session] = self.session_users.get(session, 0) + 1
                 return session

@@ -40,3 +40,56 @@ def test_a_dead_receiver_stops_holding_the_queue_back(monkeypatch):
         segment.close()
         session.close()
         loop.close()
+
+
+def _proxy_session(loop, hold: float):
+    return source.LbtipcSourceSession(loop, id_low=30000, id_high=30999, window=1 << 20, datagram_max_size=8192,
+                                      batching_minimum_length=1, batching_interval=0.01, overflow="drop",
+                                      max_queue=4 << 20, hold_for_receiver=hold)
+
+
+def test_what_is_sent_before_the_first_receiver_attaches_reaches_it_in_order():
+    loop = EventLoop("test")
+    session = _proxy_session(loop, hold=30.0)
+    name = session.segment.name
+    segment = SharedSegment.attach(name)
+    slot, receiver = None, None
+    try:
+        for n in range(3):
+            session.send_raw(b"early-%d" % n)
+        assert len(session.held) == 3 and session.queued_bytes() == 3 * 7
+        assert session.producer.position == 0                 # nothing in the ring: nobody would read it
+        slot = naming.claim_slot(name, source.SLOTS)
+        receiver = RingConsumer(segment.memory, slot)         # attaches at the tail, as a receiver does
+        deadline = time.monotonic() + 10
+        while session.held and time.monotonic() < deadline:
+            loop.run_once(0.05)
+        session.send_raw(b"late")                             # after the held ones, not before
+        got = []
+        receiver.read_batch(lambda record_type, payload: got.append(bytes(payload)))
+        assert got == [b"early-0", b"early-1", b"early-2", b"late"]
+        assert session.counters["held_batches_delivered"] == 3 and session.counters["held_batches_expired"] == 0
+    finally:
+        if receiver is not None:
+            receiver.close()
+            naming.release_slot(name, slot)
+        segment.close()
+        session.close()
+        loop.close()
+
+
+def test_held_batches_expire_after_the_hold_and_an_application_source_holds_nothing():
+    loop = EventLoop("test")
+    proxy, application = _proxy_session(loop, hold=0.05), _proxy_session(loop, hold=0.0)
+    try:
+        proxy.send_raw(b"too early")
+        time.sleep(0.1)                                       # past the hold, with nobody attached
+        proxy.send_raw(b"still nobody")
+        assert [batch for _, batch in proxy.held] == [b"still nobody"]
+        assert proxy.counters["held_batches_expired"] == 1
+        application.send_raw(b"straight in")
+        assert not application.held and application.producer.position > 0
+    finally:
+        proxy.close()
+        application.close()
+        loop.close()

@@ -115,3 +115,16 @@ def test_requests_and_responses_cross_two_routers_hop_by_hop(routers, tools, mak
     assert b_lan2["unicast_data_msgs_forwarded"] == b_link["unicast_data_msgs_sent"] == count
     assert a_link["unicast_data_msgs_rcvd"] == a_link["unicast_data_msgs_forwarded"] == count, a_link
     assert a_link["unicast_data_msgs_rcvd_unknown_fwd"] == b_lan2["unicast_data_msgs_rcvd_unknown_fwd"] == 0
+
+
+def test_requests_reach_a_responder_whose_domain_receives_over_lbt_ipc(routers, tools, make_domain):
+    """The responder's domain gets the router's proxy source over LBT-IPC: the first request,
+    sent before the responder has attached to that source's ring, is answered too."""
+    lan1, lan2 = make_domain("source transport lbtipc"), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
+                           endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+    count = 20
+    asked, answered = _ask_across(tools, lan1, lan2, "svc.ipc", count, 32,
+                                  lambda: router.counters()[1]["receiver_topics"] == 1)
+    assert (asked["answered"], asked["unanswered"]) == (count, 0), asked
+    assert answered["responded"] == count, answered
