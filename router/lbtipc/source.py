@@ -11,7 +11,8 @@ A receiver starts reading at the ring's tail when it attaches, and the receiver 
 source exists for attaches only once it has heard the proxy's advertisement. So a session made
 with `hold_for_receiver` (as router.um.tcp_source's) keeps what it is sent until its first
 receiver attaches, up to max_queue bytes and for at most that many seconds, and then writes it
-into the ring in order, looking for the receiver every HOLD_CHECK_INTERVAL meanwhile.
+into the ring in order, looking for the receiver every HOLD_CHECK_INTERVAL meanwhile
+(router.um.held_batches).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from router.ipc.shm import SharedSegment
 from router.ipc.wakeup import RingWakeups
 from router.lbtipc import naming
 from router.um.batching_session import BatchingSession
+from router.um.held_batches import HeldBatches
 from router.um.wire.lbmr import LbtipcInfo
 from router.um.wire.otid import lbtipc_otid
 
@@ -68,12 +70,9 @@ class LbtipcSourceSession(BatchingSession):
         self.progress = 0.0                       # time.monotonic() the ring last took a waiting batch
         self._recheck = None                      # while batches wait: looks again for dead receivers
         self.hold_for_receiver = hold_for_receiver
-        self.held: deque[tuple[float, bytes]] = deque()     # (when, batch) sent before any receiver
-        self.held_bytes = 0
+        self.held = HeldBatches(max_queue, hold_for_receiver, self.counters)   # sent before any receiver
         self._receiver_seen = False
         self._hold_check = None
-        self.counters["held_batches_delivered"] = 0
-        self.counters["held_batches_expired"] = 0
 
     def advertised_info(self) -> LbtipcInfo:
         return LbtipcInfo(self.host_id, self.session_id, self.xport_id)
@@ -91,7 +90,7 @@ class LbtipcSourceSession(BatchingSession):
         try:
             if self.overflow == "drop":
                 if self.hold_for_receiver > 0 and not self._receiver_seen and not self._receivers_now():
-                    self._hold(bytes(data))
+                    self._hold(data)
                     return
                 if self.waiting or not self.producer.offer(RECORD_FRAMES, data, _ALL):
                     self._queue(bytes(data))
@@ -109,32 +108,17 @@ class LbtipcSourceSession(BatchingSession):
         self._receiver_seen = True
         return True
 
-    def _hold(self, data: bytes) -> None:
-        """Keep a batch no receiver has attached for yet (lock held); beyond max_queue bytes the
-        oldest go, counted."""
-        now = time.monotonic()
-        self._expire_held(now)
-        self.held.append((now, data))
-        self.held_bytes += len(data)
-        while self.held_bytes > self.max_queue and len(self.held) > 1:
-            self._forget_oldest_held()
+    def _hold(self, data) -> None:
+        """Keep a batch no receiver has attached for yet (lock held), and look for one."""
+        self.held.hold(data)
         if self._hold_check is None:
             self._hold_check = self.loop.call_every(HOLD_CHECK_INTERVAL, self._release_held)
-
-    def _expire_held(self, now: float) -> None:
-        while self.held and now - self.held[0][0] > self.hold_for_receiver:
-            self._forget_oldest_held()
-
-    def _forget_oldest_held(self) -> None:
-        _, batch = self.held.popleft()
-        self.held_bytes -= len(batch)
-        self.counters["held_batches_expired"] += 1
 
     def _release_held(self) -> None:
         """On the loop: once a receiver is attached, what was held goes into the ring in order
         (behind nothing: no batch was written before it); with nothing left to hold, stop looking."""
         with self.lock:
-            self._expire_held(time.monotonic())
+            self.held.expire()
             if self.held and not self.closed and not self.producer.live_consumers():
                 return
             self._hold_check.cancel()
@@ -142,10 +126,7 @@ class LbtipcSourceSession(BatchingSession):
             if self.closed:
                 return
             self._receiver_seen = bool(self.held)
-            while self.held:
-                batch = self.held.popleft()[1]
-                self.held_bytes -= len(batch)
-                self.counters["held_batches_delivered"] += 1
+            for batch in self.held.take():
                 try:
                     if self.waiting or not self.producer.offer(RECORD_FRAMES, batch, _ALL):
                         self._queue(batch)
@@ -204,7 +185,7 @@ class LbtipcSourceSession(BatchingSession):
         return self.progress if self.waiting else None
 
     def queued_bytes(self) -> int:
-        return self.waiting_bytes + self.held_bytes
+        return self.waiting_bytes + self.held.bytes
 
     def close(self) -> None:
         with self.lock:
@@ -212,10 +193,7 @@ class LbtipcSourceSession(BatchingSession):
                 return
             self._flush_locked()
             self.closed = True
-            if self.held:                         # nobody attached in time: as a TCP session's, counted
-                self.counters["held_batches_expired"] += len(self.held)
-                self.held.clear()
-                self.held_bytes = 0
+            self.held.discard()                   # nobody attached in time: counted, as a TCP session's
             if self._hold_check is not None:
                 self._hold_check.cancel()
                 self._hold_check = None

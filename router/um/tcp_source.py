@@ -11,7 +11,8 @@ A router's proxy source exists because a receiver in its domain showed interest,
 connects only once it has heard the proxy's advertisement: what the proxy forwards in between (a
 requester's first request, typically) would reach nobody. So a session made with
 `hold_for_receiver` keeps what it sends while no receiver is connected, up to `max_queue` bytes and
-for at most that many seconds, and gives it to the first receiver that connects.
+for at most that many seconds, and gives it to the first receiver that connects
+(router.um.held_batches).
 """
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ import os
 import select
 import socket
 import time
-from collections import deque
 
 from router.um.accepting import accept_pending, listen_in_range
 from router.um.batching_session import BatchingSession
+from router.um.held_batches import HeldBatches
 from router.um.wire.lbmc import CONTROL_HEADER, LBMC_TYPE_CONTROL, NHDR_NONE, NHDR_TCP_SID, TCP_SID_HEADER
 from router.um.wire.lbmr import TcpInfo
 from router.um.wire.otid import tcp_otid
@@ -60,10 +61,7 @@ class TcpSourceSession(BatchingSession):
         self.connections: list[_Connection] = []
         self.counters["connections_accepted"] = 0
         self.hold_for_receiver = hold_for_receiver
-        self.held: deque[tuple[float, bytes]] = deque()     # (when, batch) sent while nobody was connected
-        self.held_bytes = 0
-        self.counters["held_batches_delivered"] = 0
-        self.counters["held_batches_expired"] = 0
+        self.held = HeldBatches(max_queue, hold_for_receiver, self.counters)   # sent while nobody was connected
         self.listener = self._listen(interface, port_low, port_high, fixed_port)
         self.port = self.listener.getsockname()[1]
         loop.add_reader(self.listener.fileno(), self._accept)
@@ -126,7 +124,7 @@ class TcpSourceSession(BatchingSession):
         """Send a batch on every connection (lock held): straight to the socket when nothing is
         queued before it, the rest into the connection's queue; a full queue blocks or drops."""
         if not self.connections and self.hold_for_receiver > 0:
-            self._hold(data)
+            self.held.hold(data)
             return
         for connection in list(self.connections):
             if connection.queue:
@@ -147,32 +145,10 @@ class TcpSourceSession(BatchingSession):
                 connection.progress = time.monotonic()      # the backlog starts now
                 self._want_writable(connection)
 
-    # -- held for the first receiver ---------------------------------------------------------------
-    def _hold(self, data) -> None:
-        """Keep a batch nobody is connected for (lock held); the oldest go beyond `max_queue` bytes."""
-        now = time.monotonic()
-        self._expire_held(now)
-        self.held.append((now, bytes(data)))
-        self.held_bytes += len(data)
-        while self.held_bytes > self.max_queue and len(self.held) > 1:
-            self._forget_oldest_held()
-
-    def _expire_held(self, now: float) -> None:
-        while self.held and now - self.held[0][0] > self.hold_for_receiver:
-            self._forget_oldest_held()
-
-    def _forget_oldest_held(self) -> None:
-        _, batch = self.held.popleft()
-        self.held_bytes -= len(batch)
-        self.counters["held_batches_expired"] += 1
-
     def _give_held(self, connection: _Connection) -> None:
         """The first receiver to connect takes what was held, in order, after its TCP_SID (lock held)."""
-        self._expire_held(time.monotonic())
-        while self.held:
-            connection.queue += self.held.popleft()[1]
-            self.counters["held_batches_delivered"] += 1
-        self.held_bytes = 0
+        for batch in self.held.take():
+            connection.queue += batch
 
     def _send(self, connection: _Connection, data) -> int | None:
         """What the socket takes of `data` now, in bytes; None if the connection broke (it is
@@ -237,7 +213,7 @@ class TcpSourceSession(BatchingSession):
 
     def queued_bytes(self) -> int:
         """What waits to be sent: in connections' queues, and held for a first receiver."""
-        return sum(len(c.queue) for c in self.connections) + self.held_bytes
+        return sum(len(c.queue) for c in self.connections) + self.held.bytes
 
     def backlog(self) -> float | None:
         """None if some receiver's connection takes data now; else (every connection has data
@@ -259,6 +235,7 @@ class TcpSourceSession(BatchingSession):
                 return
             self.closed = True
             self._flush_locked()
+            self.held.discard()               # nobody connected in time: counted
         self.wait_drained(0, timeout=5.0)
         self.loop.call_and_wait(self._close_sockets)
 

@@ -85,7 +85,7 @@ def test_held_batches_expire_after_the_hold_and_an_application_source_holds_noth
         proxy.send_raw(b"too early")
         time.sleep(0.1)                                       # past the hold, with nobody attached
         proxy.send_raw(b"still nobody")
-        assert [batch for _, batch in proxy.held] == [b"still nobody"]
+        assert [batch for _, batch in proxy.held.batches] == [b"still nobody"]
         assert proxy.counters["held_batches_expired"] == 1
         application.send_raw(b"straight in")
         assert not application.held and application.producer.position > 0
