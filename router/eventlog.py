@@ -40,6 +40,8 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "drops-would-block": ("UMR-3001-1", logging.WARNING),
     "drops-size-error": ("UMR-3001-2", logging.WARNING),
     "drops-queue-failure": ("UMR-3001-3", logging.WARNING),
+    "drops-immediate-size-error": ("UMR-3001-4", logging.WARNING),
+    "drops-immediate-error": ("UMR-3001-5", logging.WARNING),
     "ring-full": ("UMR-3002-1", logging.WARNING),
     "malformed-input": ("UMR-3003-1", logging.WARNING),
     "request-port-unavailable": ("UMR-3004-1", logging.WARNING),

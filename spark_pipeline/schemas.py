@@ -24,10 +24,13 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "msgs_out": ("transport_topic_fragments_sent", "data_fragments_sent"),
     "bytes_out": ("transport_topic_fragment_bytes_sent", "data_fragment_bytes_sent"),
 }
+# Immediate messages (MIM) a portal could not send count with the data drops of the same reason.
 DROP_REASONS: dict[str, tuple[str, ...]] = {
     "would_block": ("transport_topic_fragments_dropped_would_block", "data_fragments_dropped_would_block"),
-    "error": ("transport_topic_fragments_dropped_error",),
-    "size_error": ("transport_topic_fragments_dropped_size_error",),
+    "error": ("transport_topic_fragments_dropped_error", "immediate_topic_fragments_dropped_error",
+              "immediate_topicless_fragments_dropped_error"),
+    "size_error": ("transport_topic_fragments_dropped_size_error", "immediate_topic_fragments_dropped_size_error",
+                   "immediate_topicless_fragments_dropped_size_error"),
     "queue_failure": ("transport_topic_fragments_dropped_queue_failure", "data_fragments_dropped_queue_failure"),
     "not_operational": ("data_fragments_dropped_not_operational",),
 }

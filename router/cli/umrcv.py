@@ -45,6 +45,8 @@ def run_receiver(args, subscribe) -> int:
 
     try:
         subscribe(context, on_batch, on_event)
+        # Immediate messages have no beginning of stream: scripts start their sender on this line.
+        print("umrcv: subscribed", file=sys.stderr, flush=True)
         deadline = time.monotonic() + args.timeout if args.timeout else None
         while not stop.is_set():
             now = time.monotonic()
@@ -69,8 +71,15 @@ def run_receiver(args, subscribe) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="umrcv", description=__doc__)
     add_receive_arguments(parser)
-    parser.add_argument("topic")
+    parser.add_argument("--topicless", action="store_true",
+                        help="receive topicless multicast immediate messages (no topic); immediate messages "
+                             "to a topic reach its receiver without this")
+    parser.add_argument("topic", nargs="?")
     args = parser.parse_args(argv)
+    if args.topicless:
+        return run_receiver(args, lambda ctx, on_batch, on_event: ctx.immediate_receiver(lambda m: on_batch((m,))))
+    if args.topic is None:
+        parser.error("a topic is needed (or --topicless)")
     return run_receiver(args, lambda ctx, on_batch, on_event: ctx.receiver(args.topic, on_event=on_event, on_batch=on_batch))
 
 

@@ -1,4 +1,7 @@
-"""umsrc: publish numbered, timestamped messages on a topic (after UM's lbmsrc sample)."""
+"""umsrc: publish numbered, timestamped messages on a topic (after UM's lbmsrc sample).
+
+With --immediate it sends them as multicast immediate messages to the topic instead, without a
+source (UM's lbmimsg); with --topicless, as topicless immediate messages."""
 from __future__ import annotations
 
 import argparse
@@ -28,9 +31,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("-F", "--flush", action="store_true", help="flush every message (lowest latency)")
     parser.add_argument("-i", "--source-id", type=lambda s: int(s, 0), default=None,
                         help="source id carried in each payload (default: random)")
+    parser.add_argument("--immediate", action="store_true",
+                        help="send multicast immediate messages to the topic (no source, no topic resolution)")
+    parser.add_argument("--topicless", action="store_true",
+                        help="send topicless multicast immediate messages (implies --immediate; no topic)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
-    parser.add_argument("topic")
-    return parser.parse_args(argv)
+    parser.add_argument("topic", nargs="?")
+    args = parser.parse_args(argv)
+    if args.topicless:
+        args.immediate = True
+    elif args.topic is None:
+        parser.error("a topic is needed (or --topicless)")
+    return args
 
 
 def main(argv=None) -> int:
@@ -45,8 +57,11 @@ def main(argv=None) -> int:
     context = open_context(args)
     source_id = args.source_id if args.source_id is not None else int.from_bytes(os.urandom(4), "big")
     try:
-        source = context.source(args.topic, transport=args.transport)
-        if not wait_for_receivers(source, args, stop, "umsrc"):
+        if args.immediate:
+            source = ImmediateSender(context, None if args.topicless else args.topic)
+        else:
+            source = context.source(args.topic, transport=args.transport)
+        if not args.immediate and not wait_for_receivers(source, args, stop, "umsrc"):
             return 1
         if args.start_on_stdin:
             print("umsrc: waiting for a line on standard input", file=sys.stderr, flush=True)
@@ -65,6 +80,24 @@ def main(argv=None) -> int:
                     "rate_msgs_per_s": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
                     "source_id": f"{source_id:08x}", "receivers": receivers})
     return 0
+
+
+class ImmediateSender:
+    """The parts of a source umsrc uses, for immediate messages (each one is sent at once)."""
+
+    receiver_count = None           # immediate messages do not know who receives them
+
+    def __init__(self, context, topic: str | None):
+        self.context, self.topic = context, topic
+
+    def send(self, data, flush: bool = False) -> None:
+        self.context.send_immediate(self.topic, data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _send(source, buffer: bytearray, source_id: int, args, stop) -> int:

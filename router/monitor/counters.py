@@ -83,9 +83,28 @@ REQUEST_COUNTERS = (
     "proxy_requests",
 )
 
+# Added with multicast immediate messages (router/portals/immediate.py), named as the DRO's
+# Endpoint.Receive/Send and Peer.Receive statistics: MIMs heard in the domain (or over the link),
+# flooded to the other portals ("forwarded"), sent into the domain (or over the link), dropped when
+# they could not be sent or did not fit the egress datagram size, and copies delivery control
+# recognised (another router, or another path, brought the same message already).
+IMMEDIATE_COUNTERS = (
+    "immediate_topic_fragments_rcvd", "immediate_topic_fragment_bytes_rcvd",
+    "immediate_topicless_fragments_rcvd", "immediate_topicless_fragment_bytes_rcvd",
+    "immediate_topic_fragments_forwarded", "immediate_topic_fragment_bytes_forwarded",
+    "immediate_topicless_fragments_forwarded", "immediate_topicless_fragment_bytes_forwarded",
+    "immediate_topic_fragments_sent", "immediate_topic_fragment_bytes_sent",
+    "immediate_topicless_fragments_sent", "immediate_topicless_fragment_bytes_sent",
+    "immediate_topic_fragments_dropped_error", "immediate_topic_fragment_bytes_dropped_error",
+    "immediate_topicless_fragments_dropped_error", "immediate_topicless_fragment_bytes_dropped_error",
+    "immediate_topic_fragments_dropped_size_error", "immediate_topic_fragment_bytes_dropped_size_error",
+    "immediate_topicless_fragments_dropped_size_error", "immediate_topicless_fragment_bytes_dropped_size_error",
+    "immediate_fragments_dropped_dup", "immediate_fragment_bytes_dropped_dup",
+)
+
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
-                 + REQUEST_COUNTERS)
+                 + REQUEST_COUNTERS + IMMEDIATE_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

@@ -14,6 +14,15 @@ from urllib.parse import quote
 from router.monitor import views
 
 # (label as the DRO prints it, count counter, bytes counter or None)
+# Multicast immediate messages arrive at either portal kind (from the domain, or over the link).
+IMMEDIATE_RECEIVE = (
+    ("Immediate topic messages/bytes received", "immediate_topic_fragments_rcvd",
+     "immediate_topic_fragment_bytes_rcvd"),
+    ("Immediate topicless messages/bytes received", "immediate_topicless_fragments_rcvd",
+     "immediate_topicless_fragment_bytes_rcvd"),
+    ("Immediate messages/bytes dropped as duplicates", "immediate_fragments_dropped_dup",
+     "immediate_fragment_bytes_dropped_dup"),
+)
 ENDPOINT_RECEIVE = (
     ("Transport topic fragments/bytes received", "transport_topic_fragments_rcvd",
      "transport_topic_fragment_bytes_rcvd"),
@@ -24,6 +33,7 @@ ENDPOINT_RECEIVE = (
     ("Unicast data messages/bytes received", "unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd"),
     ("Unicast data messages/bytes received with unknown forwarding info", "unicast_data_msgs_rcvd_unknown_fwd",
      "unicast_data_msg_bytes_rcvd_unknown_fwd"),
+    *IMMEDIATE_RECEIVE,
 )
 ENDPOINT_SEND = (
     ("Transport topic fragments/bytes forwarded", "transport_topic_fragments_forwarded",
@@ -41,6 +51,21 @@ ENDPOINT_SEND = (
      "transport_topic_req_fragment_bytes_sent"),
     ("Unicast data messages/bytes forwarded", "unicast_data_msgs_forwarded", "unicast_data_msg_bytes_forwarded"),
     ("Unicast data messages/bytes sent", "unicast_data_msgs_sent", "unicast_data_msg_bytes_sent"),
+    ("Immediate topic messages/bytes forwarded", "immediate_topic_fragments_forwarded",
+     "immediate_topic_fragment_bytes_forwarded"),
+    ("Immediate topic messages/bytes sent", "immediate_topic_fragments_sent", "immediate_topic_fragment_bytes_sent"),
+    ("Immediate topic messages/bytes dropped due to error", "immediate_topic_fragments_dropped_error",
+     "immediate_topic_fragment_bytes_dropped_error"),
+    ("Immediate topic messages/bytes dropped due to fragment size error",
+     "immediate_topic_fragments_dropped_size_error", "immediate_topic_fragment_bytes_dropped_size_error"),
+    ("Immediate topicless messages/bytes forwarded", "immediate_topicless_fragments_forwarded",
+     "immediate_topicless_fragment_bytes_forwarded"),
+    ("Immediate topicless messages/bytes sent", "immediate_topicless_fragments_sent",
+     "immediate_topicless_fragment_bytes_sent"),
+    ("Immediate topicless messages/bytes dropped due to error", "immediate_topicless_fragments_dropped_error",
+     "immediate_topicless_fragment_bytes_dropped_error"),
+    ("Immediate topicless messages/bytes dropped due to fragment size error",
+     "immediate_topicless_fragments_dropped_size_error", "immediate_topicless_fragment_bytes_dropped_size_error"),
 )
 PEER_RECEIVE = (
     ("Data messages/bytes received", "data_msgs_rcvd", "data_msg_bytes_rcvd"),
@@ -48,6 +73,7 @@ PEER_RECEIVE = (
     ("Unicast data messages/bytes received", "unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd"),
     ("Unicast data messages/bytes received with unknown forwarding info", "unicast_data_msgs_rcvd_unknown_fwd",
      "unicast_data_msg_bytes_rcvd_unknown_fwd"),
+    *IMMEDIATE_RECEIVE,
 )
 PEER_SEND = (
     ("Transport topic data fragments/bytes forwarded", "data_fragments_forwarded", "data_fragment_bytes_forwarded"),
@@ -70,6 +96,9 @@ PEER_SEND = (
     ("Minimum RTT (microseconds)", "rtt_min", None),
     ("Mean RTT (microseconds)", "rtt_mean", None),
     ("Maximum RTT (microseconds)", "rtt_max", None),
+    ("Immediate topic messages/bytes sent", "immediate_topic_fragments_sent", "immediate_topic_fragment_bytes_sent"),
+    ("Immediate topicless messages/bytes sent", "immediate_topicless_fragments_sent",
+     "immediate_topicless_fragment_bytes_sent"),
 )
 # Endpoint summary lines, as on the DRO's endpoint page: (label, counter)
 ENDPOINT_INTEREST = (

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from router.monitor.counters import COUNTER_NAMES
 
-SCHEMA_VERSION = "2"            # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
+SCHEMA_VERSION = "3"            # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
+                                # 3: multicast immediate message counters (IMMEDIATE_COUNTERS)
 METADATA_KEY = b"umrouter.stats.schema_version"
 COUNTERS_METADATA_KEY = b"umrouter.stats.counters"
 

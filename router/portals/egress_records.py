@@ -1,19 +1,20 @@
 """Reading the records other portals address to this one (the egress side of every portal kind).
 
 Both portal kinds take the same records from the rings — a stream's ADVERT, its FRAMES (plain,
-or holding requests), its EOS, and RESPONSEs to requests that came in by this portal — and differ
+or holding requests), its EOS, RESPONSEs to requests that came in by this portal, and the
+IMMEDIATE messages other portals flood — and differ
 only in where they send them (proxy sources in a domain, or a peer link). `EgressRecords.on_record`
 decodes and checks each record once, counts what is malformed or meant for a stream this portal
 does not know, and calls the portal's `egress_advert`, `egress_frames`, `egress_request_frames`,
-`egress_eos` and `egress_response`.
+`egress_eos`, `egress_response` and `egress_immediate`.
 """
 from __future__ import annotations
 
 import logging
 
-from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RECORD_REQUEST_FRAMES,
-                                   RECORD_RESPONSE, RecordError, StreamAdvert, decode_eos, decode_frames,
-                                   decode_response)
+from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RECORD_IMMEDIATE,
+                                   RECORD_REQUEST_FRAMES, RECORD_RESPONSE, RecordError, StreamAdvert, decode_eos,
+                                   decode_frames, decode_immediate, decode_response)
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ class EgressRecords:
                 self.egress_eos(ring, decode_eos(payload))
             elif record_type == RECORD_RESPONSE:
                 self.egress_response(ring, *decode_response(payload))
+            elif record_type == RECORD_IMMEDIATE:
+                self.egress_immediate(ring, *decode_immediate(payload))
             else:
                 raise RecordError(f"unknown ring record type {record_type}")
         except RecordError as err:
@@ -60,6 +63,10 @@ class EgressRecords:
 
     def egress_response(self, ring: int, ipaddr: str, port: int, qidx: int, data: bytes) -> None:
         """A response for a requester that this portal's domain holds."""
+        raise NotImplementedError
+
+    def egress_immediate(self, ring: int, origin_domain: int, has_topic: bool, frame: bytes) -> None:
+        """A multicast immediate message another portal heard (router.portals.immediate)."""
         raise NotImplementedError
 
     def egress_advert(self, ring: int, advert: StreamAdvert) -> None:

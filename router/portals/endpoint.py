@@ -17,6 +17,7 @@ from router.portals.acl import PortalAccess
 from router.portals.domain_routes import DomainRouteChannel
 from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
+from router.portals.immediate import ImmediateFlood, carried, with_origin
 from router.portals.ingress import Ingress
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
@@ -25,8 +26,11 @@ from router.portals.proxy_sources import ProxySourceTable
 from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
 from router.portals.streams import StreamTable
 from router.um.context import Context
+from router.um.immediate import ImmediateMessage
+from router.um.wire.errors import WireError
+from router.um.wire.lbmc import decode_lbmc
 from router.um.requests import RequestOrigin
-from router.worker.records import frame_offsets
+from router.worker.records import RecordError, frame_offsets
 from router.um.wire.lbmr import (SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE, TMR_FLAG_WILDCARD_PCRE,
                                  TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC, TMR_TOPIC_USE,
                                  TRREQ_QUERY, TRREQ_WILDCARD_QUERY, GatewayContextInfo, GatewayInterest,
@@ -82,6 +86,10 @@ class EndpointPortal(EgressRecords):
         datapath.backlog = self._egress_backlog
         self.streams = StreamTable(self.name, self.view, datapath, counters, log_event)
         self.ingress = Ingress(self, self.context, self.streams, counters)
+        # Multicast immediate messages: every one heard here is flooded to the other portals.
+        self.immediates = ImmediateFlood(index, portal_indexes, datapath, counters, log_event)
+        self.context.add_immediate_listener(self._immediate_in)
+        self.context.immediate.on_duplicate = self.immediates.duplicate
         # Interest to and from the other routers on this domain (multi-hop), and route-info.
         bounds = resolution.remote_topic_interest
         self.announcer = InterestAnnouncer(bounds.min_interval / 1000, bounds.max_interval / 1000)
@@ -383,6 +391,29 @@ class EndpointPortal(EgressRecords):
         """A response another portal received for a requester in this domain."""
         self.context.respond(RequestOrigin(ipaddr, port, qidx), data)
         self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(data))
+
+    def _immediate_in(self, message: ImmediateMessage) -> None:
+        """A MIM heard in this domain (new to this portal: its context's delivery control dropped
+        copies). One that no router carried yet starts here: this domain is its origin."""
+        origin_domain = message.origin_domain if message.origin_domain is not None else self.domain_id or 0
+        frame = with_origin(decode_lbmc(message.frame)[0], origin_domain, message.origin)
+        self.immediates.heard(origin_domain, message.origin, message.sqn, message.topic is not None, frame,
+                              check_duplicates=False)
+
+    def egress_immediate(self, ring: int, origin_domain: int, has_topic: bool, frame: bytes) -> None:
+        """Into this domain as a MIM of our context, unless the domain is where it came from or
+        has it already (another router joining the same domains brought it first)."""
+        if origin_domain == (self.domain_id or 0):
+            return
+        try:
+            message, _, origin, _ = carried(frame)
+        except WireError as err:
+            raise RecordError(f"immediate record: {err}") from None
+        channel = self.context.immediate
+        if not channel.remember(origin, message.sqn):
+            self.immediates.duplicate(len(frame))
+            return
+        self.immediates.send(channel.send_frames, has_topic, frame)
 
     def egress_advert(self, ring: int, advert) -> None:
         # The ingress addressed it to us from the router-wide interest and routes; when either

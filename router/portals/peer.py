@@ -35,6 +35,7 @@ from router.ipc import bus_messages as bm
 from router.portals.acl import PortalAccess
 from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
+from router.portals.immediate import ImmediateFlood, carried, is_immediate
 from router.portals.peer_dual_link import DualPeerLink
 from router.portals.peer_link import PeerLink
 from router.portals.peer_responses import is_response, response_message
@@ -96,6 +97,7 @@ class PeerPortal(EgressRecords):
         self.rejected_inbound: set[int] = set()                    # link topic indexes an ACL kept out
         self.view = ForwardingView(self.name, portal_indexes)
         self.streams = StreamTable(self.name, self.view, datapath, counters, log_event)
+        self.immediates = ImmediateFlood(index, portal_indexes, datapath, counters, log_event)
         link_class = DualPeerLink if config.link.dual else PeerLink
         self.link = link_class(config, loop, router_name, node_id, self._link_up, self._link_down, self._control,
                                counters, log_event, on_data=self._data, on_read_done=self._read_done)
@@ -189,7 +191,9 @@ class PeerPortal(EgressRecords):
             self._malformed("control message without headers")
             return
         head = message.headers[0]
-        if is_response(message):
+        if is_immediate(message):
+            self._immediate_in(message)
+        elif is_response(message):
             self._response_in(message)
         elif isinstance(head, (TopicInterest, PatternInterest)):
             self._heard_interest(message)
@@ -260,6 +264,20 @@ class PeerPortal(EgressRecords):
             self.streams.forward_requests(stream, frames, pending[1], pending[2])
         else:
             self.streams.forward(stream, frames, pending[1], pending[2])
+
+    def _immediate_in(self, message: LbmcMessage) -> None:
+        """A MIM the far router flooded to us: on to this router's other portals, once."""
+        try:
+            frame = encode_lbmc(message)
+            _, origin_domain, origin, has_topic = carried(frame)
+        except WireError as err:
+            self._malformed(f"immediate message: {err}")
+            return
+        self.immediates.heard(origin_domain, origin, message.sqn, has_topic, frame)
+
+    def egress_immediate(self, ring: int, origin_domain: int, has_topic: bool, frame: bytes) -> None:
+        """Over the link to the next router (counted as not sent if the link is down or full)."""
+        self.immediates.send(lambda data: self.link.send_data(data, 1), has_topic, frame)
 
     def _malformed(self, what: str) -> None:
         self.counters.add("link_malformed")

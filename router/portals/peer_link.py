@@ -30,16 +30,18 @@ from router.portals.peer_handshake import HandshakeError, build_handshake, is_ha
 from router.portals.peer_keepalive import KeepaliveMonitor, keepalive_header
 from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRANSITIONS, LinkEvent,
                                              LinkState)
+from router.portals.immediate import is_immediate
 from router.portals.peer_responses import is_response
 from router.um.frame_runs import MIN_RUN, equal_frames
-from router.um.wire.lbmc_constants import NHDR_DESTINATION, NHDR_REQUEST
+from router.um.wire.lbmc_constants import NHDR_DESTINATION, NHDR_ODOMAIN, NHDR_REQUEST
 from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_HDR_SIZE_DATA, LBMC_TYPE_CONTROL, LbmcMessage,
                                  WireError, check_message_start, decode_lbmc, encode_lbmc)
 
 log = logging.getLogger(__name__)
 
 RECV_CHUNK = 262144
-_REQUEST_OR_RESPONSE = (NHDR_REQUEST, NHDR_DESTINATION)
+# Data messages that are not a stream's: requests, responses and immediate messages (ODOMAIN first).
+_NOT_STREAM_DATA = (NHDR_REQUEST, NHDR_DESTINATION, NHDR_ODOMAIN)
 
 S, E = LinkState, LinkEvent
 
@@ -353,8 +355,8 @@ class PeerLink:
             base = check_message_start(buf, offset)
             if offset + msglen > end:
                 break
-            # Requests and responses leave the fast path: the owner makes proxy requests of them.
-            if fast and base == LBMC_HDR_SIZE_DATA and buf[offset + 1] not in _REQUEST_OR_RESPONSE:
+            # Requests, responses and immediate messages leave the fast path: the owner decodes them.
+            if fast and base == LBMC_HDR_SIZE_DATA and buf[offset + 1] not in _NOT_STREAM_DATA:
                 tidx = int.from_bytes(buf[offset + 4:offset + 8], "big")
                 if run_start is not None and tidx != run_tidx:
                     self._data_run(buf, run_start, offset, run_tidx, run_count, run_longest)
@@ -403,7 +405,7 @@ class PeerLink:
             self.counters.add("link_malformed")
             self._fire(E.LOST, "protocol error: a second handshake on an established link")
             return
-        if not control and self.on_data is not None and not is_response(message):
+        if not control and self.on_data is not None and not is_response(message) and not is_immediate(message):
             self._call_owner(self.on_data, message.tidx, raw, 1, size)
             return
         keepalive = keepalive_header(message)

@@ -5,6 +5,8 @@
     rcv = ctx.receiver("md.prices", on_message)
     wrc = ctx.wildcard_receiver(r"^md\\.", on_message)
     src.send(b"...")
+    ctx.send_immediate("md.prices", b"...")         # a multicast immediate message (no source)
+    ctx.immediate_receiver(on_message)              # topicless immediate messages
     pending = src.send_request(b"?", on_response)   # answered by a receiver's message.respond(...)
     ctx.close()
 
@@ -19,8 +21,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from router.um.config import UMConfig, from_overrides, load_file
+from router.um.immediate import ImmediateChannel, ImmediateMessage
 from router.um.lbmr_channel import LbmrChannel, new_src_id
 from router.um.loop import EventLoop
+from router.um.messages import Message
 from router.um.netif import resolve_interface
 from router.um.receiver import Accept, OnBatch, OnEvent, OnMessage, Receiver, WildcardReceiver
 from router.um.request_port import RequestPort
@@ -72,6 +76,10 @@ class Context:
         self.response_handler: Callable[[int, bytes, str], bool] | None = None
         self.request_counters = {"requests_sent": 0, "responses_received": 0, "responses_unmatched": 0,
                                  "request_port_errors": 0}
+        # Multicast immediate messaging (router.um.immediate): opened on first use.
+        self.immediate: ImmediateChannel | None = None
+        self.immediate_callbacks: list[OnMessage] = []           # topicless messages
+        self.immediate_listeners: list[Callable[[ImmediateMessage], None]] = []   # every one (routers)
         self.closed = False
         if self.own_loop:
             self.loop.start_thread()
@@ -115,6 +123,8 @@ class Context:
         (`isinstance(message, RequestMessage)`; `message.respond(data)` answers), in sequence."""
         receiver = Receiver(self, topic, on_message, on_event, on_batch=on_batch, raw=raw, accept=accept)
         self._call(self.resolver.add_receiver, receiver)
+        if not raw:
+            self._call(self._listen_immediate)      # immediate messages to the topic come to it too
         return receiver
 
     def wildcard_receiver(self, pattern: str, on_message: OnMessage | None = None,
@@ -123,7 +133,30 @@ class Context:
                           accept: Accept | None = None) -> WildcardReceiver:
         wildcard = WildcardReceiver(self, pattern, on_message, on_event, kind, on_batch, raw, accept)
         self._call(self.resolver.add_wildcard, wildcard)
+        if not raw:
+            self._call(self._listen_immediate)
         return wildcard
+
+    def send_immediate(self, topic: str | None, data) -> int:
+        """A multicast immediate message to `topic` (None: topicless), sent at once, from any thread;
+        returns its sequence number. Every receiver of the topic in the domain gets it, and routers
+        flood it into every other domain (router.um.immediate)."""
+        channel = self.immediate or self._call(self._immediate_channel)
+        return channel.send(topic, data)
+
+    def immediate_receiver(self, on_message: OnMessage) -> None:
+        """Deliver topicless immediate messages to `on_message` (topic ones go to the topic's receivers)."""
+        def add() -> None:
+            self.immediate_callbacks.append(on_message)
+            self._listen_immediate()
+        self._call(add)
+
+    def add_immediate_listener(self, listener: Callable[[ImmediateMessage], None]) -> None:
+        """Every immediate message heard in the domain, with its frame (routers flood them)."""
+        def add() -> None:
+            self.immediate_listeners.append(listener)
+            self._listen_immediate()
+        self._call(add)
 
     def add_lbmr_listener(self, listener: Callable) -> None:
         """Every LBMR packet heard in the domain, decoded (routers learn interest this way)."""
@@ -135,12 +168,50 @@ class Context:
 
     def counters(self) -> dict[str, int]:
         found = {f"lbmr_{k}": v for k, v in self.channel.counters.items()}
+        if self.immediate is not None:
+            found.update(self.immediate.counters)
         found.update(self.resolver.counters)
         found.update(self.request_counters)
         found.update(self.responder.counters)
         if self.request_port is not None:
             found.update(self.request_port.counters)
         return found
+
+    # -- immediate messages (on the loop thread) ---------------------------------------------------
+    def _immediate_channel(self) -> ImmediateChannel:
+        if self.immediate is None:
+            if self.closed:
+                raise RuntimeError(f"context {self.name} is closed")
+            self.immediate = ImmediateChannel(self.config, self.loop, self.channel.interface, self.src_id,
+                                              self._immediate_in)
+        return self.immediate
+
+    def _listen_immediate(self) -> None:
+        channel = self._immediate_channel()
+        try:
+            channel.listen()
+        except OSError as err:
+            # Receivers still get their sources' data; only immediate messages are missed.
+            if not channel.counters["mim_listen_errors"]:
+                log.warning("context %s cannot receive immediate messages on %s:%d: %s", self.name,
+                            *channel.incoming, err)
+            channel.counters["mim_listen_errors"] += 1
+
+    def _immediate_in(self, message: ImmediateMessage) -> None:
+        for listener in self.immediate_listeners:
+            listener(message)
+        topic = message.topic
+        delivered = Message(topic or "", message.source, message.sqn, message.data)
+        if topic is None:
+            for callback in self.immediate_callbacks:
+                callback(delivered)
+            return
+        for receiver in self.resolver.receivers.get(topic, ()):
+            if receiver.query and not receiver.raw:          # not a wildcard's own per-topic receiver
+                _hand(receiver, delivered)
+        for wildcard in self.resolver.wildcards:
+            if not wildcard.raw and wildcard.matches(topic):
+                _hand(wildcard, delivered)
 
     # -- request/response --------------------------------------------------------------------------
     def request_address(self) -> tuple[str, int]:
@@ -317,6 +388,8 @@ class Context:
             for client in list(self.clients.values()):
                 client.close(notify=False)
             self.channel.close()
+            if self.immediate is not None:
+                self.immediate.close()
             self.responder.close()
             if self.request_port is not None:
                 self.request_port.close()
@@ -336,3 +409,11 @@ class Context:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _hand(receiver, message: Message) -> None:
+    """An immediate message to a (wildcard) receiver, the way it takes its messages."""
+    if receiver.on_batch is not None:
+        receiver.on_batch([message])
+    elif receiver.on_message is not None:
+        receiver.on_message(message)

@@ -55,6 +55,12 @@ def _multicast(text: str) -> str:
     return address
 
 
+def _multicast_or_off(text: str) -> str:
+    """A multicast group, or 0.0.0.0: do not listen (UM's way to turn MIM reception off)."""
+    address = _ipv4(text)
+    return address if address == "0.0.0.0" else _multicast(address)
+
+
 def _choice(*values: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = str(text).strip().lower()
@@ -171,8 +177,8 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtipc_transmission_window_size", "source", 25165824, U32),
     _spec("transport_lbtipc_activity_timeout", "receiver", 60000, MILLIS),
     _spec("transport_lbtipc_dro_loss_recovery_timeout", "receiver", 0, MILLIS),
-    # LBT-RM / LBT-RU / MIM: read and range-checked so DRO-era configuration files load; sources
-    # asking for these transports are refused when they are created (not implemented here).
+    # LBT-RM / LBT-RU: read and range-checked so DRO-era configuration files load; sources asking
+    # for these transports are refused when they are created (not implemented here).
     _spec("transport_lbtrm_multicast_address_low", "context", "224.10.10.10", _multicast),
     _spec("transport_lbtrm_multicast_address_high", "context", "224.10.10.14", _multicast),
     _spec("transport_lbtrm_multicast_address", "source", None, _multicast),
@@ -191,9 +197,17 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtru_activity_timeout", "receiver", 60000, MILLIS),
     _spec("transport_lbtru_datagram_max_size", "context", 8192, _int(500, 65535)),
     _spec("transport_lbtsmx_datagram_max_size", "source", 8192, _int(500, 65535)),
+    # Multicast immediate messaging (router.um.immediate). mim_address and mim_destination_port set
+    # both directions; the incoming/outgoing forms override one (None: take the shared one).
     _spec("mim_address", "context", "224.10.10.21", _multicast),
-    _spec("mim_outgoing_address", "context", "224.10.10.21", _multicast),
+    _spec("mim_incoming_address", "context", None, _multicast_or_off),
+    _spec("mim_outgoing_address", "context", None, _multicast),
     _spec("mim_destination_port", "context", 14401, U16),
+    _spec("mim_incoming_destination_port", "context", None, U16),
+    _spec("mim_outgoing_destination_port", "context", None, U16),
+    _spec("mim_ttl", "context", 16, _int(0, 255)),
+    _spec("mim_sqn_window_size", "context", 8192, _int(1, 0x7FFFFFFF)),
+    _spec("mim_src_deletion_timeout", "context", 30000, MILLIS),
     _spec("implicit_batching_minimum_length", "source", 2048, _int(1, 0x7FFFFFFF)),
     _spec("implicit_batching_interval", "source", 200, MILLIS),
     _spec("context_name", "context", "", _string),

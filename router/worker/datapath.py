@@ -40,7 +40,8 @@ from router.ipc.ring_producer import RingProducer
 from router.ipc.shm import SharedSegment, segment_name
 from router.ipc.wakeup import EventfdWakeup, RingWakeups
 from router.worker.records import (EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES,
-                                   RECORD_RESPONSE, encode_frames, encode_response)
+                                   RECORD_IMMEDIATE, RECORD_RESPONSE, encode_frames, encode_immediate,
+                                   encode_response)
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,10 @@ class DataPath:
     def response(self, portal: int, ipaddr: str, port: int, qidx: int, data) -> None:
         """A response for the requester behind `portal` (the portal its request came in by)."""
         self._write([(RECORD_RESPONSE, encode_response(ipaddr, port, qidx, data), 1 << portal)])
+
+    def immediate(self, mask: int, origin_domain: int, has_topic: bool, frame) -> None:
+        """One multicast immediate message for the portals of `mask` (router.portals.immediate)."""
+        self._write([(RECORD_IMMEDIATE, encode_immediate(origin_domain, has_topic, frame), mask)])
 
     def frames(self, mask: int, stream_id: int, frames, count: int, longest: int, connection=None,
                record_type: int = RECORD_FRAMES) -> None:

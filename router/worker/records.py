@@ -21,6 +21,9 @@ A frame larger than the egress datagram size is dropped and counted.
     RESPONSE >IHI   requester ip, port, request index (as the requester sent them); the
                     response bytes. Written by the egress portal whose domain answered, addressed
                     to the portal the request came in by, which sends it on to the requester.
+    IMMEDIATE >IB   origin domain id, flags (1: has a topic); one multicast immediate message,
+                    the LBMC message itself with ODOMAIN and CTXINST first in its header chain
+                    (router.portals.immediate). Flooded to every other portal.
 """
 from __future__ import annotations
 
@@ -36,10 +39,13 @@ RECORD_FRAMES = 2
 RECORD_EOS = 4
 RECORD_REQUEST_FRAMES = 5
 RECORD_RESPONSE = 6
+RECORD_IMMEDIATE = 7
 
 FRAMES_HEADER = struct.Struct("<III")
 EOS_RECORD = struct.Struct("<I")
 RESPONSE_HEADER = struct.Struct(">4sHI")     # requester ip (network order), port, request index
+IMMEDIATE_HEADER = struct.Struct(">IB")       # origin domain id, flags
+IMMEDIATE_HAS_TOPIC = 0x01
 
 
 class RecordError(ValueError):
@@ -115,3 +121,15 @@ def decode_response(payload) -> tuple[str, int, int, bytes]:
         raise RecordError(f"response record of {len(payload)} bytes is shorter than its header")
     raw_ip, port, qidx = RESPONSE_HEADER.unpack_from(payload)
     return socket.inet_ntoa(raw_ip), port, qidx, bytes(payload[RESPONSE_HEADER.size:])
+
+
+def encode_immediate(origin_domain: int, has_topic: bool, frame) -> bytes:
+    return IMMEDIATE_HEADER.pack(origin_domain, IMMEDIATE_HAS_TOPIC if has_topic else 0) + bytes(frame)
+
+
+def decode_immediate(payload) -> tuple[int, bool, bytes]:
+    """(origin domain id, has a topic, the LBMC message) of an IMMEDIATE record."""
+    if len(payload) < IMMEDIATE_HEADER.size + 4:
+        raise RecordError(f"immediate record of {len(payload)} bytes is too short for its header and a message")
+    origin_domain, flags = IMMEDIATE_HEADER.unpack_from(payload)
+    return origin_domain, bool(flags & IMMEDIATE_HAS_TOPIC), bytes(payload[IMMEDIATE_HEADER.size:])

@@ -1,5 +1,6 @@
-"""Topic resolution domains for tests: each gets its own multicast group and port on loopback,
-so tests never hear each other, even when they run in parallel."""
+"""Topic resolution domains for tests: each gets its own multicast groups (topic resolution and
+immediate messages) and port on loopback, so tests never hear each other, even when they run in
+parallel."""
 from __future__ import annotations
 
 import itertools
@@ -19,10 +20,12 @@ class Domain:
     config_path: Path
     request_low: int = 0
     request_high: int = 0
+    mim_group: str = "224.10.10.21"
 
     def overrides(self) -> dict:
         return {"resolver_multicast_address": self.group, "resolver_multicast_port": self.port,
-                "resolver_multicast_interface": "127.0.0.1",
+                "resolver_multicast_interface": "127.0.0.1", "mim_address": self.mim_group,
+                "mim_destination_port": self.port,
                 "transport_tcp_port_low": self.tcp_low, "transport_tcp_port_high": self.tcp_high,
                 "request_tcp_port_low": self.request_low, "request_tcp_port_high": self.request_high}
 
@@ -31,6 +34,7 @@ def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
     n = next(_counter)
     worker = os.getpid() % 4000
     group = f"239.{100 + worker // 250}.{worker % 250}.{n % 250 + 1}"
+    mim_group = f"239.{200 + worker // 250}.{worker % 250}.{n % 250 + 1}"
     port = 10000 + (worker * 37 + n * 11) % 10000
     # TCP ranges stay below the kernel's ephemeral ports (32768+) so clients never squat on them.
     # 20 ports per domain: 15 for sources' transports, 5 for request ports (UM's default width).
@@ -45,6 +49,8 @@ def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
              f"context transport_tcp_port_high {tcp_high}",
              f"context request_tcp_port_low {request_low}",
              f"context request_tcp_port_high {request_high}",
+             f"context mim_address {mim_group}",
+             f"context mim_destination_port {port}",
              *extra_lines]
     path.write_text("\n".join(lines) + "\n")
-    return Domain(group, port, tcp_low, tcp_high, path, request_low, request_high)
+    return Domain(group, port, tcp_low, tcp_high, path, request_low, request_high, mim_group)

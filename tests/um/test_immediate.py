@@ -1,0 +1,145 @@
+"""Multicast immediate messages in router.um: the LBT-RM DATA codec, delivery control, and contexts
+sending and receiving them over real multicast on loopback, checked by tshark."""
+import socket
+import threading
+
+import pytest
+
+from router.um.context import Context
+from router.um.immediate_delivery import ImmediateDeliveryControl
+from router.um.wire.errors import WireError
+from router.um.wire.lbtrm import HEADER_SIZE, decode_lbtrm_data, encode_lbtrm_data
+from tests.support.processes import wait_for
+from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
+
+
+# -- codec and delivery control (pure logic) --------------------------------------------------------
+def test_lbtrm_data_round_trip_and_malformed_datagrams():
+    datagram = encode_lbtrm_data(0xCAFE, 7, b"\x00\x00\x00\x10" + bytes(12))
+    packet = decode_lbtrm_data(datagram)
+    assert (packet.session_id, packet.sqn, packet.trail_sqn, bytes(packet.payload)) == \
+        (0xCAFE, 7, 7, b"\x00\x00\x00\x10" + bytes(12))
+    with pytest.raises(WireError, match="shorter than the 20-byte DATA header"):
+        decode_lbtrm_data(datagram[:HEADER_SIZE - 1])
+    with pytest.raises(WireError, match="version 1"):
+        decode_lbtrm_data(b"\x10" + datagram[1:])
+    with pytest.raises(WireError, match="not DATA"):
+        decode_lbtrm_data(b"\x02" + datagram[1:])           # an SM
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_delivery_control_passes_each_message_once_per_origin():
+    control = ImmediateDeliveryControl(window=4, idle_timeout=30, clock=Clock())
+    a, b = b"A" * 8, b"B" * 8
+    assert [control.is_new(a, s) for s in (0, 1, 1, 3, 2, 2)] == [True, True, False, True, True, False]
+    assert control.is_new(b, 1)                       # another origin has numbers of its own
+    assert control.is_new(a, 9) and not control.is_new(a, 5)     # older than the window: a copy
+    assert control.is_new(a, 6) and not control.is_new(a, 6)     # inside it: new once
+
+
+def test_delivery_control_follows_wrapping_sequence_numbers_and_forgets_quiet_origins():
+    clock = Clock()
+    control = ImmediateDeliveryControl(window=16, idle_timeout=30, clock=clock)
+    origin = b"W" * 8
+    assert control.is_new(origin, 0xFFFFFFFE) and control.is_new(origin, 0xFFFFFFFF)
+    assert control.is_new(origin, 0) and control.is_new(origin, 1)
+    assert not control.is_new(origin, 0xFFFFFFFF)
+    clock.now = 31.0                                   # quiet past mim_src_deletion_timeout
+    assert control.is_new(b"X" * 8, 0)                 # (the sweep runs on the next message)
+    assert origin not in control.origins
+    assert control.is_new(origin, 0xFFFFFFFF)           # a restarted origin starts afresh
+
+
+def test_delivery_control_memory_stays_within_the_window():
+    control = ImmediateDeliveryControl(window=100, idle_timeout=30, clock=Clock())
+    for sqn in range(10_000):
+        assert control.is_new(b"M" * 8, sqn)
+    assert len(control.origins[b"M" * 8].seen) <= 200
+
+
+# -- contexts on loopback -----------------------------------------------------------------------------
+def _collector(expected: int):
+    got, done = [], threading.Event()
+
+    def on_message(message):
+        got.append(message)
+        if len(got) >= expected:
+            done.set()
+    return got, done, on_message
+
+
+def test_immediate_messages_reach_the_topics_receivers_and_the_topicless_callback(domain, tmp_path):
+    pcap = tmp_path / "mim.pcapng"
+    topic_got, topic_done, on_topic = _collector(20)
+    wild_got, wild_done, on_wild = _collector(20)
+    bare_got, bare_done, on_bare = _collector(5)
+    other = []
+    with LiveCapture(capture_filter=f"udp and dst host {domain.mim_group}", path=pcap) as capture:
+        with Context(**domain.overrides()) as receiving, Context(**domain.overrides()) as sending:
+            receiving.receiver("mim.prices", on_topic)
+            receiving.receiver("mim.other", other.append)
+            receiving.wildcard_receiver(r"^mim\.pri", on_wild)
+            receiving.immediate_receiver(on_bare)
+            for n in range(20):
+                assert sending.send_immediate("mim.prices", b"price %d" % n) == 2 * n
+                if n < 5:
+                    sending.send_immediate(None, b"note %d" % n)
+                else:
+                    sending.send_immediate("mim.x", b"-")            # a topic nobody here receives
+            assert topic_done.wait(10) and wild_done.wait(10) and bare_done.wait(10)
+            wait_for(lambda: receiving.counters()["mim_messages_received"] == 40, 10, message="all 40 heard")
+            counters = receiving.counters()
+    assert [m.data for m in topic_got] == [b"price %d" % n for n in range(20)]
+    assert {m.topic for m in topic_got} == {"mim.prices"} and other == []
+    assert [m.data for m in wild_got] == [m.data for m in topic_got]
+    assert [m.data for m in bare_got] == [b"note %d" % n for n in range(5)] and bare_got[0].topic == ""
+    assert topic_got[0].source.startswith("LBTRM:127.0.0.1:")
+    assert counters["mim_messages_received"] == 40 and counters["mim_duplicates"] == 0
+
+    prefs = [f"lbtrm.mim_incoming_address:{domain.mim_group}", f"lbtrm.mim_outgoing_address:{domain.mim_group}",
+             f"lbtrm.mim_incoming_dport:{domain.port}", f"lbtrm.mim_outgoing_dport:{domain.port}"]
+    assert_no_expert_info(pcap, [], prefs)
+    frames = decode(pcap, [], prefs, fields=["lbtrm.hdr.type", "lbmc.topicname.topic", "lbmc.ctxinst.ctxinst"],
+                    display_filter=capture.not_canary)
+    assert len(frames) == 40
+    topics = [f.get("lbmc.topicname.topic", [None])[0] for f in frames]
+    assert topics.count("mim.prices") == 20 and topics.count(None) == 5
+    assert all(f.get("lbmc.ctxinst.ctxinst") for f in frames), "every MIM names its originating context"
+
+
+def test_an_immediate_message_too_large_for_a_datagram_is_refused_clearly(domain):
+    with Context(**domain.overrides()) as context:
+        with pytest.raises(ValueError, match="transport_lbtrm_datagram_max_size 8192"):
+            context.send_immediate("big", bytes(9000))
+        assert context.counters()["mim_messages_sent"] == 0
+
+
+def test_malformed_immediate_datagrams_are_counted_and_receiving_goes_on(domain):
+    got, done, on_message = _collector(1)
+    with Context(**domain.overrides()) as receiving, Context(**domain.overrides()) as sending:
+        receiving.receiver("mim.ok", on_message)
+        junk = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        junk.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+        try:
+            for datagram in (b"\x00", encode_lbtrm_data(1, 0, b"\x00\x00\x00\x40"), b"\x72" + bytes(30)):
+                junk.sendto(datagram, (domain.mim_group, domain.port))
+        finally:
+            junk.close()
+        wait_for(lambda: receiving.counters()["mim_malformed"] == 3, 10, message="three malformed datagrams counted")
+        sending.send_immediate("mim.ok", b"still here")
+        assert done.wait(10) and got[0].data == b"still here"
+
+
+def test_mim_incoming_address_0_0_0_0_turns_receiving_off(domain):
+    with Context(**domain.overrides(), mim_incoming_address="0.0.0.0") as context:
+        context.receiver("mim.off", lambda m: None)
+        assert context.immediate.receiver is None
+        context.send_immediate("mim.off", b"sending still works")
+        assert context.counters()["mim_messages_sent"] == 1
