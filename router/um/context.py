@@ -152,7 +152,8 @@ class Context:
         self._call(add)
 
     def add_immediate_listener(self, listener: Callable[[ImmediateMessage], None]) -> None:
-        """Every immediate message heard in the domain, with its frame (routers flood them)."""
+        """Every immediate message heard in the domain, frame by frame (fragments as they came:
+        routers flood them)."""
         def add() -> None:
             self.immediate_listeners.append(listener)
             self._listen_immediate()
@@ -170,6 +171,7 @@ class Context:
         found = {f"lbmr_{k}": v for k, v in self.channel.counters.items()}
         if self.immediate is not None:
             found.update(self.immediate.counters)
+            found.update(self.immediate.reassembly.counters)
         found.update(self.resolver.counters)
         found.update(self.request_counters)
         found.update(self.responder.counters)
@@ -183,7 +185,7 @@ class Context:
             if self.closed:
                 raise RuntimeError(f"context {self.name} is closed")
             self.immediate = ImmediateChannel(self.config, self.loop, self.channel.interface, self.src_id,
-                                              self._immediate_in)
+                                              self._immediate_in, self._immediate_frame)
         return self.immediate
 
     def _listen_immediate(self) -> None:
@@ -197,9 +199,11 @@ class Context:
                             *channel.incoming, err)
             channel.counters["mim_listen_errors"] += 1
 
-    def _immediate_in(self, message: ImmediateMessage) -> None:
+    def _immediate_frame(self, message: ImmediateMessage) -> None:
         for listener in self.immediate_listeners:
             listener(message)
+
+    def _immediate_in(self, message: ImmediateMessage) -> None:
         topic = message.topic
         delivered = Message(topic or "", message.source, message.sqn, message.data)
         if topic is None:

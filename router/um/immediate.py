@@ -10,15 +10,18 @@ A context sends an immediate message as one LBT-RM DATA datagram (router.um.wire
 
 A router adds ODOMAIN, the domain id the message came from, when it floods it into other domains.
 
+A message larger than one datagram (`transport_lbtrm_datagram_max_size`) goes as fragments
+(router.um.immediate_fragments), each with a FRAG header, in datagrams of their own.
+
 Every context listening (one with a receiver, a topicless-message callback or a router portal)
 joins `mim_incoming_address`:`mim_incoming_destination_port`. What arrives goes through delivery
-control (router.um.immediate_delivery: each message once) and then to the context: topic messages
-to that topic's receivers, topicless ones to its immediate-message callbacks, and every one to a
-router's listener with its frame as it came. What does not parse is counted and logged.
+control (router.um.immediate_delivery: each message, or fragment, once); each frame then goes to
+`on_frame` (a router forwards frames, fragments as they are) and each whole message, put back
+together if it came in fragments, to `on_message` (the context hands it to the topic's receivers,
+or a topicless one to its immediate-message callbacks). What does not parse is counted and logged.
 
 There is no retransmission: like UM's MIM, a lost datagram is lost, and UM advises against MIM
-for messaging traffic (seed §2.7). A message must fit one datagram
-(`transport_lbtrm_datagram_max_size`); a larger one is refused with a clear error.
+for messaging traffic (seed §2.7).
 """
 from __future__ import annotations
 
@@ -33,8 +36,10 @@ from typing import Callable
 
 from router.um.config import UMConfig
 from router.um.immediate_delivery import ImmediateDeliveryControl
+from router.um.immediate_fragments import MAX_MESSAGE, ImmediateReassembly, fragment_frames
 from router.um.wire.errors import WireError
-from router.um.wire.lbmc import CtxInst, LbmcMessage, ODomain, TopicName, decode_lbmc, encode_lbmc, peek_msglen
+from router.um.wire.lbmc import (CtxInst, Frag, LbmcMessage, ODomain, TopicName, decode_lbmc, encode_lbmc,
+                                 peek_msglen)
 from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE, NHDR_CTXINST
 from router.um.wire.lbtrm import HEADER_SIZE, decode_lbtrm_data, encode_lbtrm_data
 
@@ -44,6 +49,9 @@ _IP_MULTICAST_ALL = 49          # Linux: deliver only groups this socket joined
 _RECEIVE_BATCH = 64             # datagrams read per readiness event before yielding to the loop
 _MALFORMED_LOG_INTERVAL = 10.0  # seconds between log lines about unparsable datagrams
 _ORIGIN_FROM_ADDRESS = struct.Struct(">4sHH")
+# A router adds ODOMAIN (8 bytes) to each message it floods: what we send leaves room for it, so a
+# message that fits one datagram here still fits one in the next domain.
+_ROOM_FOR_ROUTERS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +62,16 @@ class ImmediateMessage:
     origin: bytes               # the originating context's instance (8 bytes)
     origin_domain: int | None   # ODOMAIN: set by the router that brought it into this domain
     source: str                 # the transport it arrived on: LBTRM:ip:port:session:group:port
-    frame: bytes                # the whole LBMC message as it arrived (routers forward it)
+    frame: bytes                # the LBMC message as it arrived (routers forward it); b"" once reassembled
+    fragment: Frag | None = None   # this frame is one piece of a larger message
 
 
 class ImmediateChannel:
     """One context's MIM sockets: send always; listen once something wants what arrives."""
 
     def __init__(self, config: UMConfig, loop, interface: str, ctxinst: bytes,
-                 deliver: Callable[[ImmediateMessage], None]):
+                 on_message: Callable[[ImmediateMessage], None],
+                 on_frame: Callable[[ImmediateMessage], None] | None = None):
         get = config.get
         address = get("context", "mim_address")
         port = get("context", "mim_destination_port")
@@ -73,10 +83,12 @@ class ImmediateChannel:
         self.loop = loop
         self.interface = interface
         self.ctxinst = ctxinst
-        self.deliver = deliver
+        self.on_message = on_message
+        self.on_frame = on_frame
         self.on_duplicate: Callable[[int], None] | None = None     # a router counts the copies it drops
         self.delivery = ImmediateDeliveryControl(get("context", "mim_sqn_window_size"),
                                                  get("context", "mim_src_deletion_timeout") / 1000)
+        self.reassembly = ImmediateReassembly(get("context", "mim_src_deletion_timeout") / 1000)
         self.session_id = int.from_bytes(os.urandom(4), "big")
         self.counters = {"mim_messages_sent": 0, "mim_bytes_sent": 0, "mim_send_errors": 0,
                          "mim_messages_received": 0, "mim_bytes_received": 0, "mim_duplicates": 0,
@@ -96,17 +108,24 @@ class ImmediateChannel:
 
     # -- sending -----------------------------------------------------------------------------------
     def send(self, topic: str | None, data) -> int:
-        """Send one immediate message (topicless if `topic` is None); returns its sequence number.
-        ValueError if it does not fit one datagram; OSError if the socket refuses it (counted)."""
+        """Send one immediate message (topicless if `topic` is None), in fragments if it does not
+        fit one datagram; returns its (first) sequence number. ValueError if it is larger than
+        64 MiB; OSError if the socket refuses it (counted)."""
+        data = bytes(data)
+        if len(data) > MAX_MESSAGE:
+            raise ValueError(f"an immediate message of {len(data)} bytes is larger than {MAX_MESSAGE}")
+        headers = [CtxInst(self.ctxinst, NHDR_CTXINST)]
+        if topic is not None:
+            headers.append(TopicName(topic))
         with self._lock:
             sqn = self._message_sqn
-            headers = [CtxInst(self.ctxinst, NHDR_CTXINST)]
-            if topic is not None:
-                headers.append(TopicName(topic))
-            frame = encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers, bytes(data), tidx=0, sqn=sqn))
-            self._check_size(len(frame))
-            self._message_sqn = (sqn + 1) & 0xFFFFFFFF
-            self._send_locked(frame)
+            room = self.datagram_max_size - HEADER_SIZE - _ROOM_FOR_ROUTERS
+            frame = encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers, data, tidx=0, sqn=sqn)) \
+                if len(data) < room else b""
+            frames = [frame] if frame and len(frame) <= room else fragment_frames(headers, data, sqn, room)
+            self._message_sqn = (sqn + len(frames)) & 0xFFFFFFFF
+            for frame in frames:
+                self._send_locked(frame)
             return sqn
 
     def send_frames(self, frames: bytes) -> None:
@@ -189,7 +208,7 @@ class ImmediateChannel:
         for message, frame in messages:
             if message.msg_type != LBMC_TYPE_MESSAGE:
                 continue
-            topic, origin, origin_domain = None, fallback, None
+            topic, origin, origin_domain, fragment = None, fallback, None, None
             for header in message.headers:
                 if isinstance(header, TopicName):
                     topic = header.topic
@@ -197,6 +216,8 @@ class ImmediateChannel:
                     origin = header.ctxinst
                 elif isinstance(header, ODomain):
                     origin_domain = header.domain
+                elif isinstance(header, Frag):
+                    fragment = header
             self.counters["mim_messages_received"] += 1
             self.counters["mim_bytes_received"] += len(frame)
             if not self.delivery.is_new(origin, message.sqn):
@@ -204,7 +225,16 @@ class ImmediateChannel:
                 if self.on_duplicate is not None:
                     self.on_duplicate(len(frame))
                 continue
-            self.deliver(ImmediateMessage(topic, message.payload, message.sqn, origin, origin_domain, source, frame))
+            arrived = ImmediateMessage(topic, message.payload, message.sqn, origin, origin_domain, source, frame,
+                                       fragment)
+            if self.on_frame is not None:
+                self.on_frame(arrived)
+            if fragment is None:
+                self.on_message(arrived)
+                continue
+            whole = self.reassembly.add(origin, fragment, message.payload)
+            if whole is not None:
+                self.on_message(ImmediateMessage(topic, whole, fragment.first_sqn, origin, origin_domain, source, b""))
 
     def _malformed(self, address: tuple, err: WireError) -> None:
         self.counters["mim_malformed"] += 1

@@ -130,3 +130,28 @@ def test_immediate_messages_cross_a_peer_link(routers, tools, make_domain, tmp_p
     frames = decode(link_pcap, link, fields=["lbmc.odomain.domain", "lbmc.ctxinst.ctxinst", "lbmc.topicname.topic"])
     domains = [value for frame in frames for value in frame.get("lbmc.odomain.domain", [])]
     assert domains.count("1") == 2 * count and set(domains) == {"1"}
+
+
+def test_large_immediate_messages_cross_in_fragments_and_a_smaller_egress_drops_them(routers, tools, make_domain):
+    lan1, lan3 = make_domain(), make_domain()
+    lan2 = make_domain("context transport_lbtrm_datagram_max_size 1500")
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path)
+                           + endpoint_xml("LAN3", 3, lan3.config_path)).wait_ready()
+    count = 50
+    big_in_lan3 = _receive(tools, lan3, count, "mim.big")
+    small_in_lan2 = _receive(tools, lan2, count, "mim.small")
+    big = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", 200, "-l", 20_000, "--immediate", "mim.big")
+    small = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", 200, "-l", 1000, "--immediate",
+                        "mim.small")
+    assert big.result(60)["sent"] == small.result(60)["sent"] == count
+    assert _once(big_in_lan3.result(60), count), "fragments forwarded one by one arrive whole"
+    assert _once(small_in_lan2.result(60), count)
+
+    # 20,000 bytes take three fragments in LAN1 (8192-byte datagrams); none fits LAN2's 1500.
+    wait_for(lambda: router.counters()[1]["immediate_topic_fragments_dropped_size_error"] == 3 * count, 10,
+             message="LAN2 dropped every fragment too large for it")
+    lan1_counters, lan2_counters, lan3_counters = (router.counters()[i] for i in range(3))
+    assert lan1_counters["immediate_topic_fragments_rcvd"] == 4 * count
+    assert lan3_counters["immediate_topic_fragments_sent"] == 4 * count
+    assert lan2_counters["immediate_topic_fragments_sent"] == count
+    assert "UMR-3001-4" in router.log()

@@ -7,7 +7,9 @@ import pytest
 
 from router.um.context import Context
 from router.um.immediate_delivery import ImmediateDeliveryControl
+from router.um.immediate_fragments import ImmediateReassembly
 from router.um.wire.errors import WireError
+from router.um.wire.lbmc import Frag
 from router.um.wire.lbtrm import HEADER_SIZE, decode_lbtrm_data, encode_lbtrm_data
 from tests.support.processes import wait_for
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
@@ -114,11 +116,52 @@ def test_immediate_messages_reach_the_topics_receivers_and_the_topicless_callbac
     assert all(f.get("lbmc.ctxinst.ctxinst") for f in frames), "every MIM names its originating context"
 
 
-def test_an_immediate_message_too_large_for_a_datagram_is_refused_clearly(domain):
-    with Context(**domain.overrides()) as context:
-        with pytest.raises(ValueError, match="transport_lbtrm_datagram_max_size 8192"):
-            context.send_immediate("big", bytes(9000))
-        assert context.counters()["mim_messages_sent"] == 0
+def test_large_immediate_messages_go_in_fragments_and_arrive_whole(domain, tmp_path, monkeypatch):
+    pcap = tmp_path / "fragments.pcapng"
+    got, done, on_message = _collector(3)
+    bare, bare_done, on_bare = _collector(1)
+    bodies = [bytes([n]) * size for n, size in enumerate((8150, 50_000, 20_001))]
+    with LiveCapture(capture_filter=f"udp and dst host {domain.mim_group}", path=pcap) as capture:
+        with Context(**domain.overrides()) as receiving, Context(**domain.overrides()) as sending:
+            receiving.receiver("mim.big", on_message)
+            receiving.immediate_receiver(on_bare)
+            first = [sending.send_immediate("mim.big", body) for body in bodies]
+            sending.send_immediate(None, b"t" * 30_000)
+            assert done.wait(10) and bare_done.wait(10)
+            counters = receiving.counters()
+            monkeypatch.setattr("router.um.immediate.MAX_MESSAGE", 40_000)
+            with pytest.raises(ValueError, match="larger than 40000"):
+                sending.send_immediate("mim.big", bytes(40_001))
+    assert [m.data for m in got] == bodies and bare[0].data == b"t" * 30_000
+    assert [m.sequence_number for m in got] == first == [0, 2, 9]      # fragments take a number each
+    assert counters["mim_reassembled"] == 4 and counters["mim_reassembly_expired"] == 0
+
+    prefs = [f"lbtrm.mim_incoming_address:{domain.mim_group}", f"lbtrm.mim_outgoing_address:{domain.mim_group}",
+             f"lbtrm.mim_incoming_dport:{domain.port}", f"lbtrm.mim_outgoing_dport:{domain.port}",
+             "lbmc.reassemble_fragments:TRUE"]
+    assert_no_expert_info(pcap, [], prefs)
+    frames = decode(pcap, [], prefs, fields=["udp.length", "lbmc.frag.offset", "lbmc.frag.len"],
+                    display_filter=capture.not_canary)
+    assert all(int(f["udp.length"][0]) - 8 <= 8192 for f in frames), "no datagram above the datagram size"
+    assert sorted(int(f["lbmc.frag.len"][0]) for f in frames if f.get("lbmc.frag.len"))[-1] == 50_000
+
+
+def test_reassembly_drops_what_stops_coming_and_what_does_not_fit():
+    clock = Clock()
+    reassembly = ImmediateReassembly(timeout=5.0, max_pending=2, clock=clock)
+    origin = b"R" * 8
+    assert reassembly.add(origin, Frag(10, 0, 8), b"abcd") is None
+    assert reassembly.add(origin, Frag(10, 4, 8), b"efgh") == b"abcdefgh"
+    assert reassembly.add(origin, Frag(20, 0, 8), b"abcd") is None          # its other half is lost
+    clock.now = 6.0
+    assert reassembly.add(origin, Frag(30, 0, 4), b"wxyz") == b"wxyz"
+    assert reassembly.counters["mim_reassembly_expired"] == 1 and not reassembly.pending
+    for first in (40, 50, 60):                                              # one more than max_pending
+        reassembly.add(origin, Frag(first, 0, 8), b"1234")
+    assert list(reassembly.pending) == [(origin, 50), (origin, 60)]
+    assert reassembly.add(origin, Frag(50, 6, 8), b"xyz") is None            # beyond its length
+    assert reassembly.add(origin, Frag(70, 0, 0), b"") is None               # no length at all
+    assert reassembly.counters["mim_fragments_malformed"] == 2 and reassembly.counters["mim_reassembly_expired"] == 2
 
 
 def test_malformed_immediate_datagrams_are_counted_and_receiving_goes_on(domain):
