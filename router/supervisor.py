@@ -111,6 +111,7 @@ class Supervisor:
         claim_log_file()
         self.loop.call_every(1.0, roll_log_if_due)
         event("router-started", f"router {self.name} (pid {self.pid}) starting {len(self.config.portals)} portals")
+        self._say_what_monitoring_does()
         groups = {name: group.portals for group in self.config.daemon.worker_groups for name in group.portals}
         for portal in self.config.portals:
             self._add_worker(portal, groups.get(portal.name))
@@ -202,7 +203,8 @@ class Supervisor:
                                     log_type=self.config.daemon.log.type, log_path=self.config.daemon.log.path,
                                     utc=self.utc, node_id=self.node_id, router_name=self.name,
                                     route_info=self.config.daemon.route_info,
-                                    scheduling=self.config.daemon.worker_scheduling))
+                                    scheduling=self.config.daemon.worker_scheduling,
+                                    monitor=self.config.daemon.monitor))
         name = "+".join(member.config.name for member in members)
         process = multiprocess.get_context("fork").Process(target=worker_main, args=(specs,),
                                                            name=f"tnwgd-{name}", daemon=False)
@@ -455,6 +457,20 @@ class Supervisor:
         for path in self.runtime.glob(f"{self.name}.{self.pid}.bus*"):
             path.unlink(missing_ok=True)
         event("router-stopped", f"router {self.name} stopped")
+
+    def _say_what_monitoring_does(self) -> None:
+        """<monitor>: what is published, and what a DRO configuration asks for that is not here."""
+        monitor = self.config.daemon.monitor
+        if monitor.interval <= 0:
+            return
+        chosen = (monitor.transport_module, monitor.format_module)
+        if chosen == ("lbm", "csv"):
+            log.info("UM statistics of the endpoint portals' contexts every %d s on the lbm transport (csv)",
+                     monitor.interval)
+        elif monitor.format_module != "parquet":
+            log.warning("<monitor> asks for the %s transport and %s format, which are not available here: no UM "
+                        "statistics are published (lbm with csv publishes them; the parquet format writes the "
+                        "router's counters)", *chosen)
 
     # -- what the admin socket and monitors read -----------------------------------------------
     def status(self) -> dict:

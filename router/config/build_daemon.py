@@ -9,6 +9,8 @@ from lxml import etree
 from router.config.model import (DaemonConfig, HashMapConfig, LogConfig, MonitorConfig, RouteInfo,
                                  RouteRecalculation, WebMonitorConfig, WorkerGroup)
 from router.config.reader import INT32_MAX, UINT32_MAX, ElementReader
+from router.um import monitoring
+from router.um.config import ConfigError, load_file
 from router.um.xml_config import children
 from router.worker.scheduling import MODES as SCHEDULING_MODES
 
@@ -120,6 +122,19 @@ def _monitor(reader: ElementReader, element: etree._Element | None) -> MonitorCo
     if formatter is not None:
         monitor.format_module = _module(reader, formatter, "csv", FORMAT_MODULES)
         monitor.format_options = _resolved(reader, reader.key_values(formatter, "options"), "dir")
+    if (monitor.transport_module, monitor.format_module) == ("lbm", "csv"):
+        # The portals publish UM statistics with these (router.um.monitoring): check them now.
+        try:
+            monitoring.settings(monitor.interval, "check", monitor.transport_module, monitor.transport_options,
+                                monitor.format_module, monitor.format_options)
+        except monitoring.MonitoringError as err:
+            reader.fail(transport if transport is not None else element, str(err))
+        config = monitor.transport_options.get("config")
+        if config:
+            try:
+                load_file(config)
+            except (ConfigError, OSError) as err:
+                reader.fail(transport, f"the monitoring context's configuration: {err}")
     return monitor
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from router.um.config import UMConfig, from_overrides, load_file
+from router.um import monitoring
 from router.um.immediate import ImmediateChannel, ImmediateMessage
 from router.um.lbmr_channel import LbmrChannel, new_src_id
 from router.um.loop import EventLoop
@@ -53,6 +54,7 @@ class Context:
             merged = from_overrides(overrides, into=merged)
         self.config = merged
         self.name = merged.get("context", "context_name") or f"ctx-{os.getpid()}"
+        monitor_settings = self._monitor_settings()        # a bad setting fails before anything opens
         self.src_id = new_src_id()
         self.context_id = int.from_bytes(self.src_id[:4], "big")
         self.own_loop = loop is None
@@ -83,6 +85,9 @@ class Context:
         self.closed = False
         if self.own_loop:
             self.loop.start_thread()
+        self.monitor = None
+        if monitor_settings is not None:
+            self.monitor = self._call(monitoring.StatisticsPublisher, self, monitor_settings)
 
     # -- public API --------------------------------------------------------------------------------
     def source(self, topic: str, *, transport: str | None = None, otid: bytes | None = None,
@@ -178,6 +183,19 @@ class Context:
         if self.request_port is not None:
             found.update(self.request_port.counters)
         return found
+
+    def _monitor_settings(self) -> "monitoring.MonitorSettings | None":
+        """UM's automatic monitoring (router.um.monitoring) from the monitor_* options; ValueError
+        naming the context for settings it cannot honour."""
+        get = self.config.get
+        if get("context", "monitor_interval") <= 0:
+            return None
+        try:
+            return monitoring.settings(get("context", "monitor_interval"), get("context", "monitor_appid") or self.name,
+                                       get("context", "monitor_transport"), get("context", "monitor_transport_opts"),
+                                       get("context", "monitor_format"), get("context", "monitor_format_opts"))
+        except monitoring.MonitoringError as err:
+            raise ValueError(f"context {self.name}: {err}") from None
 
     # -- immediate messages (on the loop thread) ---------------------------------------------------
     def _immediate_channel(self) -> ImmediateChannel:
@@ -377,6 +395,8 @@ class Context:
         if self.closed:
             return
         self.closed = True
+        if self.monitor is not None:
+            self._call(self.monitor.close)
         for source in [s for sources in self.resolver.sources.values() for s in sources]:
             source.close()
         for receivers in list(self.resolver.receivers.values()):

@@ -59,7 +59,7 @@ class FrameStream:
         self.raw_indexes: set[int] = set()
         self.fragments: dict[tuple[int, int], list] = {}     # (tidx, first_sqn) -> [bytearray, received]
         self.counters = {"frames": 0, "bytes": 0, "unknown_frames": 0, "malformed": 0,
-                         "fragments": 0, "reassembled": 0}
+                         "fragments": 0, "reassembled": 0, "control_frames": 0}
         self.paused = False
         self.closed = False
 
@@ -159,6 +159,7 @@ class FrameStream:
                 else:
                     self.counters["unknown_frames"] += 1
             elif ver_type == LBMC_TYPE_CONTROL:
+                self.counters["control_frames"] += 1
                 if not self._control(data, offset, msglen, next_hdr):
                     return end
             else:

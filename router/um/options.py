@@ -211,6 +211,13 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("implicit_batching_minimum_length", "source", 2048, _int(1, 0x7FFFFFFF)),
     _spec("implicit_batching_interval", "source", 200, MILLIS),
     _spec("context_name", "context", "", _string),
+    # Automatic monitoring (router.um.monitoring): statistics every monitor_interval seconds.
+    _spec("monitor_interval", "context", 0, _int(0, 0x7FFFFFFF)),
+    _spec("monitor_transport", "context", "lbm", _choice("lbm", "lbmsnmp", "udp")),
+    _spec("monitor_transport_opts", "context", "", _string),
+    _spec("monitor_format", "context", "csv", _choice("csv", "pb")),
+    _spec("monitor_format_opts", "context", "", _string),
+    _spec("monitor_appid", "context", "", _string),
     _spec("request_tcp_interface", "context", None, _interface),
     _spec("request_tcp_port_low", "context", 14391, U16),
     _spec("request_tcp_port_high", "context", 14395, U16),

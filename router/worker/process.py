@@ -47,6 +47,7 @@ class WorkerSpec:
     router_name: str = ""           # <daemon><name>, told to companions on peer links
     route_info: object = None       # router.config.model.RouteInfo: intervals for route-info in domains
     scheduling: str = "adaptive"    # <daemon><worker-scheduling>: router.worker.scheduling
+    monitor: object = None          # router.config.model.MonitorConfig: <daemon><monitor>
 
 
 def worker_main(specs: list[WorkerSpec]) -> None:
@@ -63,6 +64,7 @@ class _Hosted:
     datapath: object
     portal: object
     bus: BusClient | None = None
+    statistics: object = None       # router.um.monitoring.StatisticsPublisher, with <monitor>
 
 
 def _run(specs: list[WorkerSpec]) -> int:
@@ -104,6 +106,8 @@ def _run(specs: list[WorkerSpec]) -> int:
         one.datapath.handler_frames = functools.partial(one.portal.on_frames, now=True)
         one.datapath.after_batch = one.portal.flush
     _join_local(hosted)
+    for one in hosted:
+        one.statistics = _publish_statistics(one.spec, one.portal)
     scheduling = WorkerScheduling(first.scheduling, [one.counters for one in hosted])
     heartbeat = loop.call_every(HEARTBEAT_INTERVAL, lambda: _beat(hosted, scheduling))
     _beat(hosted, scheduling)
@@ -116,6 +120,8 @@ def _run(specs: list[WorkerSpec]) -> int:
     finally:
         heartbeat.cancel()
         for one in hosted:
+            if one.statistics is not None:
+                one.statistics.close()
             one.portal.close()
         # Let final advertisements and queued frames go out before the sockets close.
         loop.run_until(lambda: False, 0.5)
@@ -145,6 +151,28 @@ def _make_portal(spec: WorkerSpec, loop, datapath, counters):
         return PeerPortal(spec.portal, spec.index, spec.portal_indexes, loop, spec.node_id, spec.router_name,
                           datapath, counters, log_event)
     raise ValueError(f"portal kind {spec.portal.kind!r} is not supported")
+
+
+def _publish_statistics(spec: WorkerSpec, portal):
+    """<monitor> with the lbm transport and csv format: the portal context's UM statistics, as the
+    DRO publishes them (receive side as Gateway_Portal_<name>_rcv_ctx, send side as _src_ctx;
+    router.um.monitoring). Peer portals have no UM context; other modules are not published here
+    (the supervisor said so when it started)."""
+    monitor = spec.monitor
+    if monitor is None or monitor.interval <= 0 or spec.portal.kind != "endpoint" \
+            or (monitor.transport_module, monitor.format_module) != ("lbm", "csv"):
+        return None
+    from router.um import monitoring
+    name = spec.portal.name
+    try:
+        settings = monitoring.settings(monitor.interval, f"Gateway_Portal_{name}_rcv_ctx", monitor.transport_module,
+                                       monitor.transport_options, monitor.format_module, monitor.format_options)
+        return monitoring.StatisticsPublisher(portal.context, settings, {
+            f"Gateway_Portal_{name}_rcv_ctx": ("context", "receiver"),
+            f"Gateway_Portal_{name}_src_ctx": ("source",)})
+    except (monitoring.MonitoringError, OSError, ValueError) as err:
+        event("malformed-input", f"UM statistics are not published: {err}", name)
+        return None
 
 
 def _on_bus(message, portal, loop) -> None:

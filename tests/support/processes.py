@@ -49,6 +49,11 @@ class Tool:
         self.proc.stdin.flush()
 
     def result(self, timeout: float = 60.0) -> dict:
+        """The last --json line, once the tool has exited 0."""
+        return self.result_lines(timeout)[-1]
+
+    def result_lines(self, timeout: float = 60.0) -> list[dict]:
+        """Every JSON line the tool printed, once it has exited 0 (a tool printing one per record)."""
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -62,7 +67,7 @@ class Tool:
         lines = [line for line in out.splitlines() if line.startswith("{")]
         if not lines:
             raise AssertionError(f"{self.argv} printed no JSON\nstdout:\n{out}\nstderr:\n{self.stderr}")
-        return json.loads(lines[-1])
+        return [json.loads(line) for line in lines]
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> None:
         if self.proc.poll() is None:

@@ -1,0 +1,97 @@
+"""UM automatic monitoring (router.um.monitoring): settings, the csv records, a context publishing its
+statistics over real loopback traffic, and `ummon` printing them."""
+import threading
+
+import pytest
+
+from router.um import monitoring
+from router.um.context import Context
+from tests.support.processes import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_settings_follow_the_transport_and_format_options(tmp_path):
+    found = monitoring.settings(5, "app", "lbm", "config=mon.cfg;topic=stats.here;context|resolver_multicast_port=13001",
+                                "csv", "separator=|", base_dir=tmp_path)
+    assert (found.topic, found.config_file, found.separator) == ("stats.here", str(tmp_path / "mon.cfg"), "|")
+    assert found.options == (("context", "resolver_multicast_port", "13001"),)
+    assert monitoring.settings(1, "a", "lbm", {}, "csv", {}).topic == "/29west/statistics"
+    for transport, fmt, options, words in (("udp", "csv", "", "transport 'udp' is not available"),
+                                           ("lbm", "pb", "", "format 'pb' is not available"),
+                                           ("lbm", "csv", "tpoic=x", "unknown monitoring transport option 'tpoic'")):
+        with pytest.raises(monitoring.MonitoringError, match=words):
+            monitoring.settings(1, "a", transport, options, fmt, "")
+    with pytest.raises(monitoring.MonitoringError, match="separator=C"):
+        monitoring.settings(1, "a", "lbm", "", "csv", "separator=ab")
+
+
+def test_records_round_trip_and_bad_ones_are_refused():
+    values = ("tcp", 2, 1000, 3, 0, 0)
+    data = monitoring.encode("source", "app", "TCP:127.0.0.1:14371:00000001", values, "|", when_ms=12)
+    record = monitoring.decode(data, "|")
+    assert record == {"type": "source", "application_id": "app", "time_ms": 12,
+                      "object": "TCP:127.0.0.1:14371:00000001", "transport": "tcp", "num_clients": 2,
+                      "bytes_sent": 1000, "batches_sent": 3, "bytes_buffered": 0, "bytes_dropped_would_block": 0}
+    for bad, words in ((b"2,source,a,1,x", "not a version 1"), (b"1,source,a,1,x,tcp", "has 1 values, not 6")):
+        with pytest.raises(monitoring.MonitoringError, match=words):
+            monitoring.decode(bad)
+    with pytest.raises(monitoring.MonitoringError, match="holds the separator"):
+        monitoring.encode("source", "a,b", "x", values)
+
+
+def test_a_monitored_context_publishes_its_own_and_its_transports_statistics(domain):
+    records, lock = [], threading.Lock()
+
+    def on_statistics(message):
+        with lock:
+            records.append(monitoring.decode(message.data))
+
+    def latest(kind: str, app: str) -> dict | None:
+        with lock:
+            found = [r for r in records if r["type"] == kind and r["application_id"] == app]
+        return found[-1] if found else None
+
+    got = []
+    with Context(**domain.overrides()) as watcher, Context(**domain.overrides()) as subscriber, \
+            Context(**domain.overrides(), monitor_interval=1, monitor_appid="publisher") as publisher, \
+            Context(**domain.overrides(), monitor_interval=1, monitor_appid="subscriber") as watched:
+        watcher.receiver(monitoring.DEFAULT_TOPIC, on_statistics)
+        watched.receiver("mon.topic", got.append)
+        source = publisher.source("mon.topic")
+        wait_for(lambda: source.receiver_count == 1, 10, message="the receiver joined")
+        for n in range(500):
+            source.send(b"m%d" % n)
+        source.flush()
+        wait_for(lambda: len(got) == 500, 10, message="500 messages arrived")
+        wait_for(lambda: (latest("receiver", "subscriber") or {}).get("lbm_msgs_rcved") == 500, 10,
+                 message="the receiver's transport statistics count all 500")
+        wait_for(lambda: (latest("source", "publisher") or {}).get("bytes_sent", 0) > 500 * 12, 10,
+                 message="the source's transport statistics count what it sent")
+    receiving = latest("receiver", "subscriber")
+    assert receiving["object"].startswith("TCP:127.0.0.1:") and receiving["transport"] == "tcp"
+    assert latest("source", "publisher")["num_clients"] == 1
+    context = latest("context", "subscriber")
+    assert context["tr_rcv_topics"] == 1 and context["tr_rcv_unresolved_topics"] == 0 and context["tr_dgrams_rcved"] > 0
+    assert latest("context", "publisher")["tr_src_topics"] == 1
+    del subscriber
+
+
+def test_ummon_prints_what_a_monitored_tool_publishes(tools, domain, tmp_path):
+    watched = tmp_path / "watched.cfg"
+    watched.write_text(domain.config_path.read_text() + "context monitor_interval 1\n"
+                       "context monitor_appid umrcv-under-watch\n")
+    watcher = tools.start("router.cli.ummon", "-c", domain.config_path, "--json", "-C", 2, "-a", "umrcv-under-watch",
+                          "--timeout", 30)
+    watcher.wait_for_stderr("ummon: subscribed", 30)
+    receiver = tools.umrcv("-c", watched, "--json", "--timeout", 30, "-C", 1, "mon.tool")
+    receiver.wait_for_stderr("umrcv: subscribed", 30)
+    lines = watcher.result_lines(60)
+    assert [line["type"] for line in lines] == ["context", "context"]
+    assert all(line["application_id"] == "umrcv-under-watch" and line["tr_rcv_topics"] == 1 for line in lines)
+    receiver.stop()
+
+
+def test_a_context_refuses_monitoring_it_cannot_do_before_it_opens_anything(domain):
+    with pytest.raises(ValueError, match="monitoring transport 'udp' is not available here"):
+        Context(**domain.overrides(), monitor_interval=1, monitor_transport="udp", context_name="watched")
