@@ -80,6 +80,7 @@ class ImmediateChannel:
         self.outgoing = (get("context", "mim_outgoing_address") or address,
                          get("context", "mim_outgoing_destination_port") or port)
         self.datagram_max_size = get("context", "transport_lbtrm_datagram_max_size")
+        self.receive_buffer = get("context", "transport_lbtrm_receiver_socket_buffer")
         self.loop = loop
         self.interface = interface
         self.ctxinst = ctxinst
@@ -169,6 +170,10 @@ class ImmediateChannel:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.setsockopt(socket.IPPROTO_IP, _IP_MULTICAST_ALL, 0)
+            try:        # a burst waits here while the loop is busy; the kernel caps it at rmem_max
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+            except OSError:
+                pass
             sock.bind((group, port))
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
                             socket.inet_aton(group) + socket.inet_aton(self.interface))

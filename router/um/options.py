@@ -189,6 +189,7 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtrm_retransmit_rate_limit", "context", 5000000, _int(0, 2**63 - 1)),
     _spec("transport_lbtrm_activity_timeout", "receiver", 60000, MILLIS),
     _spec("transport_lbtrm_datagram_max_size", "context", 8192, _int(500, 65535)),
+    _spec("transport_lbtrm_receiver_socket_buffer", "context", 8388608, U32),     # also MIM's receive socket
     _spec("transport_lbtru_port_low", "context", 14380, U16),
     _spec("transport_lbtru_port_high", "context", 14389, U16),
     _spec("transport_lbtru_interface", "context source receiver", None, _interface),
