@@ -411,6 +411,7 @@ class Context:
         def shutdown() -> None:
             for client in list(self.clients.values()):
                 client.close(notify=False)
+            self.resolver.close()
             self.channel.close()
             if self.immediate is not None:
                 self.immediate.close()

@@ -22,13 +22,23 @@ log = logging.getLogger(__name__)
 class Timer:
     """A pending call; `cancel()` makes it a no-op."""
 
-    __slots__ = ("when", "callback", "args", "cancelled")
+    __slots__ = ("when", "callback", "args", "cancelled", "loop")
 
-    def __init__(self, when: float, callback: Callable, args: tuple):
+    def __init__(self, when: float, callback: Callable, args: tuple, loop: "EventLoop | None" = None):
         self.when, self.callback, self.args, self.cancelled = when, callback, args, False
+        self.loop = loop                # while it waits in that loop's heap
 
     def cancel(self) -> None:
-        self.cancelled = True
+        if not self.cancelled:
+            self.cancelled = True
+            if self.loop is not None:
+                self.loop.cancelled_timers += 1
+
+
+# Cancelled timers stay in the heap until they are due (a re-armed 60 s timer, thousands of times a
+# second on a busy portal, would keep a minute's worth). The heap is rebuilt without them once
+# they are most of it.
+_COMPACT_AFTER = 256
 
 
 class EventLoop:
@@ -43,6 +53,7 @@ class EventLoop:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.callback_errors = 0
+        self.cancelled_timers = 0       # cancelled ones still in the heap
 
     # -- readiness -------------------------------------------------------------------------------
     def add_reader(self, fd, callback: Callable[[], None]) -> None:
@@ -76,7 +87,7 @@ class EventLoop:
 
     # -- time ------------------------------------------------------------------------------------
     def call_later(self, delay: float, callback: Callable, *args) -> Timer:
-        timer = Timer(time.monotonic() + max(0.0, delay), callback, args)
+        timer = Timer(time.monotonic() + max(0.0, delay), callback, args, self)
         heapq.heappush(self._timers, (timer.when, next(self._sequence), timer))
         return timer
 
@@ -151,8 +162,22 @@ class EventLoop:
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
             _, _, timer = heapq.heappop(self._timers)
-            if not timer.cancelled:
+            timer.loop = None
+            if timer.cancelled:
+                self.cancelled_timers -= 1
+            else:
                 self._invoke(timer.callback, timer.args)
+        if self.cancelled_timers > _COMPACT_AFTER and 2 * self.cancelled_timers > len(self._timers):
+            self._compact_timers()
+
+    def _compact_timers(self) -> None:
+        kept = [entry for entry in self._timers if not entry[2].cancelled]
+        for entry in self._timers:
+            if entry[2].cancelled:
+                entry[2].loop = None
+        heapq.heapify(kept)
+        self._timers = kept
+        self.cancelled_timers = 0
 
     def _current_handlers(self, fd):
         try:

@@ -3,6 +3,11 @@
 Advertisements are keyed by OTID (the originating transport). Several advertisements with one OTID
 are the same source seen along different paths (through different routers); a receiver joins only
 the cheapest and, when that one ends, moves to the next. Pure logic, no sockets.
+
+The cache forgets what is gone: a source's final advertisement or the end of its transport drops
+its path, and an advertisement nobody has joined and nobody has repeated for CACHE_TIMEOUT seconds
+is dropped too (a receiver that wants it later asks, and the source answers). A context that lives
+for months in a domain whose topics come and go so keeps only what exists.
 """
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ from router.um.wire.otid import lbtipc_otid, tcp_otid
 # covers a busy one. Joining a source is not latency-critical; joining the wrong path would be.
 JOIN_SETTLE_SECONDS = 0.1
 JOIN_SETTLE_LIMIT = 0.5
+# Sources repeat their advertisements every second or so while they advertise at all; one unheard
+# for five minutes has stopped (or gone quiet, and answers queries).
+CACHE_TIMEOUT = 300.0
 
 
 @dataclass(slots=True)
@@ -111,6 +119,7 @@ class TopicSources:
         key = (fresh.session_key, fresh.index)
         if fresh.cost == COST_INFINITE:
             gone = entry.candidates.pop(key, None)
+            self._drop_if_empty(fresh.otid)
             return ("final", gone) if gone is not None else ("refresh", None)
         if self.cost_function is not None:
             evaluated = self.cost_function(self.topic, fresh.source_string, fresh.hop_count, fresh.cost)
@@ -146,6 +155,28 @@ class TopicSources:
         entry.candidates.pop((candidate.session_key, candidate.index), None)
         if entry.joined is candidate:
             entry.joined = None
+        self._drop_if_empty(candidate.otid)
+
+    def expire(self, cutoff: float) -> int:
+        """Drop advertisements last heard before `cutoff` that no receiver has joined; returns
+        how many went."""
+        dropped = 0
+        for otid, entry in list(self.by_otid.items()):
+            for key, candidate in list(entry.candidates.items()):
+                if candidate.last_seen < cutoff and candidate is not entry.joined:
+                    del entry.candidates[key]
+                    dropped += 1
+            self._drop_if_empty(otid)
+        return dropped
+
+    @property
+    def empty(self) -> bool:
+        return not self.by_otid
+
+    def _drop_if_empty(self, otid: bytes) -> None:
+        entry = self.by_otid.get(otid)
+        if entry is not None and not entry.candidates and entry.joined is None:
+            del self.by_otid[otid]
 
     def otids(self) -> list[bytes]:
         return list(self.by_otid)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from router.um.receiver import Receiver, WildcardReceiver
 from router.um.schedule import (ResolutionSchedule, advertisement_phases, query_phases,
                                 wildcard_query_phases)
-from router.um.source_cache import JOIN_SETTLE_LIMIT, JOIN_SETTLE_SECONDS, TopicSources
+from router.um.source_cache import CACHE_TIMEOUT, JOIN_SETTLE_LIMIT, JOIN_SETTLE_SECONDS, TopicSources
 from router.um.wire.lbmr import (PATTERN_PCRE, PATTERN_REGEX, SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE,
                                  TMR_FLAG_WILDCARD_PCRE, TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC,
                                  TMR_TOPIC_USE, TRREQ_ADVERTISEMENT, TRREQ_QUERY,
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 _KIND_FLAG = {"pcre": TMR_FLAG_WILDCARD_PCRE, "regex": TMR_FLAG_WILDCARD_REGEX}
 _KIND_TYPE = {"pcre": PATTERN_PCRE, "regex": PATTERN_REGEX}
 _FINAL_ADVERTISEMENT_SPACING = 0.1
+_CACHE_SWEEP_SECONDS = 60.0
 _TMRS_PER_PACKET = 200
 
 
@@ -60,6 +61,14 @@ class TopicResolver:
                          "bad_patterns": 0}
         self._timer = None
         self._timer_due: float | None = None
+        self._sweep = self.loop.call_every(_CACHE_SWEEP_SECONDS, self.expire_cache)
+
+    def close(self) -> None:
+        """Stop the timers (a router's contexts share the worker's loop, which goes on)."""
+        self._sweep.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = self._timer_due = None
 
     # -- registration (loop thread) ----------------------------------------------------------------
     def add_source(self, source: "Source") -> None:
@@ -264,6 +273,24 @@ class TopicResolver:
         for receiver in self._receivers_of(topic):
             if otid not in receiver.joined:
                 receiver._join(best)
+
+    def expire_cache(self, now: float | None = None) -> None:
+        """Forget advertisements unheard for CACHE_TIMEOUT that nobody joined (source_cache), the
+        topics left with none, and the per-topic receivers wildcard receivers made for them."""
+        cutoff = (time.monotonic() if now is None else now) - CACHE_TIMEOUT
+        for topic, cached in list(self.cache.items()):
+            cached.expire(cutoff)
+            if not cached.empty or any(pending_topic == topic for pending_topic, _ in self.pending_joins):
+                continue
+            del self.cache[topic]
+            receivers = self.receivers.get(topic, [])
+            for receiver in [r for r in receivers if not r.query and not r.joined]:
+                receivers.remove(receiver)
+                for wildcard in self.wildcards:
+                    if wildcard.topics.get(topic) is receiver:
+                        del wildcard.topics[topic]
+            if topic in self.receivers and not receivers:
+                del self.receivers[topic]
 
     def source_ended(self, receiver: Receiver, joined) -> None:
         """A joined source's transport ended: forget that path and try the next cheapest one."""

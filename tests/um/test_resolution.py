@@ -173,3 +173,25 @@ def test_unicast_resolution_through_a_resolver_daemon():
         subscriber.close()
         loop.call_and_wait(daemon.close)
         loop.close()
+
+
+def test_a_context_forgets_sources_that_are_gone_so_topic_churn_does_not_grow_it(contexts):
+    from router.um.source_cache import CACHE_TIMEOUT
+    publisher, watcher = contexts(), contexts()
+    seen = Collector()
+    wildcard = watcher.wildcard_receiver(r"^churn\.", seen.on_message, seen.on_event)
+    for n in range(5):
+        source = publisher.source(f"churn.{n}")
+        wait_for(lambda: source.receiver_count == 1, 10, message="the wildcard receiver joined")
+        source.send(b"once")
+        source.flush()
+        wait_for(lambda: len(seen.payloads()) == n + 1, 10, message="the message arrived")
+        source.close()
+    wait_for(lambda: sum(e.kind == "EOS" for e in seen.events) == 5, 10, message="every source ended")
+    resolver = watcher.resolver
+    assert len(resolver.cache) == 5 and len(wildcard.topics) == 5
+    watcher._call(resolver.expire_cache, time.monotonic() + CACHE_TIMEOUT + 1)
+    assert resolver.cache == {} and wildcard.topics == {} and resolver.receivers == {}
+    # A new source of an old topic is found and joined as before.
+    again = publisher.source("churn.1")
+    wait_for(lambda: again.receiver_count == 1, 10, message="joined again")

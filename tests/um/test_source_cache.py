@@ -63,3 +63,17 @@ def test_forget_after_eos_moves_to_the_next():
     sources.forget(best)
     assert sources.joined(OTID) is None
     assert sources.best(OTID).transport.port == 1000
+
+
+def test_the_cache_forgets_what_is_gone_and_what_nobody_repeats():
+    sources = TopicSources("t")
+    _, joined = sources.observe(tir(1000, cost=5), now=0)
+    sources.observe(tir(1001, cost=2), now=0)
+    sources.set_joined(OTID, joined)
+    assert sources.expire(cutoff=10) == 1, "the path nobody joined goes; the joined one stays however old"
+    sources.forget(joined)                                  # its transport ended
+    assert sources.empty, "an OTID with no path left and nobody joined is forgotten"
+    assert sources.observe(tir(1000, cost=5), now=20)[0] == "new"
+    assert sources.observe(tir(1000, cost=5), now=25)[0] == "refresh"
+    assert sources.expire(cutoff=22) == 0 and not sources.empty, "heard again at 25"
+    assert sources.observe(tir(1000, cost=COST_INFINITE), now=26)[0] == "final" and sources.empty
