@@ -308,6 +308,21 @@ def test_mesh_of_four_routers(routers, tools, make_domain):
     topology = routerctl(started["a"], "topology")
     assert topology["router_count"] == 4 and not topology["forbidden"]
 
+    # Immediate messages flood the mesh, loops and all: every domain gets each once, and no portal
+    # floods any message twice (a flood going round the loops would pass 300 within milliseconds).
+    count = 300
+    listeners = [tools.umrcv("-c", domains[n].config_path, "--json", "-C", count, "--timeout", 60, "--topicless")
+                 for n in "bcd"]
+    for listener in listeners:
+        listener.wait_for_stderr("umrcv: subscribed", 30)
+    sender = tools.umsrc("-c", domains["a"].config_path, "--json", "-M", count, "-P", 1000, "--topicless")
+    assert sender.result(60)["sent"] == count
+    for listener in listeners:
+        got = listener.result(60)
+        assert (got["received"], got["unique"], got["duplicates"]) == (count, count, 0), got
+    flooded = [c["immediate_topicless_fragments_forwarded"] for r in routers_ for c in r.counters().values()]
+    assert max(flooded) <= count and sum(flooded) >= count, flooded
+
 
 def routerctl_text(router, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "router.cli.routerctl", "-n", router.name, *args],
