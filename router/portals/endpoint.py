@@ -396,7 +396,11 @@ class EndpointPortal(EgressRecords):
         """A MIM heard in this domain (new to this portal: its context's delivery control dropped
         copies). One that no router carried yet starts here: this domain is its origin."""
         origin_domain = message.origin_domain if message.origin_domain is not None else self.domain_id or 0
-        frame = with_origin(decode_lbmc(message.frame)[0], origin_domain, message.origin)
+        try:
+            frame = with_origin(decode_lbmc(message.frame)[0], origin_domain, message.origin)
+        except WireError as err:            # no room left in the message for the origin's headers
+            self.immediates.too_large(message.topic is not None, len(message.frame), err)
+            return
         self.immediates.heard(origin_domain, message.origin, message.sqn, message.topic is not None, frame,
                               check_duplicates=False)
 

@@ -93,6 +93,13 @@ class ImmediateFlood:
             self.counters.add_pair(f"immediate_{kind}_fragments_forwarded",
                                    f"immediate_{kind}_fragment_bytes_forwarded", 1, len(frame))
 
+    def too_large(self, has_topic: bool, size: int, why) -> None:
+        """A MIM that cannot be carried on with its origin headers added (over 64 KiB)."""
+        kind = "topic" if has_topic else "topicless"
+        self.counters.add_pair(f"immediate_{kind}_fragments_dropped_size_error",
+                               f"immediate_{kind}_fragment_bytes_dropped_size_error", 1, size)
+        self._log("drops-immediate-size-error", f"a {size}-byte {kind} immediate message dropped: {why}")
+
     def duplicate(self, size: int) -> None:
         self.counters.add_pair("immediate_fragments_dropped_dup", "immediate_fragment_bytes_dropped_dup", 1, size)
 

@@ -212,6 +212,8 @@ class ImmediateChannel:
         fallback = _ORIGIN_FROM_ADDRESS.pack(socket.inet_aton(address[0]), address[1], packet.session_id & 0xFFFF)
         for message, frame in messages:
             if message.msg_type != LBMC_TYPE_MESSAGE:
+                self._malformed(address, WireError(f"LBMC message type 0x{message.msg_type:x} where an "
+                                                   f"immediate message belongs"))
                 continue
             topic, origin, origin_domain, fragment = None, fallback, None, None
             for header in message.headers:

@@ -103,6 +103,16 @@ def test_what_a_send_did_is_counted_by_reason():
     assert "does not fit one datagram" in logged[0][1] and "network unreachable" in logged[1][1]
 
 
+def test_a_message_that_cannot_carry_its_origin_is_counted_as_too_large():
+    counters, logged = PortalCounters(), []
+    flood = ImmediateFlood(0, {}, Rings(), counters, lambda name, text: logged.append(name))
+    with pytest.raises(WireError):
+        with_origin(_mim(payload=bytes(65_520)), 1, ORIGIN)
+    flood.too_large(False, 65_532, "LBMC message over 65535 bytes")
+    assert counters.get("immediate_topicless_fragments_dropped_size_error") == 1
+    assert logged == ["drops-immediate-size-error"]
+
+
 def test_the_ring_record_round_trips():
     frame = with_origin(_mim(), 9, ORIGIN)
     assert decode_immediate(encode_immediate(9, False, frame)) == (9, False, frame)

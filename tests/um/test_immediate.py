@@ -4,12 +4,16 @@ import socket
 import threading
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
+from router.um.config import UMConfig
 from router.um.context import Context
+from router.um.immediate import ImmediateChannel
 from router.um.immediate_delivery import ImmediateDeliveryControl
 from router.um.immediate_fragments import ImmediateReassembly
 from router.um.wire.errors import WireError
-from router.um.wire.lbmc import Frag
+from router.um.wire.lbmc import CtxInst, Frag, LbmcMessage, TopicName, encode_lbmc
+from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE, NHDR_CTXINST
 from router.um.wire.lbtrm import HEADER_SIZE, decode_lbtrm_data, encode_lbtrm_data
 from tests.support.processes import wait_for
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
@@ -186,3 +190,38 @@ def test_mim_incoming_address_0_0_0_0_turns_receiving_off(domain):
         assert context.immediate.receiver is None
         context.send_immediate("mim.off", b"sending still works")
         assert context.counters()["mim_messages_sent"] == 1
+
+
+class _NoLoop:
+    def add_reader(self, fd, callback):
+        pass
+
+
+_VALID = encode_lbtrm_data(1, 0, encode_lbmc(LbmcMessage(
+    LBMC_TYPE_MESSAGE, [CtxInst(b"o" * 8, NHDR_CTXINST), TopicName("t"), Frag(0, 0, 100)], b"p" * 10, tidx=0, sqn=0)))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, len(_VALID) - 1), st.integers(0, 255)), min_size=1, max_size=6),
+       st.integers(1, len(_VALID)))
+def test_any_corrupted_datagram_is_counted_never_raised(changes, keep):
+    channel = ImmediateChannel(UMConfig(), _NoLoop(), "127.0.0.1", b"s" * 8, lambda message: None)
+    try:
+        datagram = bytearray(_VALID)
+        for at, value in changes:
+            datagram[at] = value
+        channel._on_datagram(bytes(datagram[:keep]), ("127.0.0.1", 9))
+        counters = channel.counters
+        assert counters["mim_malformed"] + counters["mim_messages_received"] >= 1
+    finally:
+        channel.close()
+
+
+def test_a_control_message_in_an_immediate_datagram_is_counted_as_malformed():
+    channel = ImmediateChannel(UMConfig(), _NoLoop(), "127.0.0.1", b"s" * 8, lambda message: None)
+    try:
+        control = encode_lbmc(LbmcMessage(0x8, [CtxInst(b"o" * 8, NHDR_CTXINST)]))
+        channel._on_datagram(encode_lbtrm_data(1, 0, control), ("127.0.0.1", 9))
+        assert channel.counters["mim_malformed"] == 1 and channel.counters["mim_messages_received"] == 0
+    finally:
+        channel.close()
