@@ -4,7 +4,7 @@ join the same domains, and across peer links (seed §2.7; router.portals.immedia
 import pytest
 
 from tests.support.processes import wait_for
-from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
+from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml, worker_group_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
@@ -155,3 +155,16 @@ def test_large_immediate_messages_cross_in_fragments_and_a_smaller_egress_drops_
     assert lan3_counters["immediate_topic_fragments_sent"] == 4 * count
     assert lan2_counters["immediate_topic_fragments_sent"] == count
     assert "UMR-3001-4" in router.log()
+
+
+def test_immediate_messages_cross_portals_that_share_a_worker(routers, tools, make_domain):
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
+                           worker_group_xml("LAN1", "LAN2")).wait_ready()
+    assert len(set(router.worker_pids().values())) == 1
+    count = 500
+    receiver = _receive(tools, lan2, count, "mim.grouped")
+    assert _send(tools, lan1, count, 1000, "--immediate", "mim.grouped").result(60)["sent"] == count
+    assert _once(receiver.result(60), count)
+    wait_for(lambda: router.counters()[1]["immediate_topic_fragments_sent"] == count, 10, message="LAN2 sent them")
+    assert router.counters()[0]["ring_records_malformed"] == router.counters()[1]["ring_records_malformed"] == 0
