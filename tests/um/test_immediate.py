@@ -25,7 +25,7 @@ def test_lbtrm_data_round_trip_and_malformed_datagrams():
     packet = decode_lbtrm_data(datagram)
     assert (packet.session_id, packet.sqn, packet.trail_sqn, bytes(packet.payload)) == \
         (0xCAFE, 7, 7, b"\x00\x00\x00\x10" + bytes(12))
-    with pytest.raises(WireError, match="shorter than the 20-byte DATA header"):
+    with pytest.raises(WireError, match="DATA header truncated at offset 19"):
         decode_lbtrm_data(datagram[:HEADER_SIZE - 1])
     with pytest.raises(WireError, match="version 1"):
         decode_lbtrm_data(b"\x10" + datagram[1:])
