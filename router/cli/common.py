@@ -11,6 +11,9 @@ import time
 
 from router.um.config import ConfigError
 from router.um.context import Context
+from router.um.source_cache import JOIN_SETTLE_LIMIT
+
+_JOIN_MARGIN = 0.5           # a multicast join and the first datagrams, after the join settles
 
 
 def add_context_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +35,20 @@ def add_wait_arguments(parser: argparse.ArgumentParser) -> None:
 
 def wait_for_receivers(source, args: argparse.Namespace, stop: threading.Event, tool: str) -> bool:
     """Wait until --wait-receivers receivers have joined `source` (behind a router: its proxy
-    receiver), or `stop`; False, with a message, if --wait-timeout passed first."""
+    receiver), or `stop`; False, with a message, if --wait-timeout passed first. A multicast source
+    cannot count its receivers: it waits until a receiver has asked for the topic, then for the
+    time that receiver takes to join (JOIN_SETTLE_LIMIT and a little more)."""
     deadline = time.monotonic() + args.wait_timeout
+    if source.receiver_count is None:
+        if args.wait_receivers <= 0:
+            return True
+        while source.interest_heard is None and not stop.is_set():
+            if time.monotonic() > deadline:
+                print(f"{tool}: no receiver asked for the topic within {args.wait_timeout} s", file=sys.stderr)
+                return False
+            stop.wait(0.01)
+        stop.wait(JOIN_SETTLE_LIMIT + _JOIN_MARGIN)
+        return True
     while source.receiver_count < args.wait_receivers and not stop.is_set():
         if time.monotonic() > deadline:
             print(f"{tool}: no receiver joined within {args.wait_timeout} s", file=sys.stderr)

@@ -29,6 +29,7 @@ def run_receiver(args, subscribe) -> int:
     stats = ReceiveStats()
     context = open_context(args)
     done_count = args.count
+    streams = {}                      # every transport stream joined, ended ones too: their counters
 
     def on_batch(messages) -> None:
         stats.on_batch(messages)
@@ -37,6 +38,9 @@ def run_receiver(args, subscribe) -> int:
 
     def on_event(event) -> None:
         stats.on_event(event)
+        client = getattr(event.joined, "client", None)
+        if client is not None:
+            streams[client.key] = client
         # UM's sample receivers report each transport session's start and end like this.
         what = "Beginning of Transport Session" if event.kind == "BOS" else "End of Transport Session"
         print(f"[{event.topic}][{event.source}], {what}", file=sys.stderr, flush=True)
@@ -57,8 +61,11 @@ def run_receiver(args, subscribe) -> int:
                 break
             stop.wait(0.05 if args.idle_timeout else (deadline - now if deadline else None))
     finally:
+        transports = _transport_counters(streams)
         context.close()
     summary = stats.summary()
+    if transports:
+        summary["transports"] = transports
     if args.json:
         print_json(summary)
     else:
@@ -83,5 +90,20 @@ def main(argv=None) -> int:
     return run_receiver(args, lambda ctx, on_batch, on_event: ctx.receiver(args.topic, on_event=on_event, on_batch=on_batch))
 
 
+# What each kind of transport session's receiver counts that a user asks about (UM's lbmrcv -v
+# prints its transport statistics): bytes for every stream, loss repair for LBT-RM.
+_REPORTED = ("bytes", "frames", "malformed", "msgs_rcved", "naks_sent", "nak_pckts_sent", "ncfs_ignored",
+             "ncfs_shed", "ncfs_rx_delay", "retransmissions_rcved", "duplicate_data", "lost", "unrecovered_txw",
+             "unrecovered_tmo")
+
+
+def _transport_counters(streams: dict) -> dict[str, dict[str, int]]:
+    """The counters of the transport streams received from (by session string)."""
+    from router.um.source_cache import key_string
+    return {key_string(key): {name: client.counters[name] for name in _REPORTED if name in client.counters}
+            for key, client in list(streams.items())}
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -15,6 +15,7 @@ callbacks run there. A router worker passes its own `loop` and runs it itself.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from pathlib import Path
@@ -35,10 +36,13 @@ from router.um.source import Source
 from router.um.source_cache import Candidate
 from router.lbtipc.receiver import LbtipcSessionClient
 from router.lbtipc.source import LbtipcSourceSession
+from router.um.lbtrm_receive_window import ReceiveWindow
+from router.um.lbtrm_receiver import LbtrmGroup, LbtrmSessionClient
+from router.um.lbtrm_source import LbtrmSourceSession
 from router.um.tcp_receiver import TcpSessionClient
 from router.um.tcp_source import TcpSourceSession
 from router.um.topic_resolver import TopicResolver
-from router.um.wire.lbmr import LbtipcInfo, TcpInfo
+from router.um.wire.lbmr import LbtipcInfo, LbtrmInfo, TcpInfo
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +72,9 @@ class Context:
         self.session_users: dict[TcpSourceSession, int] = {}
         self.session_indexes: dict[object, set[int]] = {}       # topic indexes in use per session
         self.next_topic_index = 1
-        self.clients: dict[tuple, object] = {}                 # session key -> TCP / LBT-IPC stream
+        self.clients: dict[tuple, object] = {}                 # session key -> TCP / LBT-IPC / LBT-RM stream
+        self.lbtrm_groups: dict[tuple[str, int], LbtrmGroup] = {}   # LBT-RM receive sockets
+        self.lbtrm_group_cursor: int | None = None
         # Request/response (router.um.requests): our requests by index, the request port their
         # responses come to (opened on first use), and the connections our responses go out on.
         self.requests = RequestIndexes()
@@ -283,36 +289,89 @@ class Context:
 
     # -- transports --------------------------------------------------------------------------------
     def _session_for(self, transport: str, overflow: str, max_queue: int | None, hold_for_receiver: float = 0.0):
-        if transport not in ("tcp", "lbtipc"):
-            raise ValueError(f"source transport {transport} is not supported here (tcp and lbtipc are)")
+        if transport not in ("tcp", "lbtipc", "lbtrm"):
+            raise ValueError(f"source transport {transport} is not supported here (tcp, lbtrm and lbtipc are)")
         get = self.config.get
-        key = (transport, get("source", "transport_tcp_port"), overflow, hold_for_receiver)
+        if transport == "lbtrm":
+            # A multicast session has no receivers to hold for: what it sends before they join is
+            # theirs only if it is still being repaired.
+            key = (transport, get("source", "transport_lbtrm_multicast_address"), overflow)
+        else:
+            key = (transport, get("source", "transport_tcp_port"), overflow, hold_for_receiver)
         session = self.sessions.get(key)
         if session is None or session.closed:
-            if transport == "lbtipc":
-                session = LbtipcSourceSession(
-                    self.loop, id_low=get("context", "transport_lbtipc_id_low"),
-                    id_high=get("context", "transport_lbtipc_id_high"),
-                    window=get("source", "transport_lbtipc_transmission_window_size"),
-                    datagram_max_size=get("context", "transport_lbtipc_datagram_max_size"),
-                    batching_minimum_length=get("source", "implicit_batching_minimum_length"),
-                    batching_interval=get("source", "implicit_batching_interval") / 1000,
-                    overflow=overflow, max_queue=max_queue or 8 * 1024 * 1024,
-                    hold_for_receiver=hold_for_receiver)
-                self.sessions[key] = session
-                self.session_users[session] = self.session_users.get(session, 0) + 1
-                return session
-            session = TcpSourceSession(
-                self.loop, self.tcp_interface, get("context", "transport_tcp_port_low"),
-                get("context", "transport_tcp_port_high"), fixed_port=key[1],
-                datagram_max_size=get("context", "transport_tcp_datagram_max_size"),
-                batching_minimum_length=get("source", "implicit_batching_minimum_length"),
-                batching_interval=get("source", "implicit_batching_interval") / 1000,
-                overflow=overflow, max_queue=max_queue or 8 * 1024 * 1024,
-                nodelay=get("source", "transport_tcp_nodelay"), hold_for_receiver=hold_for_receiver)
-            self.sessions[key] = session
+            session = self.sessions[key] = self._new_session(transport, key, overflow, max_queue, hold_for_receiver)
         self.session_users[session] = self.session_users.get(session, 0) + 1
         return session
+
+    def _new_session(self, transport: str, key: tuple, overflow: str, max_queue: int | None,
+                     hold_for_receiver: float):
+        get = self.config.get
+        batching = {"batching_minimum_length": get("source", "implicit_batching_minimum_length"),
+                    "batching_interval": get("source", "implicit_batching_interval") / 1000,
+                    "overflow": overflow, "max_queue": max_queue or 8 * 1024 * 1024}
+        if transport == "lbtipc":
+            return LbtipcSourceSession(
+                self.loop, id_low=get("context", "transport_lbtipc_id_low"),
+                id_high=get("context", "transport_lbtipc_id_high"),
+                window=get("source", "transport_lbtipc_transmission_window_size"),
+                datagram_max_size=get("context", "transport_lbtipc_datagram_max_size"),
+                hold_for_receiver=hold_for_receiver, **batching)
+        if transport == "lbtrm":
+            return LbtrmSourceSession(
+                self.loop, self.channel.interface, key[1] or self._next_lbtrm_group(),
+                get("context", "transport_lbtrm_destination_port"),
+                get("context", "transport_lbtrm_source_port_low"), get("context", "transport_lbtrm_source_port_high"),
+                ttl=get("context", "resolver_multicast_ttl"),
+                datagram_max_size=get("context", "transport_lbtrm_datagram_max_size"),
+                data_rate_limit=get("context", "transport_lbtrm_data_rate_limit"),
+                retransmit_rate_limit=get("context", "transport_lbtrm_retransmit_rate_limit"),
+                rate_interval=get("context", "transport_lbtrm_rate_interval") / 1000,
+                window_size=get("source", "transport_lbtrm_transmission_window_size"),
+                ignore_interval=get("source", "transport_lbtrm_ignore_interval") / 1000,
+                sm_minimum_interval=get("source", "transport_lbtrm_sm_minimum_interval") / 1000,
+                sm_maximum_interval=get("source", "transport_lbtrm_sm_maximum_interval") / 1000, **batching)
+        return TcpSourceSession(
+            self.loop, self.tcp_interface, get("context", "transport_tcp_port_low"),
+            get("context", "transport_tcp_port_high"), fixed_port=key[1],
+            datagram_max_size=get("context", "transport_tcp_datagram_max_size"),
+            nodelay=get("source", "transport_tcp_nodelay"), hold_for_receiver=hold_for_receiver, **batching)
+
+    def _next_lbtrm_group(self) -> str:
+        """The group of a new LBT-RM session: the next of transport_lbtrm_multicast_address_low..high,
+        from a place of this context's own (so contexts spread their sessions over the range)."""
+        low = int(ipaddress.IPv4Address(self.config.get("context", "transport_lbtrm_multicast_address_low")))
+        high = int(ipaddress.IPv4Address(self.config.get("context", "transport_lbtrm_multicast_address_high")))
+        span = max(1, high - low + 1)
+        if self.lbtrm_group_cursor is None:
+            self.lbtrm_group_cursor = self.context_id % span
+        chosen = low + self.lbtrm_group_cursor % span
+        self.lbtrm_group_cursor += 1
+        return str(ipaddress.IPv4Address(chosen))
+
+    def _lbtrm_group(self, info: LbtrmInfo) -> LbtrmGroup:
+        """The socket of an LBT-RM group and port, opened on first use and closed with its last session."""
+        key = (info.mcast_addr, info.udp_dest_port)
+        group = self.lbtrm_groups.get(key)
+        if group is None or group.sock is None:
+            group = self.lbtrm_groups[key] = LbtrmGroup(
+                self.loop, self.channel.interface, info.mcast_addr, info.udp_dest_port,
+                self.config.get("context", "transport_lbtrm_receiver_socket_buffer"),
+                lambda closed: self.lbtrm_groups.pop(key, None) if self.lbtrm_groups.get(key) is closed else None)
+        return group
+
+    def _lbtrm_client(self, info: LbtrmInfo) -> LbtrmSessionClient:
+        get = self.config.get
+        window = ReceiveWindow(
+            nak_initial_backoff=get("receiver", "transport_lbtrm_nak_initial_backoff_interval") / 1000,
+            nak_backoff=get("receiver", "transport_lbtrm_nak_backoff_interval") / 1000,
+            nak_suppress=get("receiver", "transport_lbtrm_nak_suppress_interval") / 1000,
+            nak_generation=get("receiver", "transport_lbtrm_nak_generation_interval") / 1000,
+            send_naks=get("receiver", "transport_lbtrm_send_naks"))
+        return LbtrmSessionClient(self.loop, self._lbtrm_group(info), info.src_addr, info.src_ucast_port,
+                                  info.session_id, self._client_closed,
+                                  activity_timeout=get("receiver", "transport_lbtrm_activity_timeout") / 1000,
+                                  window=window)
 
     def _attach(self, candidate: Candidate, joined) -> bool:
         """Join a source: one stream per transport session, shared by this context's receivers."""
@@ -331,6 +390,8 @@ class Context:
                 elif isinstance(info, LbtipcInfo):
                     client = LbtipcSessionClient(self.loop, info.host_id, info.session_id, info.xport_id,
                                                  self._client_closed)
+                elif isinstance(info, LbtrmInfo):
+                    client = self._lbtrm_client(info)
                 else:
                     log.info("cannot join %s: transport not supported here", candidate.source_string)
                     return False

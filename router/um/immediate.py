@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from router.um.config import UMConfig
+from router.um.datagrams import pending_datagrams
 from router.um.immediate_delivery import ImmediateDeliveryControl
 from router.um.immediate_fragments import MAX_MESSAGE, ImmediateReassembly, fragment_frames
 from router.um.wire.errors import WireError
@@ -188,14 +189,7 @@ class ImmediateChannel:
         sock = self.receiver
         if sock is None:
             return
-        for _ in range(_RECEIVE_BATCH):
-            try:
-                datagram, address = sock.recvfrom(65536)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as err:
-                log.warning("MIM receive failed: %s", err)
-                return
+        for datagram, address in pending_datagrams(sock, _RECEIVE_BATCH, "MIM"):
             if address == self.own_address:
                 continue            # our own datagram, looped back: never news to us
             self._on_datagram(datagram, address)

@@ -13,6 +13,7 @@ import time
 from typing import Callable, Iterable
 
 from router.um.config import UMConfig
+from router.um.datagrams import pending_datagrams
 from router.um.netif import resolve_interface
 from router.um.wire.errors import WireError
 from router.um.wire.lbmr import (LbmrPacket, SrcIdOption, Tir, TopicResolution, UnicastAlive,
@@ -153,14 +154,7 @@ class LbmrChannel:
 
     # -- receiving -------------------------------------------------------------------------------
     def _readable(self, sock: socket.socket) -> None:
-        for _ in range(_RECEIVE_BATCH):
-            try:
-                data, address = sock.recvfrom(65536)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as err:
-                log.warning("LBMR receive failed: %s", err)
-                return
+        for data, address in pending_datagrams(sock, _RECEIVE_BATCH, "LBMR"):
             self.counters["packets_received"] += 1
             self.counters["bytes_received"] += len(data)
             try:

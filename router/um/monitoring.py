@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from router.um.config import load_file
-from router.um.wire.lbmr import LbtipcInfo, TcpInfo
+from router.um.source_cache import key_string, session_string, transport_key
 
 log = logging.getLogger(__name__)
 
@@ -121,34 +121,18 @@ def records(context, application_id: str, which: tuple[str, ...] = ("context", "
         for session in list(context.session_users):
             info = session.advertised_info()
             counters = session.counters
-            found.append(("source", application_id, _session_string(info), (
-                "tcp" if isinstance(info, TcpInfo) else "lbtipc", session.receiver_count,
+            found.append(("source", application_id, session_string(info), (
+                transport_key(info)[0], session.receiver_count or 0,     # multicast: not known
                 counters.get("bytes_sent", 0), counters.get("batches", 0), session.queued_bytes(),
                 counters.get("dropped_would_block_bytes", 0))))
     if "receiver" in which:
         for key, client in list(context.clients.items()):
             counters = client.counters
             control = counters.get("control_frames", 0)
-            found.append(("receiver", application_id, _client_string(key), (
+            found.append(("receiver", application_id, key_string(key), (
                 key[0], counters["bytes"], counters["frames"] - control - counters["unknown_frames"], control,
                 counters["unknown_frames"], counters["fragments"], counters["reassembled"], counters["malformed"])))
     return found
-
-
-def _session_string(info) -> str:
-    if isinstance(info, TcpInfo):
-        return f"TCP:{info.ip}:{info.port}:{info.session_id or 0:08X}"
-    if isinstance(info, LbtipcInfo):
-        return f"LBT-IPC:{info.host_id:08X}:{info.xport_id}:{info.session_id:08X}"
-    return repr(info)
-
-
-def _client_string(key: tuple) -> str:
-    if key[0] == "tcp":
-        return f"TCP:{key[1]}:{key[2]}:{key[3]:08X}"
-    if key[0] == "lbtipc":
-        return f"LBT-IPC:{key[1]:08X}:{key[2]}:{key[3]:08X}"
-    return repr(key)
 
 
 def encode(record_type: str, application_id: str, what: str, values, separator: str = ",",

@@ -70,6 +70,18 @@ def _choice(*values: str) -> Callable[[str], str]:
     return parse
 
 
+def _int_choice(*values: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(str(text).strip(), 0)
+        except ValueError:
+            value = None
+        if value not in values:
+            raise OptionError(f"'{text}' is not one of {', '.join(map(str, values))}")
+        return value
+    return parse
+
+
 def _bool(text: str) -> bool:
     value = str(text).strip().lower()
     if value in ("1", "yes", "true", "on"):
@@ -177,8 +189,8 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtipc_transmission_window_size", "source", 25165824, U32),
     _spec("transport_lbtipc_activity_timeout", "receiver", 60000, MILLIS),
     _spec("transport_lbtipc_dro_loss_recovery_timeout", "receiver", 0, MILLIS),
-    # LBT-RM / LBT-RU: read and range-checked so DRO-era configuration files load; sources asking
-    # for these transports are refused when they are created (not implemented here).
+    # LBT-RM (router.um.lbtrm_source, router.um.lbtrm_receiver). LBT-RU is read and range-checked
+    # so DRO-era configuration files load; sources asking for it are refused when created.
     _spec("transport_lbtrm_multicast_address_low", "context", "224.10.10.10", _multicast),
     _spec("transport_lbtrm_multicast_address_high", "context", "224.10.10.14", _multicast),
     _spec("transport_lbtrm_multicast_address", "source", None, _multicast),
@@ -190,6 +202,16 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtrm_activity_timeout", "receiver", 60000, MILLIS),
     _spec("transport_lbtrm_datagram_max_size", "context", 8192, _int(500, 65535)),
     _spec("transport_lbtrm_receiver_socket_buffer", "context", 8388608, U32),     # also MIM's receive socket
+    _spec("transport_lbtrm_transmission_window_size", "source", 25165824, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtrm_ignore_interval", "source", 500, MILLIS),
+    _spec("transport_lbtrm_sm_minimum_interval", "source", 200, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtrm_sm_maximum_interval", "source", 10000, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtrm_rate_interval", "context", 100, _int_choice(10, 20, 50, 100)),
+    _spec("transport_lbtrm_nak_initial_backoff_interval", "receiver", 50, MILLIS),
+    _spec("transport_lbtrm_nak_backoff_interval", "receiver", 200, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtrm_nak_suppress_interval", "receiver", 1000, MILLIS),
+    _spec("transport_lbtrm_nak_generation_interval", "receiver", 10000, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtrm_send_naks", "receiver", True, _bool),
     _spec("transport_lbtru_port_low", "context", 14380, U16),
     _spec("transport_lbtru_port_high", "context", 14389, U16),
     _spec("transport_lbtru_interface", "context source receiver", None, _interface),

@@ -114,9 +114,19 @@ class Receiver:
         self.context._source_ended(self, joined)
 
     def _end(self, otid: bytes) -> None:
-        """End one joined source at once (its final advertisement arrived)."""
+        """End one joined source (its final advertisement arrived): at once, or, on a transport
+        that may still be repairing what the source sent last (LBT-RM), once that is done."""
         joined = self.joined.get(otid)
-        if joined is not None and not joined.ended:
+        if joined is None or joined.ended:
+            return
+        drain = getattr(joined.client, "end_when_repaired", None)
+        if drain is not None:
+            drain(lambda: self._end_now(joined))
+        else:
+            self._end_now(joined)
+
+    def _end_now(self, joined: JoinedSource) -> None:
+        if not joined.ended:
             self.context._detach(joined)
             joined.on_eos()
 

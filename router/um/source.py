@@ -61,8 +61,16 @@ class Source:
         return source_string(self.transport_info, self.index)
 
     @property
-    def receiver_count(self) -> int:
+    def receiver_count(self) -> int | None:
+        """Receivers joined (connection-oriented transports); None for a multicast transport,
+        which cannot know (see interest_heard)."""
         return self.session.receiver_count
+
+    @property
+    def interest_heard(self) -> float | None:
+        """When a receiver in the domain last asked for this topic (a TQR or a matching wildcard
+        query; time.monotonic()), None if none has since the source was made."""
+        return self.context.resolver.interest_heard.get(self.topic)
 
     def send(self, data, flush: bool = False) -> None:
         """Send one message (bytes-like). Batched unless `flush`; fragments above the datagram size."""

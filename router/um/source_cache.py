@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from router.um.wire.lbmr import (COST_INFINITE, CostOption, DomainIdOption, LbtipcInfo, OtidOption,
+from router.um.wire.lbmr import (COST_INFINITE, CostOption, DomainIdOption, LbtipcInfo, LbtrmInfo, OtidOption,
                                  TcpInfo, Tir)
-from router.um.wire.otid import lbtipc_otid, tcp_otid
+from router.um.wire.otid import lbtipc_otid, lbtrm_otid, tcp_otid
 
 # How long a receiver collects equivalent advertisements before joining one: answers to one query
 # from every path in a domain arrive within milliseconds of each other on an idle host; the margin
@@ -57,16 +57,38 @@ def transport_key(info) -> tuple:
         return ("tcp", info.ip, info.port, info.session_id or 0)
     if isinstance(info, LbtipcInfo):
         return ("lbtipc", info.host_id, info.xport_id, info.session_id)
+    if isinstance(info, LbtrmInfo):
+        return ("lbtrm", info.src_addr, info.src_ucast_port, info.session_id, info.mcast_addr, info.udp_dest_port)
     return ("other", repr(info))
 
 
-def source_string(info, index: int) -> str:
-    """UM-style source string: transport, address, session and topic index."""
+def session_string(info) -> str:
+    """UM-style transport session string: transport, address and session."""
     if isinstance(info, TcpInfo):
-        return f"TCP:{info.ip}:{info.port}:{info.session_id or 0:08X}[{index}]"
+        return f"TCP:{info.ip}:{info.port}:{info.session_id or 0:08X}"
     if isinstance(info, LbtipcInfo):
-        return f"LBT-IPC:{info.host_id:08X}:{info.xport_id}:{info.session_id:08X}[{index}]"
-    return f"{type(info).__name__}[{index}]"
+        return f"LBT-IPC:{info.host_id:08X}:{info.xport_id}:{info.session_id:08X}"
+    if isinstance(info, LbtrmInfo):
+        return (f"LBTRM:{info.src_addr}:{info.src_ucast_port}:{info.session_id:08X}:"
+                f"{info.mcast_addr}:{info.udp_dest_port}")
+    return type(info).__name__
+
+
+def key_string(key: tuple) -> str:
+    """The session string of a transport_key."""
+    kind = key[0]
+    if kind == "tcp":
+        return session_string(TcpInfo(key[1], key[2], key[3]))
+    if kind == "lbtipc":
+        return session_string(LbtipcInfo(key[1], key[3], key[2]))
+    if kind == "lbtrm":
+        return session_string(LbtrmInfo(key[1], key[4], key[3], key[5], key[2]))
+    return repr(key)
+
+
+def source_string(info, index: int) -> str:
+    """UM-style source string: transport session and topic index."""
+    return f"{session_string(info)}[{index}]"
 
 
 def otid_of(tir: Tir) -> bytes:
@@ -79,6 +101,9 @@ def otid_of(tir: Tir) -> bytes:
         return tcp_otid(info.ip, info.port, tir.index, session_id=info.session_id or 0)
     if isinstance(info, LbtipcInfo):
         return lbtipc_otid(info.host_id, info.xport_id, info.session_id, tir.index)
+    if isinstance(info, LbtrmInfo):
+        return lbtrm_otid(info.src_addr, info.src_ucast_port, info.mcast_addr, info.udp_dest_port, info.session_id,
+                          tir.index)
     return repr(info).encode()[:32].ljust(32, b"\0")
 
 

@@ -53,6 +53,7 @@ class TopicResolver:
         self.cache: dict[str, TopicSources] = {}
         self.pending_joins: dict[tuple[str, bytes], tuple] = {}     # -> (timer, first seen)
         self.query_patterns: dict[tuple[int, str], re.Pattern | None] = {}
+        self.interest_heard: dict[str, float] = {}      # topic of ours -> when a receiver last asked for it
         self.gateway_seen = False
         self.domain_id: int | None = None
         self.listeners: list[Callable[[LbmrPacket, tuple], None]] = []
@@ -87,6 +88,7 @@ class TopicResolver:
             topic_sources.remove(source)
         if not topic_sources:
             self.sources.pop(source.topic, None)
+            self.interest_heard.pop(source.topic, None)
         final = source.final_tir()
         for n in range(final_advertisements):
             self.loop.call_later(n * _FINAL_ADVERTISEMENT_SPACING,
@@ -160,6 +162,10 @@ class TopicResolver:
             listener(packet, address)
 
     def _answer_queries(self, names) -> None:
+        now = time.monotonic()
+        for name in names:
+            if name in self.sources:
+                self.interest_heard[name] = now
         tirs = [s.tir for name in names for s in self.sources.get(name, ())]
         if tirs:
             self.context.channel.send_resolution(tirs=tirs)
@@ -170,8 +176,10 @@ class TopicResolver:
             pattern = self._query_pattern(query.pattern_type, query.pattern)
             if pattern is None:
                 continue
-            tirs.extend(s.tir for topic, sources in self.sources.items() if pattern.search(topic)
-                        for s in sources)
+            for topic, sources in self.sources.items():
+                if pattern.search(topic):
+                    self.interest_heard[topic] = time.monotonic()
+                    tirs.extend(s.tir for s in sources)
         if tirs:
             self.context.channel.send_resolution(tirs=tirs)
 

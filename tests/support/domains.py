@@ -1,6 +1,6 @@
-"""Topic resolution domains for tests: each gets its own multicast groups (topic resolution and
-immediate messages) and port on loopback, so tests never hear each other, even when they run in
-parallel."""
+"""Topic resolution domains for tests: each gets its own multicast groups (topic resolution,
+immediate messages, LBT-RM transports) and ports on loopback, so tests never hear each other, even
+when they run in parallel. A domain's sources use LBT-TCP unless a test adds `source transport lbtrm`."""
 from __future__ import annotations
 
 import itertools
@@ -21,13 +21,25 @@ class Domain:
     request_low: int = 0
     request_high: int = 0
     mim_group: str = "224.10.10.21"
+    lbtrm_group: str = "224.10.10.10"
 
     def overrides(self) -> dict:
         return {"resolver_multicast_address": self.group, "resolver_multicast_port": self.port,
                 "resolver_multicast_interface": "127.0.0.1", "mim_address": self.mim_group,
                 "mim_destination_port": self.port,
                 "transport_tcp_port_low": self.tcp_low, "transport_tcp_port_high": self.tcp_high,
-                "request_tcp_port_low": self.request_low, "request_tcp_port_high": self.request_high}
+                "request_tcp_port_low": self.request_low, "request_tcp_port_high": self.request_high,
+                **self.lbtrm_overrides()}
+
+    def lbtrm_overrides(self) -> dict:
+        """LBT-RM sessions on the domain's own group; UDP source ports may reuse the TCP range's
+        numbers (another protocol's ports). The rate limit is UM's 10 Mbit/s default times 100:
+        loopback, not a shared LAN."""
+        return {"transport_lbtrm_multicast_address_low": self.lbtrm_group,
+                "transport_lbtrm_multicast_address_high": self.lbtrm_group,
+                "transport_lbtrm_destination_port": self.port,
+                "transport_lbtrm_source_port_low": self.tcp_low, "transport_lbtrm_source_port_high": self.tcp_high,
+                "transport_lbtrm_data_rate_limit": 1_000_000_000}
 
 
 def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
@@ -35,6 +47,7 @@ def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
     worker = os.getpid() % 4000
     group = f"239.{100 + worker // 250}.{worker % 250}.{n % 250 + 1}"
     mim_group = f"239.{200 + worker // 250}.{worker % 250}.{n % 250 + 1}"
+    lbtrm_group = f"239.{150 + worker // 250}.{worker % 250}.{n % 250 + 1}"
     port = 10000 + (worker * 37 + n * 11) % 10000
     # TCP ranges stay below the kernel's ephemeral ports (32768+) so clients never squat on them.
     # 20 ports per domain: 15 for sources' transports, 5 for request ports (UM's default width).
@@ -51,6 +64,8 @@ def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
              f"context request_tcp_port_high {request_high}",
              f"context mim_address {mim_group}",
              f"context mim_destination_port {port}",
+             *(f"context {name} {value}" for name, value in
+               Domain(group, port, tcp_low, tcp_high, path, lbtrm_group=lbtrm_group).lbtrm_overrides().items()),
              *extra_lines]
     path.write_text("\n".join(lines) + "\n")
-    return Domain(group, port, tcp_low, tcp_high, path, request_low, request_high, mim_group)
+    return Domain(group, port, tcp_low, tcp_high, path, request_low, request_high, mim_group, lbtrm_group)
