@@ -1,7 +1,7 @@
 """`make demo`: the router on the seed's two-LAN example, on loopback.
 
-Starts `tnwgd conf/demo-two-lans.xml`, a receiver in LAN2 and a source in LAN1 (100000 messages
-over LBT-TCP), prints the receiver's JSON summary and the router's per-portal counters, then runs
+Starts `tnwgd conf/demo-two-lans.xml`, a receiver in LAN2 and a source in LAN1 (100000 messages,
+over LBT-RM in LAN1 and LBT-TCP in LAN2, as the seed's configuration files say), prints the receiver's JSON summary and the router's per-portal counters, then runs
 the Spark pipeline over the statistics the router wrote and says where the report is.
 """
 from __future__ import annotations

@@ -36,6 +36,8 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "proxy-wildcard-receiver-created": ("UMR-2002-3", logging.INFO),
     "proxy-source-created": ("UMR-2003-1", logging.INFO),
     "proxy-source-deleted": ("UMR-2003-2", logging.INFO),
+    "proxy-source-failed": ("UMR-2003-3", logging.WARNING),
+    "proxy-transport-converted": ("UMR-2003-4", logging.WARNING),
     "acl-rejected": ("UMR-2004-1", logging.INFO),
     "drops-would-block": ("UMR-3001-1", logging.WARNING),
     "drops-size-error": ("UMR-3001-2", logging.WARNING),

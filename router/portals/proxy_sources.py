@@ -40,6 +40,11 @@ class ProxySourceTable:
         self.deletion_delay = deletion_delay
         self.counters = counters
         self.log_event = log_event
+        self.transport: str | None = None            # None: the context's `source transport`
+        if context.config.get("source", "transport").replace("-", "") == "lbtsmx":
+            # The DRO's proxy sources do not send LBT-SMX: they use TCP, and say so.
+            self.transport = "tcp"
+            log_event("proxy-transport-converted", "proxy sources configured for LBT-SMX use TCP instead")
         # Receivers hear a new advertisement within the source's initial advertising phase.
         self.hold_for_receiver = context.config.get("source", "resolver_advertisement_minimum_initial_duration") / 1000
         self.by_otid: dict[bytes, ProxySource] = {}
@@ -51,11 +56,17 @@ class ProxySourceTable:
             return None          # it came from this portal's own domain: never send it back
         proxy = self.by_otid.get(advert.otid)
         if proxy is None:
-            source = self.context.source(
-                advert.topic, otid=advert.otid, cost=advert.cost + self.portal_cost,
-                hop_count=advert.hop_count + 1, domain_id=advert.origin_domain_id,
-                overflow="drop", max_queue=self.max_queue, final_advertisements=FINAL_ADVERTISEMENTS,
-                index=advert.origin_index, hold_for_receiver=self.hold_for_receiver)
+            try:
+                source = self.context.source(
+                    advert.topic, transport=self.transport, otid=advert.otid, cost=advert.cost + self.portal_cost,
+                    hop_count=advert.hop_count + 1, domain_id=advert.origin_domain_id,
+                    overflow="drop", max_queue=self.max_queue, final_advertisements=FINAL_ADVERTISEMENTS,
+                    index=advert.origin_index, hold_for_receiver=self.hold_for_receiver)
+            except (OSError, ValueError) as err:
+                # No transport session (no free port, say): the stream's data is counted as
+                # dropped due to error as it comes, and the next advertisement tries again.
+                self.log_event("proxy-source-failed", f"topic {advert.topic} for {advert.source}: {err}")
+                return None
             proxy = self.by_otid[advert.otid] = ProxySource(advert, source)
             self.counters.add("proxy_sources_created")
             self.counters.set("proxy_sources", len(self.by_otid))

@@ -77,9 +77,9 @@ def write_config(directory: Path, name: str, portals_xml: str, daemon_extra: str
 
 
 class Router:
-    def __init__(self, config: Path, name: str):
+    def __init__(self, config: Path, name: str, env: dict | None = None):
         self.config, self.name = config, name
-        self.tool = Tool("router.cli.tnwgd", [str(config)])
+        self.tool = Tool("router.cli.tnwgd", [str(config)], env)
 
     def wait_ready(self, timeout: float = 30.0) -> "Router":
         self.tool.wait_for_stderr("portals are up", timeout)
@@ -133,10 +133,11 @@ class RouterRunner:
         self.directory = directory
         self.routers: list[Router] = []
 
-    def start(self, portals_xml: str, daemon_extra: str = "", name: str | None = None) -> Router:
+    def start(self, portals_xml: str, daemon_extra: str = "", name: str | None = None,
+              env: dict | None = None) -> Router:
         name = name or f"r{os.getpid() % 10000}x{next(_names)}"
         config = write_config(self.directory, name, portals_xml, daemon_extra)
-        router = Router(config, name)
+        router = Router(config, name, env)
         self.routers.append(router)
         return router
 

@@ -1,0 +1,124 @@
+"""LBT-RM through the router: multicast sources in one domain, receivers in another, proxies on
+either transport, loss repaired by NAKs, and what goes on the wire decoded by tshark.
+
+LAN1's sources (the application's and the router's proxy sources) use LBT-RM, as the seed's
+lan1.cfg does; LAN2's use LBT-TCP. Loss is made with LBTRM_LOSS_RATE in a receiver's environment
+(it drops that share of the DATA datagrams it receives): what it misses it must NAK and get back.
+"""
+import json
+
+import pytest
+
+from tests.support.routers import endpoint_xml
+from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
+
+pytestmark = pytest.mark.integration
+
+LBTRM = "source transport lbtrm"
+
+
+def _lbtrm_prefs(domain) -> list[str]:
+    return [f"lbtrm.mc_address_low:{domain.lbtrm_group}", f"lbtrm.mc_address_high:{domain.lbtrm_group}",
+            f"lbtrm.dport_low:{domain.port}", f"lbtrm.dport_high:{domain.port}",
+            f"lbtrm.sport_low:{domain.tcp_low}", f"lbtrm.sport_high:{domain.tcp_high}",
+            f"lbmr.mc_incoming_address:{domain.group}", f"lbmr.mc_outgoing_address:{domain.group}",
+            f"lbmr.mc_incoming_port:{domain.port}", f"lbmr.mc_outgoing_port:{domain.port}"]
+
+
+def _receiver(tools, domain, topic: str, count: int, loss_percent: int = 0):
+    env = {"LBTRM_LOSS_RATE": str(loss_percent)} if loss_percent else None
+    receiver = tools.start("router.cli.umrcv", "-c", domain.config_path, "--json", "-C", count, "--timeout", 240,
+                           topic, env=env)
+    return receiver
+
+
+def _source(tools, domain, topic: str, count: int, size: int = 64):
+    return tools.umsrc("-c", domain.config_path, "--json", "-M", count, "-l", size, "--start-on-stdin", topic)
+
+
+def _complete(summary: dict, count: int) -> bool:
+    return (summary["received"], summary["gaps"], summary["duplicates"]) == (count, 0, 0)
+
+
+def _send_and_receive(source, receiver, count: int) -> dict:
+    """Start the waiting source once the receiver has joined; the receiver's summary."""
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    assert source.result(240)["sent"] == count
+    got = receiver.result(240)
+    assert _complete(got, count), json.dumps(got)
+    return got
+
+
+def test_lbtrm_and_tcp_convert_both_ways_and_lost_datagrams_are_repaired(routers, tools, make_domain):
+    lan1, lan2 = make_domain(LBTRM), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
+                           + endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+    count = 50_000
+    # East: an LBT-RM source in LAN1, the router's proxy receiver repairs nothing (no loss made
+    # there), a TCP proxy source in LAN2. West: a TCP source in LAN2, an LBT-RM proxy source in
+    # LAN1, and a receiver there that loses 5% of what it hears.
+    east = _receiver(tools, lan2, "rm.east", count)
+    west = _receiver(tools, lan1, "rm.west", count, loss_percent=5)
+    east_source, west_source = _source(tools, lan1, "rm.east", count), _source(tools, lan2, "rm.west", count)
+    east.wait_for_stderr("Beginning of Transport Session", 30)
+    west.wait_for_stderr("Beginning of Transport Session", 30)
+    east_source.send_line(), west_source.send_line()
+    assert east_source.result(240)["sent"] == west_source.result(240)["sent"] == count
+    east_got, west_got = east.result(240), west.result(240)
+    assert _complete(east_got, count), json.dumps(east_got)
+    assert _complete(west_got, count), json.dumps(west_got)
+    (west_transport,) = west_got["transports"].values()
+    assert west_transport["naks_sent"] > 0 and west_transport["retransmissions_rcved"] > 0, west_transport
+    assert west_transport["lost"] == 0, west_transport
+
+    lan1_counters, lan2_counters = router.counters()[0], router.counters()[1]
+    assert lan1_counters["transport_topic_fragments_forwarded"] >= count      # LBT-RM in
+    assert lan2_counters["transport_topic_fragments_sent"] >= count           # TCP out
+    assert lan2_counters["transport_topic_fragments_forwarded"] >= count      # TCP in
+    assert lan1_counters["transport_topic_fragments_sent"] >= count           # LBT-RM out
+    assert lan1_counters["proxy_sources_created"] == lan2_counters["proxy_sources_created"] == 1
+
+
+def test_lbtrm_router_receives_through_its_own_loss(routers, tools, make_domain, tmp_path):
+    """The router's proxy receiver is an LBT-RM receiver like any: it NAKs what it loses."""
+    lan1, lan2 = make_domain(LBTRM), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
+                           + endpoint_xml("LAN2", 2, lan2.config_path), env={"LBTRM_LOSS_RATE": "3"}).wait_ready()
+    count = 20_000
+    receiver = _receiver(tools, lan2, "rm.lossy", count)
+    _send_and_receive(_source(tools, lan1, "rm.lossy", count, size=200), receiver, count)
+    assert "dropping 3.0% of received DATA datagrams on purpose" in router.log(), "the router's receiver lost some"
+
+
+def test_lbtrm_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
+    """In LAN1 (LBT-RM), the proxy of LAN2's source advertises an LBT-RM session with hop count
+    and cost, its data and session messages decode as LBT-RM carrying LBMC, with no expert warning."""
+    lan1, lan2 = make_domain(LBTRM), make_domain()
+    routers.start(endpoint_xml("LAN1", 1, lan1.config_path, cost=3)
+                  + endpoint_xml("LAN2", 2, lan2.config_path, cost=4)).wait_ready()
+    count = 2000
+    receiver = _receiver(tools, lan1, "rm.wire", count)
+    pcap = tmp_path / "lan1.pcapng"
+    with LiveCapture(capture_filter=f"udp and (dst host {lan1.group} or dst host {lan1.lbtrm_group} "
+                                    f"or dst portrange {lan1.tcp_low}-{lan1.tcp_high})", path=pcap) as capture:
+        _send_and_receive(_source(tools, lan2, "rm.wire", count, size=100), receiver, count)
+    prefs = _lbtrm_prefs(lan1)
+    assert_no_expert_info(pcap, [], prefs)
+    tirs = [f for f in decode(pcap, [], prefs, fields=["lbmr.tir.name", "lbmr.tir.lbtrm.mcastip", "lbmr.tir.lbtrm.dport",
+                                                        "lbmr.tir.lbtrm.sport", "lbmr.topt.cost.hop_count",
+                                                        "lbmr.topt.cost.cost"], display_filter=capture.not_canary)
+            if f.get("lbmr.tir.name") == ["rm.wire"]]
+    assert tirs, "the proxy source advertised itself"
+    advert = tirs[0]
+    assert advert["lbmr.tir.lbtrm.mcastip"] == [lan1.lbtrm_group]
+    assert int(advert["lbmr.tir.lbtrm.dport"][0]) == lan1.port
+    assert lan1.tcp_low <= int(advert["lbmr.tir.lbtrm.sport"][0]) <= lan1.tcp_high
+    # One hop; the cost of the portal that advertises it (LAN1's 3), as every proxy source says.
+    assert advert["lbmr.topt.cost.hop_count"] == ["1"] and advert["lbmr.topt.cost.cost"] == ["3"]
+    data = decode(pcap, [], prefs, fields=["lbtrm.hdr.type", "lbtrm.data.sqn", "lbmc.sqn", "lbmc.topic_idx"],
+                  display_filter=f"lbtrm and {capture.not_canary}")
+    kinds = {f["lbtrm.hdr.type"][0] for f in data}
+    assert "0x00" in kinds or "0x0" in kinds, kinds                    # DATA
+    messages = sorted(int(sqn) for f in data for sqn in f.get("lbmc.sqn", []))
+    assert messages == list(range(count)), "every message, once, in the DATA the receiver got"
