@@ -47,6 +47,7 @@ class ReceiveWindow:
         self.buffered_bytes = 0
         self.missing: dict[int, list[float]] = {}  # sqn -> [gap seen, next NAK due]
         self.given_up: set[int] = set()           # missing ones delivery may skip
+        self._deadline: float | None = None       # no later than the earliest due NAK or expiry
         self.jumps: dict[int, int] = {}           # start -> stop: a given-up run too long to list
         self.counters = {"msgs_rcved": 0, "bytes_rcved": 0, "naks_sent": 0, "lost": 0,
                          "unrecovered_txw": 0, "unrecovered_tmo": 0, "duplicate_data": 0,
@@ -137,6 +138,7 @@ class ReceiveWindow:
             else:
                 self.counters[name.get(reason, "ncfs_unknown")] += 1
                 entry[1] = now + self.nak_suppress
+        self._deadline = None                 # postponed or given up: recomputed when next asked
         out = self._advance() if gave_up else []
         return out + self._trail(self._unwrap(trail))
 
@@ -155,16 +157,26 @@ class ReceiveWindow:
         for sqn in expired:
             self._give_up(sqn, "unrecovered_tmo")
         self.counters["naks_sent"] += len(naks)
+        self._deadline = self._earliest()
         return naks, (self._advance() if expired else [])
 
     def next_deadline(self) -> float | None:
-        """When `due` next has something to do (None: nothing is missing)."""
+        """When `due` next has something to do (None: nothing is missing). Kept, not computed:
+        the receiver asks after every datagram, and a receiver that fell far behind may miss
+        thousands of sequence numbers (scanning them all per datagram would keep it behind)."""
         if not self.missing:
+            self._deadline = None
             return None
-        generation = self.nak_generation
-        if self.send_naks:
-            return min(min(entry[1], entry[0] + generation) for entry in self.missing.values())
-        return min(entry[0] for entry in self.missing.values()) + generation
+        if self._deadline is None:
+            self._deadline = self._earliest()
+        return self._deadline
+
+    def _entry_deadline(self, entry: list[float]) -> float:
+        expiry = entry[0] + self.nak_generation
+        return min(entry[1], expiry) if self.send_naks else expiry
+
+    def _earliest(self) -> float | None:
+        return min(map(self._entry_deadline, self.missing.values()), default=None)
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def _count(self, payload: bytes) -> None:
@@ -181,9 +193,14 @@ class ReceiveWindow:
             self.jumps[start] = stop - MAX_GAP
             start = stop - MAX_GAP
         first_nak = now + self.rng.uniform(0.0, self.nak_initial_backoff)
+        entry_deadline = self._entry_deadline([now, first_nak])
+        added = False
         for sqn in range(start, stop):
             if sqn not in self.buffered:
                 self.missing[sqn] = [now, first_nak]
+                added = True
+        if added and self._deadline is not None and entry_deadline < self._deadline:
+            self._deadline = entry_deadline       # (None: recomputed from every entry when asked)
 
     def _give_up(self, sqn: int, why: str) -> None:
         if self.missing.pop(sqn, None) is not None:

@@ -13,8 +13,10 @@ included, each with the next sequence number.
   to its `max_queue`, and counts what does not fit as dropped (blocking), never sent half.
 - **Repair.** Sent datagrams stay in a transmission window of `transport_lbtrm_transmission_window_size`
   bytes. A NAK for one of them is answered with a retransmission (RETRANSMISSION flag) unless it was
-  retransmitted within `transport_lbtrm_ignore_interval` (NCF "ignored") or the retransmit rate is
-  spent (NCF "shed"); one that left the window gets NCF "no retry", and the receiver stops asking.
+  retransmitted within `transport_lbtrm_ignore_interval` (NCF "ignored"). When the retransmit rate
+  is spent, the retransmission waits for it (NCF "rx delay": it is coming), up to one second's
+  worth, and beyond that is refused (NCF "shed": ask again later); one that left the window gets
+  NCF "no retry", and the receiver stops asking.
 - **Session messages.** After data, an SM {lead, trail} goes out after
   `transport_lbtrm_sm_minimum_interval`, then at doubling intervals up to
   `transport_lbtrm_sm_maximum_interval`: receivers learn of a lost tail, and that the session lives
@@ -36,7 +38,7 @@ from router.um.rate_limiter import RateLimiter
 from router.um.wire.errors import WireError
 from router.um.wire.lbmr import LbtrmInfo
 from router.um.wire.lbtrm import (DATA_HEADER, FLAG_RETRANSMISSION, FLAG_UCAST_NAKS, HEADER_SIZE, LBTRM_NHDR_DATA,
-                                  LBTRM_TYPE_DATA, NCF_IGNORED, NCF_NO_RETRY, NCF_SHED, LbtrmNak, decode_lbtrm,
+                                  LBTRM_TYPE_DATA, NCF_IGNORED, NCF_NO_RETRY, NCF_RX_DELAY, NCF_SHED, LbtrmNak, decode_lbtrm,
                                   encode_lbtrm_ncf, encode_lbtrm_sm)
 from router.um.wire.otid import lbtrm_otid
 
@@ -104,6 +106,12 @@ class LbtrmSourceSession(BatchingSession):
         self.window_size = window_size
         self.window_lock = threading.Lock()
         self.retransmitted: dict[int, float] = {}           # sqn -> when, for the ignore interval
+        # Retransmissions the retransmit rate holds back (NCF "rx delay"): up to one second of
+        # that rate, so a burst of NAKs is answered late rather than refused.
+        self.rx_delayed: collections.deque[tuple[int, int]] = collections.deque()     # (sqn, bytes)
+        self.rx_delayed_bytes = 0
+        self.rx_delay_limit = max(retransmit_rate_limit // 8, 8 * datagram_max_size)
+        self.rx_pump = None
         self.pending: collections.deque = collections.deque()  # datagram payloads the rate holds back
         self.pending_bytes = 0
         self.pump_armed = False
@@ -115,7 +123,7 @@ class LbtrmSourceSession(BatchingSession):
         self.last_nak = 0.0
         self.last_refusal = 0.0                   # an NCF that told a receiver to ask again later
         self.counters.update({"msgs_sent": 0, "nak_pckts_rcved": 0, "naks_rcved": 0, "naks_ignored": 0,
-                              "naks_shed": 0, "naks_rx_delay_ignored": 0, "naks_unrecoverable": 0,
+                              "naks_shed": 0, "naks_rx_delay_ignored": 0, "naks_unrecoverable": 0, "rxs_delayed": 0,
                               "rxs_sent": 0, "rx_bytes_sent": 0, "sms_sent": 0, "malformed": 0,
                               "dropped_oversize": 0, "send_errors": 0})
         self.flags = FLAG_UCAST_NAKS
@@ -304,24 +312,55 @@ class LbtrmSourceSession(BatchingSession):
             elif now - retransmitted.get(sqn, -1e9) < self.ignore_interval:
                 self.counters["naks_ignored"] += 1
                 refused.setdefault(NCF_IGNORED, []).append(sqn)
-            elif not self.rx_rate.take(len(datagram), now):
+            elif not self.rx_delayed and self.rx_rate.take(len(datagram), now):
+                self._retransmit(sqn, datagram)
+                retransmitted[sqn] = now
+            elif self.rx_delayed_bytes + len(datagram) <= self.rx_delay_limit:
+                # The retransmit rate is spent for now: it goes as the rate allows, and the NCF
+                # tells the receiver it is coming (rather than to ask again).
+                self.rx_delayed.append((sqn, len(datagram)))
+                self.rx_delayed_bytes += len(datagram)
+                retransmitted[sqn] = now
+                self.counters["rxs_delayed"] += 1
+                refused.setdefault(NCF_RX_DELAY, []).append(sqn)
+                self._arm_rx_pump(now)
+            else:
                 self.counters["naks_shed"] += 1
                 refused.setdefault(NCF_SHED, []).append(sqn)
-            else:
-                copy = bytearray(datagram)
-                copy[_FLAGS_OFFSET] |= FLAG_RETRANSMISSION
-                if self._sendto(copy):
-                    retransmitted[sqn] = now
-                    self.counters["rxs_sent"] += 1
-                    self.counters["rx_bytes_sent"] += len(copy)
         if refused:
-            if NCF_SHED in refused or NCF_IGNORED in refused:
+            if refused.keys() - {NCF_NO_RETRY}:
                 self.last_refusal = now
             _, trail = self._lead_trail()
             for reason, sqns in refused.items():
                 for start in range(0, len(sqns), _NCF_LIST_MAX):
                     self._sendto(encode_lbtrm_ncf(self.session_id, self.port, trail, reason,
                                                   sqns[start:start + _NCF_LIST_MAX]))
+
+    def _retransmit(self, sqn: int, datagram: bytes) -> None:
+        copy = bytearray(datagram)
+        copy[_FLAGS_OFFSET] |= FLAG_RETRANSMISSION
+        if self._sendto(copy):
+            self.counters["rxs_sent"] += 1
+            self.counters["rx_bytes_sent"] += len(copy)
+
+    def _arm_rx_pump(self, now: float) -> None:
+        if self.rx_pump is None and self.rx_delayed and self.sock.fileno() >= 0:
+            self.rx_pump = self.loop.call_later(self.rx_rate.wait(self.rx_delayed[0][1], now), self._rx_pump)
+
+    def _rx_pump(self) -> None:
+        """Send delayed retransmissions as the retransmit rate allows (loop thread)."""
+        self.rx_pump = None
+        now = time.monotonic()
+        delayed = self.rx_delayed
+        while delayed and self.rx_rate.take(delayed[0][1], now):
+            sqn, size = delayed.popleft()
+            self.rx_delayed_bytes -= size
+            with self.window_lock:
+                datagram = self.window.get(sqn)
+            if datagram is not None:             # else it left the window: the next NAK hears so
+                self._retransmit(sqn, datagram)
+                self.retransmitted[sqn] = now
+        self._arm_rx_pump(now)
 
     # -- state -----------------------------------------------------------------------------------
     def queued_bytes(self) -> int:
@@ -369,7 +408,7 @@ class LbtrmSourceSession(BatchingSession):
         _CLOSE_LINGER_LIMIT in all)."""
         now = time.monotonic()
         quiet = now - max(self.last_nak, started) >= _CLOSE_LINGER and now - self.last_refusal >= _REFUSED_LINGER
-        return (quiet and not self.pending) or now - started >= _CLOSE_LINGER_LIMIT
+        return (quiet and not self.pending and not self.rx_delayed) or now - started >= _CLOSE_LINGER_LIMIT
 
     def _linger(self, started: float) -> None:
         if not self._lingered(started):
@@ -380,8 +419,9 @@ class LbtrmSourceSession(BatchingSession):
     def _close_socket(self) -> None:
         if self.sock.fileno() < 0:
             return
-        timer = getattr(self, "_sm_timer", None)
-        if timer is not None:
-            timer.cancel()
+        for timer in (getattr(self, "_sm_timer", None), self.rx_pump):
+            if timer is not None:
+                timer.cancel()
+        self.rx_pump = None
         self.loop.remove_reader(self.sock.fileno())
         self.sock.close()

@@ -6,6 +6,7 @@ LBT-RM group socket): what it drops it must NAK and get back from the source's w
 """
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from router.um.context import Context
 from router.um.lbtrm_source import LbtrmSourceSession
 from router.um.loop import EventLoop
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
+from router.um.wire.lbtrm import NCF_IGNORED, NCF_RX_DELAY, NCF_SHED, LbtrmData, LbtrmNcf, decode_lbtrm, encode_lbtrm_nak
 from tests.support.domains import new_domain
 from tests.support.processes import wait_for
 from tests.support.tshark import LiveCapture, decode, expert_info
@@ -76,13 +78,14 @@ def test_a_source_that_goes_silent_ends_after_the_activity_timeout(tmp_path):
     assert events == ["BOS", "EOS"]
 
 
-def test_a_proxy_sessions_rate_holds_back_then_drops_beyond_its_queue():
+def test_a_proxy_sessions_rate_holds_back_then_drops_beyond_its_queue(tmp_path):
     """A router's proxy source (overflow "drop") never blocks its loop: what the data rate holds
     back waits in a queue of max_queue bytes, and what does not fit is counted as dropped."""
+    domain = new_domain(tmp_path)
     loop = EventLoop("rate")
     loop.start_thread()
     try:
-        session = LbtrmSourceSession(loop, "127.0.0.1", "239.254.77.1", 17001, 17002, 17010,
+        session = LbtrmSourceSession(loop, "127.0.0.1", domain.lbtrm_group, domain.port, domain.tcp_low, domain.tcp_high,
                                      data_rate_limit=80_000, rate_interval=0.1, datagram_max_size=1400,
                                      overflow="drop", max_queue=20_000, batching_minimum_length=1)
         frame = MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_DATA, 1000, 1, 0) + bytes(1000 - MESSAGE_HEADER.size)
@@ -143,3 +146,55 @@ def test_the_session_on_the_wire_with_loss(tmp_path, monkeypatch):
     assert naked and naked <= retransmitted, (naked, retransmitted)
     rows = expert_info(pcap, [], prefs, min_severity="warn")
     assert all(row.startswith("Warn/Sequence/LBT-RM: NAK") for row in rows), rows
+
+
+def test_naks_beyond_the_retransmit_rate_wait_or_are_shed_and_the_ncfs_say_which(tmp_path):
+    """A burst of NAKs larger than the retransmit rate allows: the first retransmissions go at
+    once, up to a second's worth wait for the rate (NCF "rx delay", then they come), the rest are
+    refused (NCF "shed"), and a NAK for one already on its way is "ignored"."""
+    domain = new_domain(tmp_path)
+    group, port = domain.lbtrm_group, domain.port
+    loop = EventLoop("naks")
+    loop.start_thread()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((group, port))
+    listener.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton(group) + socket.inet_aton("127.0.0.1"))
+    listener.settimeout(0.2)
+    nak_sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    session = LbtrmSourceSession(loop, "127.0.0.1", group, port, domain.tcp_low, domain.tcp_high, data_rate_limit=0,
+                                 retransmit_rate_limit=8 * 20_000, rate_interval=0.1, datagram_max_size=1400,
+                                 batching_minimum_length=1)
+    try:
+        frame = MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_DATA, 1000, 1, 0) + bytes(1000 - MESSAGE_HEADER.size)
+        for _ in range(40):
+            loop.call_and_wait(session.send_raw, frame, None, 1, True)
+        source_address = ("127.0.0.1", session.port)
+        nak_sender.sendto(encode_lbtrm_nak(session.session_id, session.port, range(40)), source_address)
+        # Sequence number 1 waits for the rate (0 went at once): asked for again, it is on its way.
+        nak_sender.sendto(encode_lbtrm_nak(session.session_id, session.port, [1]), source_address)
+        retransmitted, ncfs = set(), {}
+        deadline = time.monotonic() + 20
+        counters = session.counters
+        while time.monotonic() < deadline:
+            try:
+                packet = decode_lbtrm(listener.recv(65536))
+            except socket.timeout:
+                if ncfs and counters["rxs_sent"] == len(retransmitted) and not session.rx_delayed:
+                    break
+                continue
+            if isinstance(packet, LbtrmNcf):
+                ncfs.setdefault(packet.reason, set()).update(packet.sqns)
+            elif isinstance(packet, LbtrmData) and packet.retransmission:
+                retransmitted.add(packet.sqn)
+        delayed, shed = ncfs.get(NCF_RX_DELAY, set()), ncfs.get(NCF_SHED, set())
+        assert delayed and shed, ncfs
+        assert delayed | shed | retransmitted == set(range(40)) and not delayed & shed
+        assert delayed <= retransmitted and not shed & retransmitted, "what waited came; what was shed did not"
+        assert counters["rxs_delayed"] == len(delayed) and counters["naks_shed"] == len(shed)
+        assert 1 in delayed and ncfs.get(NCF_IGNORED) == {1} and counters["naks_ignored"] == 1
+    finally:
+        loop.call_and_wait(session.close)
+        loop.stop()
+        listener.close()
+        nak_sender.close()
