@@ -16,11 +16,12 @@ one DRO on the same TRD" is unsupported).
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from pathlib import Path
 
 from router.config.model import DaemonConfig, EndpointConfig, PeerConfig
 from router.um.config import ConfigError, UMConfig, load_file
-from router.um.xml_config import ROUTER_APPLICATION, is_xml_config, load_xml_config
+from router.um.xml_config import ROUTER_APPLICATION, is_xml_config, load_xml_config, topic_options
 
 Portal = EndpointConfig | PeerConfig
 
@@ -38,8 +39,26 @@ def portal_um_configs(portal: Portal, daemon: DaemonConfig) -> tuple[UMConfig, U
     for scope, name, value in portal.lbm_attributes:
         base.set(scope, name, value, portal.where("lbm-attributes"))
     default_name = base.get("context", "context_name") or None
-    return (_context(portal, base, xml_files, portal.source_context_name or default_name),
-            _context(portal, base, xml_files, portal.receiver_context_name or default_name))
+    receive = _context(portal, base, xml_files, portal.receiver_context_name or default_name)
+    portal.topic_um = TopicOptions(tuple(xml_files), portal.receiver_context_name or default_name, receive) \
+        if xml_files else None
+    return (_context(portal, base, xml_files, portal.source_context_name or default_name), receive)
+
+
+@dataclass(frozen=True)
+class TopicOptions:
+    """The options of one topic's proxy source: the portal context's, then what the UM XML
+    configuration files say for that topic under <sources> (seed 001 §4.1: "assign unique UM
+    attributes to the topics ... used for the proxy sources ... the gateway creates")."""
+    xml_files: tuple[Path, ...]
+    context_name: str | None
+    base: UMConfig
+
+    def for_topic(self, topic: str) -> UMConfig:
+        config = self.base.copy()
+        for path in self.xml_files:
+            config = topic_options(path, ROUTER_APPLICATION, self.context_name, topic, into=config)
+        return config
 
 
 def _context(portal: Portal, base: UMConfig, xml_files: list[Path], name: str | None) -> UMConfig:

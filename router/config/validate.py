@@ -41,7 +41,7 @@ _PROXY_TRANSPORTS = ("tcp", "lbtrm", "lbtipc", "lbtsmx")
 
 
 def _check_proxy_transport(portal: Portal) -> None:
-    transport = portal.source_um.get("source", "transport").replace("-", "")
+    transport = portal.receiver_um.get("source", "transport").replace("-", "")   # the worker's one context
     if portal.kind == "endpoint" and transport not in _PROXY_TRANSPORTS:
         element = "lbm-attributes" if "lbm-attributes" in portal.locations else "lbm-config"
         raise ConfigError(f"portal '{portal.name}': its proxy sources would use transport {transport}, which this "

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
+from router.um.config import ConfigError
 from router.worker.records import StreamAdvert
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class ProxySource:
 
 class ProxySourceTable:
     def __init__(self, context, portal_cost: int, domain_id: int, max_queue: int,
-                 deletion_delay: float, counters, log_event: Callable[[str, str], None]):
+                 deletion_delay: float, counters, log_event: Callable[[str, str], None], topic_options=None):
         self.context = context
         self.portal_cost = portal_cost
         self.domain_id = domain_id
@@ -40,7 +41,8 @@ class ProxySourceTable:
         self.deletion_delay = deletion_delay
         self.counters = counters
         self.log_event = log_event
-        self.transport: str | None = None            # None: the context's `source transport`
+        self.transport: str | None = None            # None: the topic's `source transport`
+        self.topic_options = topic_options           # topic -> its UMConfig (UM XML files), or None
         if context.config.get("source", "transport").replace("-", "") == "lbtsmx":
             # The DRO's proxy sources do not send LBT-SMX: they use TCP, and say so.
             self.transport = "tcp"
@@ -57,12 +59,18 @@ class ProxySourceTable:
         proxy = self.by_otid.get(advert.otid)
         if proxy is None:
             try:
+                options = self.topic_options(advert.topic) if self.topic_options is not None else None
+                transport = self.transport
+                if transport is None and options is not None \
+                        and options.get("source", "transport").replace("-", "") == "lbtsmx":
+                    transport = "tcp"                # as for the whole portal: never LBT-SMX
                 source = self.context.source(
-                    advert.topic, transport=self.transport, otid=advert.otid, cost=advert.cost + self.portal_cost,
+                    advert.topic, transport=transport, options=options, otid=advert.otid,
+                    cost=advert.cost + self.portal_cost,
                     hop_count=advert.hop_count + 1, domain_id=advert.origin_domain_id,
                     overflow="drop", max_queue=self.max_queue, final_advertisements=FINAL_ADVERTISEMENTS,
                     index=advert.origin_index, hold_for_receiver=self.hold_for_receiver)
-            except (OSError, ValueError) as err:
+            except (OSError, ValueError, ConfigError) as err:
                 # No transport session (no free port, say): the stream's data is counted as
                 # dropped due to error as it comes, and the next advertisement tries again.
                 self.log_event("proxy-source-failed", f"topic {advert.topic} for {advert.source}: {err}")

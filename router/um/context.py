@@ -99,19 +99,23 @@ class Context:
     def source(self, topic: str, *, transport: str | None = None, otid: bytes | None = None,
                cost: int | None = None, hop_count: int = 0, domain_id: int | None = None,
                overflow: str = "block", final_advertisements: int | None = None,
-               max_queue: int | None = None, index: int | None = None, hold_for_receiver: float = 0.0) -> Source:
+               max_queue: int | None = None, index: int | None = None, hold_for_receiver: float = 0.0,
+               options: UMConfig | None = None) -> Source:
         """A source on `topic`. `otid`, `cost`, `hop_count`, `domain_id` are for proxy sources:
         they make the advertisement say where the data really comes from; `index` asks for a
         topic index (a router keeps the origin's, so forwarded frames need no rewriting);
         `hold_for_receiver` (seconds) keeps what is sent while no receiver is connected (LBT-IPC:
         until the first attaches) for the first one to connect (router.um.tcp_source,
-        router.lbtipc.source)."""
-        transport = (transport or self.config.get("source", "transport")).replace("-", "")
-        finals = self.config.get("source", "resolver_send_final_advertisements") \
+        router.lbtipc.source). `options`: this source's own options (a UM XML configuration's
+        per-topic ones) instead of the context's; sources share a transport session only when
+        their transport options are the same."""
+        config = options if options is not None else self.config
+        transport = (transport or config.get("source", "transport")).replace("-", "")
+        finals = config.get("source", "resolver_send_final_advertisements") \
             if final_advertisements is None else final_advertisements
 
         def create() -> Source:
-            session = self._session_for(transport, overflow, max_queue, hold_for_receiver)
+            session = self._session_for(transport, overflow, max_queue, hold_for_receiver, config)
             used = self.session_indexes.setdefault(session, set())
             chosen = index if index is not None and index not in used and index > 0 else None
             while chosen is None:
@@ -288,25 +292,32 @@ class Context:
         self.responder.respond(origin, data)
 
     # -- transports --------------------------------------------------------------------------------
-    def _session_for(self, transport: str, overflow: str, max_queue: int | None, hold_for_receiver: float = 0.0):
+    def _session_for(self, transport: str, overflow: str, max_queue: int | None, hold_for_receiver: float = 0.0,
+                     config: UMConfig | None = None):
         if transport not in ("tcp", "lbtipc", "lbtrm"):
             raise ValueError(f"source transport {transport} is not supported here (tcp, lbtrm and lbtipc are)")
-        get = self.config.get
+        config = config or self.config
+        get = config.get
+        # Sources share a session when everything that shapes it is the same: its transport's
+        # options (a topic's own, from a UM XML file, may differ from the context's).
+        shaping = tuple(sorted((name, value) for (_, name), value in config.values.items()
+                               if name.startswith(f"transport_{transport}") or name.startswith("implicit_batching")))
         if transport == "lbtrm":
             # A multicast session has no receivers to hold for: what it sends before they join is
             # theirs only if it is still being repaired.
-            key = (transport, get("source", "transport_lbtrm_multicast_address"), overflow)
+            key = (transport, get("source", "transport_lbtrm_multicast_address"), overflow, shaping)
         else:
-            key = (transport, get("source", "transport_tcp_port"), overflow, hold_for_receiver)
+            key = (transport, get("source", "transport_tcp_port"), overflow, hold_for_receiver, shaping)
         session = self.sessions.get(key)
         if session is None or session.closed:
-            session = self.sessions[key] = self._new_session(transport, key, overflow, max_queue, hold_for_receiver)
+            session = self.sessions[key] = self._new_session(transport, key, overflow, max_queue, hold_for_receiver,
+                                                             config)
         self.session_users[session] = self.session_users.get(session, 0) + 1
         return session
 
     def _new_session(self, transport: str, key: tuple, overflow: str, max_queue: int | None,
-                     hold_for_receiver: float):
-        get = self.config.get
+                     hold_for_receiver: float, config: UMConfig):
+        get = config.get
         batching = {"batching_minimum_length": get("source", "implicit_batching_minimum_length"),
                     "batching_interval": get("source", "implicit_batching_interval") / 1000,
                     "overflow": overflow, "max_queue": max_queue or 8 * 1024 * 1024}
@@ -319,7 +330,7 @@ class Context:
                 hold_for_receiver=hold_for_receiver, **batching)
         if transport == "lbtrm":
             return LbtrmSourceSession(
-                self.loop, self.channel.interface, key[1] or self._next_lbtrm_group(),
+                self.loop, self.channel.interface, key[1] or self._next_lbtrm_group(config),
                 get("context", "transport_lbtrm_destination_port"),
                 get("context", "transport_lbtrm_source_port_low"), get("context", "transport_lbtrm_source_port_high"),
                 ttl=get("context", "resolver_multicast_ttl"),
@@ -337,11 +348,11 @@ class Context:
             datagram_max_size=get("context", "transport_tcp_datagram_max_size"),
             nodelay=get("source", "transport_tcp_nodelay"), hold_for_receiver=hold_for_receiver, **batching)
 
-    def _next_lbtrm_group(self) -> str:
+    def _next_lbtrm_group(self, config: UMConfig) -> str:
         """The group of a new LBT-RM session: the next of transport_lbtrm_multicast_address_low..high,
         from a place of this context's own (so contexts spread their sessions over the range)."""
-        low = int(ipaddress.IPv4Address(self.config.get("context", "transport_lbtrm_multicast_address_low")))
-        high = int(ipaddress.IPv4Address(self.config.get("context", "transport_lbtrm_multicast_address_high")))
+        low = int(ipaddress.IPv4Address(config.get("context", "transport_lbtrm_multicast_address_low")))
+        high = int(ipaddress.IPv4Address(config.get("context", "transport_lbtrm_multicast_address_high")))
         span = max(1, high - low + 1)
         if self.lbtrm_group_cursor is None:
             self.lbtrm_group_cursor = self.context_id % span

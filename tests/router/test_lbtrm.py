@@ -122,3 +122,45 @@ def test_lbtrm_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
     assert "0x00" in kinds or "0x0" in kinds, kinds                    # DATA
     messages = sorted(int(sqn) for f in data for sqn in f.get("lbmc.sqn", []))
     assert messages == list(range(count)), "every message, once, in the DATA the receiver got"
+
+
+UM_XML_TOPIC_TRANSPORT = """<um-configuration version="1.0">
+  <templates>
+    <template name="rm-source">
+      <options type="source">
+        <option name="transport" default-value="lbtrm" />
+      </options>
+    </template>
+  </templates>
+  <applications>
+    <application name="tnwgd">
+      <contexts>
+        <context>
+          <sources>
+            <topic topicname="rm.by.topic" template="rm-source" />
+          </sources>
+        </context>
+      </contexts>
+    </application>
+  </applications>
+</um-configuration>
+"""
+
+
+def test_a_um_xml_configuration_gives_one_topics_proxy_sources_their_own_transport(routers, tools, make_domain,
+                                                                                     tmp_path):
+    """Seed §4.1: the daemon's <xml-config> assigns UM attributes to the proxy sources of one
+    topic: in LAN2 (LBT-TCP), the proxy for rm.by.topic multicasts, the proxy for others does not."""
+    lan1, lan2 = make_domain(), make_domain()
+    um_xml = tmp_path / "um.xml"
+    um_xml.write_text(UM_XML_TOPIC_TRANSPORT)
+    routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
+                  daemon_extra=f"    <xml-config>{um_xml}</xml-config>\n").wait_ready()
+    count = 5000
+    by_topic, other = _receiver(tools, lan2, "rm.by.topic", count), _receiver(tools, lan2, "rm.other", count)
+    by_topic_source, other_source = (_source(tools, lan1, "rm.by.topic", count),
+                                     _source(tools, lan1, "rm.other", count))
+    by_topic_got = _send_and_receive(by_topic_source, by_topic, count)
+    other_got = _send_and_receive(other_source, other, count)
+    assert [s.split(":")[0] for s in by_topic_got["um_sources"]] == ["LBTRM"], by_topic_got["um_sources"]
+    assert [s.split(":")[0] for s in other_got["um_sources"]] == ["TCP"], other_got["um_sources"]
