@@ -10,6 +10,7 @@ its frames hold requests, so it can stand in for the requester.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable, Protocol
 
 from router.um.frame_runs import MIN_RUN, equal_frames
@@ -57,9 +58,10 @@ class FrameStream:
         self.on_closed = on_closed
         self.subscriptions: dict[int, list[Subscription]] = {}
         self.raw_indexes: set[int] = set()
-        self.fragments: dict[tuple[int, int], list] = {}     # (tidx, first_sqn) -> [bytearray, received]
+        # (tidx, first_sqn) -> [bytearray, bytes received, time.monotonic() of the first fragment]
+        self.fragments: dict[tuple[int, int], list] = {}
         self.counters = {"frames": 0, "bytes": 0, "unknown_frames": 0, "malformed": 0,
-                         "fragments": 0, "reassembled": 0, "control_frames": 0}
+                         "fragments": 0, "reassembled": 0, "control_frames": 0, "fragments_expired": 0}
         self.paused = False
         self.closed = False
 
@@ -255,7 +257,7 @@ class FrameStream:
             if total > 64 * 1024 * 1024:
                 self._malformed(f"fragmented message of {total} bytes")
                 return None
-            entry = self.fragments[key] = [bytearray(total), 0]
+            entry = self.fragments[key] = [bytearray(total), 0, time.monotonic()]
         if frag_offset + len(piece) > len(entry[0]):
             self._malformed("fragment beyond the message's length")
             del self.fragments[key]
@@ -267,6 +269,16 @@ class FrameStream:
         del self.fragments[key]
         self.counters["reassembled"] += 1
         return first_sqn, bytes(entry[0])
+
+    def expire_fragments(self, older_than: float) -> int:
+        """Drop messages whose first fragment came before `older_than` (time.monotonic()) and that
+        are still not whole: on a transport that may give loss up (LBT-RM) the rest never comes.
+        Returns how many; counted as fragments_expired."""
+        stale = [key for key, entry in self.fragments.items() if entry[2] < older_than]
+        for key in stale:
+            del self.fragments[key]
+        self.counters["fragments_expired"] += len(stale)
+        return len(stale)
 
     def _malformed(self, what: str, close: bool = True) -> None:
         """Count and log a malformed frame; `close` ends the stream (its framing cannot be trusted).

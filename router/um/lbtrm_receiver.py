@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 _IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
 _RECEIVE_BATCH = 256
 _NAKS_PER_PACKET = 1024
+_FRAGMENT_GRACE = 1.0             # seconds past the NAK generation interval a partial message may wait
 
 
 def _loss_rate() -> float:
@@ -255,9 +256,16 @@ class LbtrmSessionClient(FrameStream):
             self._check_ending()
 
     def _check_activity(self) -> None:
-        if not self.closed and time.monotonic() - self.last_heard >= self.activity_timeout:
+        if self.closed:
+            return
+        now = time.monotonic()
+        if now - self.last_heard >= self.activity_timeout:
             log.info("%s: nothing heard for %.1f s; ended", self.description, self.activity_timeout)
             self.close()
+        elif self.fragments:
+            # A message whose fragments straddle loss that was given up never completes: once
+            # repair has had its whole NAK generation interval, what is still partial goes.
+            self.expire_fragments(now - self.window.nak_generation - _FRAGMENT_GRACE)
 
     # -- flow control ----------------------------------------------------------------------------
     def pause(self) -> None:

@@ -1,10 +1,13 @@
-"""Splitting a read into the runs of frames each raw (router) subscription gets: the
-frame-by-frame walk and the fast path for a read of equal frames must agree."""
+"""Splitting a read into the runs of frames each raw (router) subscription gets (the
+frame-by-frame walk and the fast path for a read of equal frames must agree), and partial
+messages that can no longer complete being expired."""
+import time
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from router.um.frame_stream import FrameStream
-from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
+from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
 
 
 class _Raw:
@@ -58,3 +61,30 @@ def test_a_read_of_equal_frames_is_one_run_and_what_follows_it_still_arrives():
     assert consumed == 64 * 101 + 80
     assert got[1] == (b"".join(run) + after[1], 101)
     assert got[2] == (after[0], 1)
+
+
+class _Messages:
+    def __init__(self):
+        self.messages = []
+
+    def on_batch(self, messages):
+        self.messages += messages
+
+
+def _fragment(tidx: int, sqn: int, first: int, offset: int, total: int, piece: bytes) -> bytes:
+    length = MESSAGE_HEADER.size + FRAG_HEADER.size + len(piece)
+    return (MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_FRAG, length, tidx, sqn)
+            + FRAG_HEADER.pack(NHDR_DATA, FRAG_HEADER.size, 0, first, offset, total) + piece)
+
+
+def test_a_partial_message_older_than_the_cutoff_is_expired_and_counted_and_a_whole_one_still_arrives():
+    stream = _Stream(None, ("test",), lambda s: None)
+    sub = _Messages()
+    stream.subscribe(1, sub)
+    stream._parse(_fragment(1, 10, 10, 0, 8, b"abcd"))              # half of a message: its rest was lost
+    assert len(stream.fragments) == 1
+    assert stream.expire_fragments(time.monotonic() - 60) == 0      # young: it may still complete
+    assert stream.expire_fragments(time.monotonic() + 1) == 1
+    assert stream.counters["fragments_expired"] == 1 and not stream.fragments
+    stream._parse(_fragment(1, 20, 20, 0, 8, b"wxyz") + _fragment(1, 21, 20, 4, 8, b"1234"))
+    assert sub.messages == [(20, b"wxyz1234")]
