@@ -7,6 +7,7 @@ import time
 
 from router.cli.common import add_context_arguments, open_context, print_json, setup_logging, stop_event_on_signals
 from router.cli.receive_stats import ReceiveStats
+from router.um.source_cache import key_string
 
 
 def add_receive_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,7 +100,6 @@ _REPORTED = ("bytes", "frames", "malformed", "msgs_rcved", "naks_sent", "nak_pck
 
 def _transport_counters(streams: dict) -> dict[str, dict[str, int]]:
     """The counters of the transport streams received from (by session string)."""
-    from router.um.source_cache import key_string
     return {key_string(key): {name: client.counters[name] for name in _REPORTED if name in client.counters}
             for key, client in list(streams.items())}
 

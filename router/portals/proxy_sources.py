@@ -41,12 +41,8 @@ class ProxySourceTable:
         self.deletion_delay = deletion_delay
         self.counters = counters
         self.log_event = log_event
-        self.transport: str | None = None            # None: the topic's `source transport`
         self.topic_options = topic_options           # topic -> its UMConfig (UM XML files), or None
-        if context.config.get("source", "transport").replace("-", "") == "lbtsmx":
-            # The DRO's proxy sources do not send LBT-SMX: they use TCP, and say so.
-            self.transport = "tcp"
-            log_event("proxy-transport-converted", "proxy sources configured for LBT-SMX use TCP instead")
+        self.smx_converted = False                   # said once per portal
         # Receivers hear a new advertisement within the source's initial advertising phase.
         self.hold_for_receiver = context.config.get("source", "resolver_advertisement_minimum_initial_duration") / 1000
         self.by_otid: dict[bytes, ProxySource] = {}
@@ -60,12 +56,8 @@ class ProxySourceTable:
         if proxy is None:
             try:
                 options = self.topic_options(advert.topic) if self.topic_options is not None else None
-                transport = self.transport
-                if transport is None and options is not None \
-                        and options.get("source", "transport").replace("-", "") == "lbtsmx":
-                    transport = "tcp"                # as for the whole portal: never LBT-SMX
                 source = self.context.source(
-                    advert.topic, transport=transport, options=options, otid=advert.otid,
+                    advert.topic, transport=self._transport(options), options=options, otid=advert.otid,
                     cost=advert.cost + self.portal_cost,
                     hop_count=advert.hop_count + 1, domain_id=advert.origin_domain_id,
                     overflow="drop", max_queue=self.max_queue, final_advertisements=FINAL_ADVERTISEMENTS,
@@ -88,6 +80,17 @@ class ProxySourceTable:
         rewrite = None if proxy.source.index == advert.origin_index else proxy.source.index
         self.by_stream[(ring, advert.stream_id)] = (proxy, rewrite)
         return proxy
+
+    def _transport(self, options) -> str | None:
+        """None (the options' own transport), or "tcp" where they name LBT-SMX: the DRO's proxy
+        sources never send LBT-SMX, they use TCP and say so."""
+        config = options if options is not None else self.context.config
+        if config.get("source", "transport").replace("-", "") != "lbtsmx":
+            return None
+        if not self.smx_converted:
+            self.smx_converted = True
+            self.log_event("proxy-transport-converted", "proxy sources configured for LBT-SMX use TCP instead")
+        return "tcp"
 
     def end_stream(self, ring: int, stream_id: int) -> None:
         entry = self.by_stream.pop((ring, stream_id), None)

@@ -297,25 +297,21 @@ class Context:
         if transport not in ("tcp", "lbtipc", "lbtrm"):
             raise ValueError(f"source transport {transport} is not supported here (tcp, lbtrm and lbtipc are)")
         config = config or self.config
-        get = config.get
         # Sources share a session when everything that shapes it is the same: its transport's
         # options (a topic's own, from a UM XML file, may differ from the context's).
         shaping = tuple(sorted((name, value) for (_, name), value in config.values.items()
                                if name.startswith(f"transport_{transport}") or name.startswith("implicit_batching")))
-        if transport == "lbtrm":
-            # A multicast session has no receivers to hold for: what it sends before they join is
-            # theirs only if it is still being repaired.
-            key = (transport, get("source", "transport_lbtrm_multicast_address"), overflow, shaping)
-        else:
-            key = (transport, get("source", "transport_tcp_port"), overflow, hold_for_receiver, shaping)
+        # A multicast session has no receivers to hold for: what it sends before they join is
+        # theirs only if it is still being repaired.
+        hold = 0.0 if transport == "lbtrm" else hold_for_receiver
+        key = (transport, overflow, hold, shaping)
         session = self.sessions.get(key)
         if session is None or session.closed:
-            session = self.sessions[key] = self._new_session(transport, key, overflow, max_queue, hold_for_receiver,
-                                                             config)
+            session = self.sessions[key] = self._new_session(transport, overflow, max_queue, hold, config)
         self.session_users[session] = self.session_users.get(session, 0) + 1
         return session
 
-    def _new_session(self, transport: str, key: tuple, overflow: str, max_queue: int | None,
+    def _new_session(self, transport: str, overflow: str, max_queue: int | None,
                      hold_for_receiver: float, config: UMConfig):
         get = config.get
         batching = {"batching_minimum_length": get("source", "implicit_batching_minimum_length"),
@@ -330,7 +326,7 @@ class Context:
                 hold_for_receiver=hold_for_receiver, **batching)
         if transport == "lbtrm":
             return LbtrmSourceSession(
-                self.loop, self.channel.interface, key[1] or self._next_lbtrm_group(config),
+                self.loop, self.channel.interface, get("source", "transport_lbtrm_multicast_address") or self._next_lbtrm_group(config),
                 get("context", "transport_lbtrm_destination_port"),
                 get("context", "transport_lbtrm_source_port_low"), get("context", "transport_lbtrm_source_port_high"),
                 ttl=get("context", "resolver_multicast_ttl"),
@@ -344,7 +340,7 @@ class Context:
                 sm_maximum_interval=get("source", "transport_lbtrm_sm_maximum_interval") / 1000, **batching)
         return TcpSourceSession(
             self.loop, self.tcp_interface, get("context", "transport_tcp_port_low"),
-            get("context", "transport_tcp_port_high"), fixed_port=key[1],
+            get("context", "transport_tcp_port_high"), fixed_port=get("source", "transport_tcp_port"),
             datagram_max_size=get("context", "transport_tcp_datagram_max_size"),
             nodelay=get("source", "transport_tcp_nodelay"), hold_for_receiver=hold_for_receiver, **batching)
 

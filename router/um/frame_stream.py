@@ -86,6 +86,12 @@ class FrameStream:
     def resume(self) -> None:
         """Take data again after `pause`."""
 
+    def end_when_repaired(self, callback: Callable[[], None]) -> None:
+        """Run `callback` (end a subscription: its source sent a final advertisement) once the
+        stream holds nothing the source sent that is still to be repaired: at once on a stream
+        that never loses (TCP, LBT-IPC); LBT-RM overrides it."""
+        callback()
+
     def _control(self, data: bytes, offset: int, msglen: int, next_hdr: int) -> bool:
         """A CONTROL frame; False ends the stream (the transport decides what its controls mean)."""
         return True

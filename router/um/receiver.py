@@ -119,9 +119,8 @@ class Receiver:
         joined = self.joined.get(otid)
         if joined is None or joined.ended:
             return
-        drain = getattr(joined.client, "end_when_repaired", None)
-        if drain is not None:
-            drain(lambda: self._end_now(joined))
+        if joined.client is not None:
+            joined.client.end_when_repaired(lambda: self._end_now(joined))
         else:
             self._end_now(joined)
 
