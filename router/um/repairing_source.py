@@ -1,0 +1,429 @@
+"""What the sending side of LBT-RM and LBT-RU share: datagrams, rate limits, a transmission window
+and the answers to NAKs.
+
+A session's batches (batching_session.BatchingSession) are cut at frame boundaries into datagrams
+of at most `transport_*_datagram_max_size` bytes, header included, each with the next sequence
+number. A subclass says what a datagram's header is and where datagrams go (a multicast group for
+LBT-RM, each connected receiver for LBT-RU), and reads its socket.
+
+- **Rate.** Data goes out within `transport_*_data_rate_limit`, retransmissions within
+  `transport_*_retransmit_rate_limit` (router.um.rate_limiter). An application's sending thread
+  waits for its turn; a router's proxy source (overflow "drop") queues what the rate holds back, up
+  to its `max_queue`, and counts what does not fit as dropped (blocking), never sent half.
+- **Repair.** Sent datagrams stay in a transmission window of `transport_*_transmission_window_size`
+  bytes. A NAK for one of them is answered with a retransmission unless it was retransmitted within
+  `transport_*_ignore_interval` (NCF "ignored"). When the retransmit rate is spent, the
+  retransmission waits for it (NCF "rx delay": it is coming), up to one second's worth, and beyond
+  that is refused (NCF "shed": ask again later); one that left the window gets NCF "no retry", and
+  the receiver stops asking.
+- **Session messages.** After data, an SM {lead, trail} goes out after `transport_*_sm_minimum_interval`,
+  then at doubling intervals up to `transport_*_sm_maximum_interval`: receivers learn of a lost
+  tail, and that the session lives (they end it after their activity timeout without either).
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import os
+import socket
+import threading
+import time
+
+from router.um.batching_session import BatchingSession
+from router.um.rate_limiter import RateLimiter
+
+log = logging.getLogger(__name__)
+
+WRAP = 1 << 32
+NCF_NO_RETRY, NCF_IGNORED, NCF_RX_DELAY, NCF_SHED = 0, 1, 2, 3    # the same in LBT-RM and LBT-RU
+_NCF_LIST_MAX = 1024
+_CLOSE_LINGER = 0.5                     # answer NAKs this long after closing, if any come
+_REFUSED_LINGER = 1.5                   # after an NCF "shed"/"ignored": the receiver asks again after
+                                        # its nak_suppress_interval (1 s by default)
+_CLOSE_LINGER_LIMIT = 5.0
+
+
+def bind_in_range(interface: str, low: int, high: int, what: str) -> socket.socket:
+    """A UDP socket on the first free port of low..high."""
+    for port in range(low, high + 1):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.bind((interface, port))
+            return sock
+        except OSError as err:
+            sock.close()
+            if err.errno != errno.EADDRINUSE:
+                raise
+    raise OSError(errno.EADDRINUSE, f"no free {what} port in {low}..{high} on {interface}")
+
+
+class RepairingSourceSession(BatchingSession):
+    """One transport session that repairs loss. Thread-safe like every session: applications send
+    from their threads; the context's loop reads the socket, retransmits and sends session messages.
+
+    Subclasses set `header_size` (what a DATA packet adds to its LBMC bytes), `retransmission_flag`
+    (byte offset and bit of the RETRANSMISSION flag in a DATA packet) and `kind` (for logs), and
+    implement `_data_header`, `_send_data`, `_send_retransmission`, `_send_ncf`, `_send_sm` and
+    `_readable`; `_answer` takes the NAKs they read."""
+
+    header_size = 0
+    retransmission_flag = (0, 0)
+    kind = "?"
+
+    def __init__(self, loop, sock: socket.socket, *, datagram_max_size: int, data_rate_limit: int,
+                 retransmit_rate_limit: int, rate_interval: float, window_size: int, ignore_interval: float,
+                 sm_minimum_interval: float, sm_maximum_interval: float, batching_minimum_length: int,
+                 batching_interval: float, overflow: str, max_queue: int):
+        # What the batching layer may put in one datagram: the transport's header takes the rest.
+        payload_max = datagram_max_size - self.header_size
+        super().__init__(loop, datagram_max_size=payload_max,
+                         batching_minimum_length=min(batching_minimum_length, payload_max),
+                         batching_interval=batching_interval, overflow=overflow, max_queue=max_queue)
+        self.session_id = int.from_bytes(os.urandom(4), "big") or 1
+        self.sock = sock
+        self.port = sock.getsockname()[1]
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
+        except OSError:
+            pass
+        self.next_sqn = 0
+        self.data_rate = RateLimiter(data_rate_limit, rate_interval, datagram_max_size)
+        self.rx_rate = RateLimiter(retransmit_rate_limit, rate_interval, datagram_max_size)
+        self.ignore_interval = ignore_interval
+        # The transmission window: sqn -> datagram, oldest first; the loop reads it for NAKs
+        # while a sending thread adds to it, hence its own lock (the session's is held across
+        # rate-limit waits).
+        self.window: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        self.window_bytes = 0
+        self.window_size = window_size
+        self.window_lock = threading.Lock()
+        self.retransmitted: dict[tuple, float] = {}          # (sqn, receiver) -> when, for the ignore interval
+        # Retransmissions the retransmit rate holds back (NCF "rx delay"): up to one second of
+        # that rate, so a burst of NAKs is answered late rather than refused.
+        self.rx_delayed: collections.deque[tuple[int, int, tuple]] = collections.deque()  # (sqn, bytes, to)
+        self.rx_delayed_bytes = 0
+        self.rx_delay_limit = max(retransmit_rate_limit // 8, 8 * datagram_max_size)
+        self.rx_pump = None
+        self.pending: collections.deque = collections.deque()  # datagram payloads the rate holds back
+        self.pending_bytes = 0
+        self.pump_armed = False
+        self.sm_minimum, self.sm_maximum = sm_minimum_interval, sm_maximum_interval
+        self.sm_interval = sm_minimum_interval
+        self.sm_sqn = 0
+        self.last_sm = time.monotonic()
+        self.data_since_sm = False
+        self.last_nak = 0.0
+        self.last_refusal = 0.0                   # an NCF that told a receiver to ask again later
+        self.counters.update({"msgs_sent": 0, "nak_pckts_rcved": 0, "naks_rcved": 0, "naks_ignored": 0,
+                              "naks_shed": 0, "naks_rx_delay_ignored": 0, "naks_unrecoverable": 0, "rxs_delayed": 0,
+                              "rxs_sent": 0, "rx_bytes_sent": 0, "sms_sent": 0, "malformed": 0,
+                              "dropped_oversize": 0, "send_errors": 0})
+        loop.call_soon_threadsafe(self._start)
+
+    @property
+    def description(self) -> str:
+        return f"{self.kind} session {self.session_id:08X}"
+
+    def _start(self) -> None:
+        if self.sock.fileno() < 0:
+            return                  # closed before the loop got to it
+        self.loop.add_reader(self.sock.fileno(), self._readable)
+        self._sm_timer = self.loop.call_every(self.sm_minimum, self._sm_tick)
+
+    # -- what a subclass provides ----------------------------------------------------------------
+    def _data_header(self, sqn: int, trail: int) -> bytes:
+        raise NotImplementedError
+
+    def _send_data(self, datagram) -> None:
+        """Send a new DATA datagram to every receiver."""
+        raise NotImplementedError
+
+    def _send_retransmission(self, datagram, to) -> bool:
+        """Send a retransmission asked for by the receiver at `to`."""
+        raise NotImplementedError
+
+    def _send_ncf(self, to, trail: int, reason: int, sqns: list[int]) -> None:
+        raise NotImplementedError
+
+    def _send_sm(self, now: float) -> None:
+        """Send a session message {sm_sqn, lead, trail} to every receiver (`_lead_trail`)."""
+        raise NotImplementedError
+
+    def _readable(self) -> None:
+        raise NotImplementedError
+
+    def _data_cost(self, size: int) -> int:
+        """The bytes a new datagram of `size` bytes costs the data rate."""
+        return size
+
+    # -- sending ---------------------------------------------------------------------------------
+    def _deliver(self, data) -> None:
+        """Cut a batch of whole frames into datagrams; send each within the data rate (lock held)."""
+        view = memoryview(data)
+        end = len(view)
+        limit = self.datagram_max_size
+        start = offset = 0
+        while offset < end:
+            if end - offset < 4:
+                self.counters["malformed"] += 1             # a torn frame: cannot happen from our batches
+                break
+            length = (view[offset + 2] << 8) | view[offset + 3]
+            if length < 4:
+                self.counters["malformed"] += 1
+                break
+            if length > limit:
+                # One frame too large for a datagram (a router forwarding a larger transport's
+                # fragment is stopped before here): never sent half.
+                if offset > start:
+                    self._queue(view[start:offset])
+                self.counters["dropped_oversize"] += 1
+                offset += length
+                start = offset
+                continue
+            if offset + length - start > limit:
+                self._queue(view[start:offset])
+                start = offset
+            offset += length
+        if end > start:
+            self._queue(view[start:min(offset, end)])
+
+    def _queue(self, payload) -> None:
+        size = len(payload)
+        cost = self._data_cost(size + self.header_size)
+        if self.overflow == "block":
+            wait = self.data_rate.wait(cost)
+            while wait > 0:
+                time.sleep(wait)
+                wait = self.data_rate.wait(cost)
+            self.data_rate.take(cost)
+            self._send_new(payload)
+            return
+        if not self.pending and self.data_rate.take(cost):
+            self._send_new(payload)
+            return
+        if self.pending_bytes + size > self.max_queue:
+            self.counters["dropped_would_block_batches"] += 1
+            self.counters["dropped_would_block_bytes"] += size
+            return
+        self.pending.append(bytes(payload))
+        self.pending_bytes += size
+        self._arm_pump()
+
+    def _arm_pump(self) -> None:
+        if not self.pump_armed:
+            self.pump_armed = True
+            self.loop.call_soon_threadsafe(self._schedule_pump)
+
+    def _schedule_pump(self) -> None:
+        with self.lock:
+            delay = (self.data_rate.wait(self._data_cost(len(self.pending[0]) + self.header_size))
+                     if self.pending else 0.0)
+        self.loop.call_later(delay, self._pump)
+
+    def _pump(self) -> None:
+        """Send what the rate held back, as the rate allows (loop thread)."""
+        with self.lock:
+            self.pump_armed = False
+            pending = self.pending
+            while pending and self.data_rate.take(self._data_cost(len(pending[0]) + self.header_size)):
+                payload = pending.popleft()
+                self.pending_bytes -= len(payload)
+                self._send_new(payload)
+            if pending:
+                self._arm_pump()
+
+    def _send_new(self, payload) -> None:
+        sqn = self.next_sqn
+        self.next_sqn = (sqn + 1) % WRAP
+        with self.window_lock:
+            trail = next(iter(self.window)) if self.window else sqn
+            datagram = self._data_header(sqn, trail) + payload
+            self.window[sqn] = datagram
+            self.window_bytes += len(datagram)
+            while self.window_bytes > self.window_size and len(self.window) > 1:
+                _, old = self.window.popitem(last=False)
+                self.window_bytes -= len(old)
+        self._send_data(datagram)
+        self.counters["msgs_sent"] += 1
+        self.data_since_sm = True
+
+    def _sendto(self, datagram, address) -> bool:
+        try:
+            self.sock.sendto(datagram, address)
+            return True
+        except OSError as err:
+            count = self.counters["send_errors"] = self.counters["send_errors"] + 1
+            if not count & (count - 1):
+                log.warning("%s: send to %s:%d failed: %s (%d so far)", self.description, *address[:2], err, count)
+            return False
+
+    # -- session messages ------------------------------------------------------------------------
+    def _lead_trail(self) -> tuple[int, int]:
+        with self.window_lock:
+            lead = (self.next_sqn - 1) % WRAP
+            trail = next(iter(self.window)) if self.window else self.next_sqn
+        return lead, trail
+
+    def _sm_tick(self) -> None:
+        now = time.monotonic()
+        if self.data_since_sm:
+            self.data_since_sm = False
+            self.sm_interval = self.sm_minimum
+        elif now - self.last_sm < self.sm_interval:
+            return
+        else:
+            self.sm_interval = min(self.sm_interval * 2, self.sm_maximum)
+        self._send_sm(now)
+        self.sm_sqn = (self.sm_sqn + 1) % WRAP
+        self.last_sm = now
+
+    # -- NAKs ------------------------------------------------------------------------------------
+    def _malformed(self, address, what: str) -> None:
+        count = self.counters["malformed"] = self.counters["malformed"] + 1
+        if not count & (count - 1):
+            log.warning("%s: unexpected datagram from %s:%d (%s); dropped (%d so far)",
+                        self.description, address[0], address[1], what, count)
+
+    def _answer(self, sqns, to, now: float) -> None:
+        """Answer the NAK of the receiver at `to` for `sqns`."""
+        self.counters["nak_pckts_rcved"] += 1
+        self.counters["naks_rcved"] += len(sqns)
+        self.last_nak = now
+        refused: dict[int, list[int]] = {}
+        retransmitted = self.retransmitted
+        if len(retransmitted) > 4096:
+            for key in [k for k, when in retransmitted.items() if now - when >= self.ignore_interval]:
+                del retransmitted[key]
+        for sqn in sqns:
+            with self.window_lock:
+                datagram = self.window.get(sqn)
+            key = (sqn, self._retransmission_scope(to))
+            if datagram is None:
+                self.counters["naks_unrecoverable"] += 1
+                refused.setdefault(NCF_NO_RETRY, []).append(sqn)
+            elif now - retransmitted.get(key, -1e9) < self.ignore_interval:
+                self.counters["naks_ignored"] += 1
+                refused.setdefault(NCF_IGNORED, []).append(sqn)
+            elif not self.rx_delayed and self.rx_rate.take(len(datagram), now):
+                self._retransmit(datagram, to)
+                retransmitted[key] = now
+            elif self.rx_delayed_bytes + len(datagram) <= self.rx_delay_limit:
+                # The retransmit rate is spent for now: it goes as the rate allows, and the NCF
+                # tells the receiver it is coming (rather than to ask again).
+                self.rx_delayed.append((sqn, len(datagram), to))
+                self.rx_delayed_bytes += len(datagram)
+                retransmitted[key] = now
+                self.counters["rxs_delayed"] += 1
+                refused.setdefault(NCF_RX_DELAY, []).append(sqn)
+                self._arm_rx_pump(now)
+            else:
+                self.counters["naks_shed"] += 1
+                refused.setdefault(NCF_SHED, []).append(sqn)
+        if refused:
+            if refused.keys() - {NCF_NO_RETRY}:
+                self.last_refusal = now
+            _, trail = self._lead_trail()
+            for reason, refused_sqns in refused.items():
+                for start in range(0, len(refused_sqns), _NCF_LIST_MAX):
+                    self._send_ncf(to, trail, reason, refused_sqns[start:start + _NCF_LIST_MAX])
+
+    def _retransmission_scope(self, to):
+        """Who a retransmission reaches: everyone (multicast: None) or the receiver at `to`."""
+        return None
+
+    def _retransmit(self, datagram: bytes, to) -> None:
+        copy = bytearray(datagram)
+        offset, bit = self.retransmission_flag
+        copy[offset] |= bit
+        if self._send_retransmission(copy, to):
+            self.counters["rxs_sent"] += 1
+            self.counters["rx_bytes_sent"] += len(copy)
+
+    def _arm_rx_pump(self, now: float) -> None:
+        if self.rx_pump is None and self.rx_delayed and self.sock.fileno() >= 0:
+            self.rx_pump = self.loop.call_later(self.rx_rate.wait(self.rx_delayed[0][1], now), self._rx_pump)
+
+    def _rx_pump(self) -> None:
+        """Send delayed retransmissions as the retransmit rate allows (loop thread)."""
+        self.rx_pump = None
+        now = time.monotonic()
+        delayed = self.rx_delayed
+        while delayed and self.rx_rate.take(delayed[0][1], now):
+            sqn, size, to = delayed.popleft()
+            self.rx_delayed_bytes -= size
+            with self.window_lock:
+                datagram = self.window.get(sqn)
+            if datagram is not None:             # else it left the window: the next NAK hears so
+                self._retransmit(datagram, to)
+                self.retransmitted[(sqn, self._retransmission_scope(to))] = now
+        self._arm_rx_pump(now)
+
+    # -- state -----------------------------------------------------------------------------------
+    def queued_bytes(self) -> int:
+        """What the data rate holds back (the transmission window is sent already)."""
+        return self.pending_bytes
+
+    def backlog(self) -> float | None:
+        return None
+
+    def wait_drained(self, limit: int, only=None, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.pending_bytes > limit:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def _last_sm(self, now: float) -> None:
+        self._send_sm(now)
+        self.sm_sqn = (self.sm_sqn + 1) % WRAP
+        self.last_sm = now
+
+    def close(self) -> None:
+        """Send what is batched and held back, a last session message, then answer NAKs a moment
+        longer if receivers are still repairing (they see EOS after their activity timeout, or at
+        once from the final advertisements the context may send)."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self._flush_locked()
+        if self.loop.in_loop_thread():
+            # A router closing a proxy source: its loop must not wait; what the rate holds back
+            # goes as the rate allows, then the socket lingers for late NAKs.
+            self._pump()
+            if not self.pending:
+                self._last_sm(time.monotonic())      # receivers learn the lead now
+            self.loop.call_later(0.1, self._linger, time.monotonic())
+            return
+        self.wait_drained(0, timeout=5.0)
+        self.loop.call_and_wait(self._last_sm, time.monotonic())
+        started = time.monotonic()
+        while not self._lingered(started):
+            time.sleep(0.05)
+        self.loop.call_and_wait(self._close_socket)
+
+    def _lingered(self, started: float) -> bool:
+        """Closing: receivers had _CLOSE_LINGER since the last SM, or the last NAK, to ask for a
+        lost tail, and those told to ask again later had the time to (at most
+        _CLOSE_LINGER_LIMIT in all)."""
+        now = time.monotonic()
+        quiet = now - max(self.last_nak, started) >= _CLOSE_LINGER and now - self.last_refusal >= _REFUSED_LINGER
+        return (quiet and not self.pending and not self.rx_delayed) or now - started >= _CLOSE_LINGER_LIMIT
+
+    def _linger(self, started: float) -> None:
+        if not self._lingered(started):
+            self.loop.call_later(0.1, self._linger, started)
+            return
+        self._close_socket()
+
+    def _close_socket(self) -> None:
+        if self.sock.fileno() < 0:
+            return
+        for timer in (getattr(self, "_sm_timer", None), self.rx_pump):
+            if timer is not None:
+                timer.cancel()
+        self.rx_pump = None
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()

@@ -1,0 +1,141 @@
+"""What the receiving side of LBT-RM and LBT-RU share: one joined session, repaired and in order.
+
+A session's datagrams come from its SessionSocket (router.um.session_socket). Its ReceiveWindow
+(router.um.lbtrm_receive_window) puts them in order, says which gaps to NAK and when, and gives up
+what cannot be repaired (counted as lost). The stream ends (EOS) when neither data nor a session
+message came for the transport's activity timeout. A subclass reads its packet types into
+`_data`, `_sm` and `_ncf`, and sends NAKs its transport's way.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from router.um.frame_stream import FrameStream
+from router.um.lbtrm_receive_window import ReceiveWindow
+
+log = logging.getLogger(__name__)
+
+NAKS_PER_PACKET = 1024
+_FRAGMENT_GRACE = 1.0             # seconds past the NAK generation interval a partial message may wait
+
+
+class RepairingStream(FrameStream):
+    def __init__(self, loop, key: tuple, socket_, address: tuple, description: str,
+                 on_closed: Callable[[FrameStream], None], *, activity_timeout: float, window: ReceiveWindow | None):
+        super().__init__(loop, key, on_closed)
+        self.socket = socket_
+        self.address = address                    # the key its socket knows it by
+        self.description = description
+        self.window = window or ReceiveWindow()
+        self.counters.update(self.window.counters)
+        self.window.counters = self.counters          # one set of counters, UM's UDPReceive names
+        self.counters.update({"nak_pckts_sent": 0, "sms_rcved": 0, "ncfs_rcved": 0})
+        self.activity_timeout = activity_timeout
+        self.last_heard = time.monotonic()
+        self.nak_timer = None
+        self.nak_due: float | None = None
+        self.ending: list[Callable[[], None]] = []        # subscriptions to end once repair is done
+        self.ending_since = 0.0
+        self.sm_since_ending = False
+        socket_.add(self)
+        self._activity = loop.call_every(min(1.0, max(activity_timeout / 4, 0.05)), self._check_activity)
+
+    def _send_naks(self, sqns: list[int]) -> bool:
+        """Send one NAK packet for `sqns` to the source."""
+        raise NotImplementedError
+
+    # -- datagrams -------------------------------------------------------------------------------
+    def _data(self, sqn: int, payload, now: float, retransmission: bool, trail: int) -> None:
+        self._delivered(self.window.data(sqn, bytes(payload), now, retransmission, trail))
+
+    def _sm(self, lead: int, trail: int, now: float) -> None:
+        self.counters["sms_rcved"] += 1
+        self.sm_since_ending = True
+        self._delivered(self.window.sm(lead, trail, now))
+
+    def _ncf(self, sqns, reason: int, trail: int, now: float) -> None:
+        self.counters["ncfs_rcved"] += 1
+        self._delivered(self.window.ncf(sqns, reason, trail, now))
+
+    def _delivered(self, payloads) -> None:
+        for payload in payloads:
+            self._frames(payload)
+        self._arm_naks()
+        if self.ending:
+            self._check_ending()
+
+    def end_when_repaired(self, callback: Callable[[], None]) -> None:
+        """Run `callback` (end a subscription: its source sent a final advertisement) once what the
+        source sent last is here: a session message heard since (its lead tells of a lost tail)
+        and nothing missing. At most nak_generation_interval later, as loss would be given up."""
+        if not self.ending:
+            self.ending_since = time.monotonic()
+            self.sm_since_ending = False
+            self.loop.call_later(self.window.nak_generation, self._check_ending)
+        self.ending.append(callback)
+        self._check_ending()
+
+    def _check_ending(self) -> None:
+        if not self.ending or self.closed:
+            return
+        window = self.window
+        repaired = self.sm_since_ending and not window.missing and not window.buffered
+        if repaired or time.monotonic() - self.ending_since >= window.nak_generation:
+            callbacks, self.ending = self.ending, []
+            for callback in callbacks:
+                callback()
+
+    def _frames(self, payload: bytes) -> None:
+        self.counters["bytes"] += len(payload)
+        if self._parse(payload) != len(payload):
+            self._malformed("a datagram that is not whole frames", close=False)
+
+    def _arm_naks(self) -> None:
+        due = self.window.next_deadline()
+        if due is None or (self.nak_due is not None and self.nak_due <= due):
+            return
+        if self.nak_timer is not None:
+            self.nak_timer.cancel()
+        self.nak_due = due
+        self.nak_timer = self.loop.call_later(max(0.0, due - time.monotonic()), self._naks_due)
+
+    def _naks_due(self) -> None:
+        self.nak_timer = self.nak_due = None
+        if self.closed:
+            return
+        naks, payloads = self.window.due(time.monotonic())
+        for start in range(0, len(naks), NAKS_PER_PACKET):
+            if self._send_naks(naks[start:start + NAKS_PER_PACKET]):
+                self.counters["nak_pckts_sent"] += 1
+        self._delivered(payloads)
+
+    def _check_activity(self) -> None:
+        if self.closed:
+            return
+        now = time.monotonic()
+        if now - self.last_heard >= self.activity_timeout:
+            log.info("%s: nothing heard for %.1f s; ended", self.description, self.activity_timeout)
+            self.close()
+        elif self.fragments:
+            # A message whose fragments straddle loss that was given up never completes: once
+            # repair has had its whole NAK generation interval, what is still partial goes.
+            self.expire_fragments(now - self.window.nak_generation - _FRAGMENT_GRACE)
+
+    # -- flow control ----------------------------------------------------------------------------
+    def pause(self) -> None:
+        if not self.paused and not self.closed:
+            self.paused = True
+            self.socket.pause(self)
+
+    def resume(self) -> None:
+        if self.paused and not self.closed:
+            self.paused = False
+            self.socket.resume(self)
+
+    def _close_transport(self) -> None:
+        self._activity.cancel()
+        if self.nak_timer is not None:
+            self.nak_timer.cancel()
+        self.socket.remove(self)
