@@ -21,7 +21,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("-l", "--length", type=int, default=64, metavar="LEN", help="message length in bytes")
     parser.add_argument("-P", "--rate", type=float, default=0, metavar="MSGS_PER_SEC",
                         help="pace sending at this many messages per second (0: as fast as possible)")
-    parser.add_argument("-T", "--transport", choices=("tcp", "lbtrm", "lbtipc"), default=None)
+    parser.add_argument("-T", "--transport", choices=("tcp", "lbtrm", "lbtru", "lbtipc"), default=None)
     add_wait_arguments(parser)
     parser.add_argument("--start-on-stdin", action="store_true",
                         help="after receivers joined, wait for a line on standard input before sending "

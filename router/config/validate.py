@@ -31,22 +31,7 @@ def validate_gateway(config: GatewayConfig) -> None:
     _check_xml_config(config.daemon)
     for portal in config.portals:
         portal.source_um, portal.receiver_um = portal_um_configs(portal, config.daemon)
-        _check_proxy_transport(portal)
     _check_domains(config.endpoints)
-
-
-# The transports a portal's proxy sources can use. LBT-SMX is accepted and its proxies use TCP
-# instead, with a warning, as the DRO does (router.portals.proxy_sources).
-_PROXY_TRANSPORTS = ("tcp", "lbtrm", "lbtipc", "lbtsmx")
-
-
-def _check_proxy_transport(portal: Portal) -> None:
-    transport = portal.receiver_um.get("source", "transport").replace("-", "")   # the worker's one context
-    if portal.kind == "endpoint" and transport not in _PROXY_TRANSPORTS:
-        element = "lbm-attributes" if "lbm-attributes" in portal.locations else "lbm-config"
-        raise ConfigError(f"portal '{portal.name}': its proxy sources would use transport {transport}, which this "
-                          f"router does not send (it sends tcp, lbtrm and lbtipc; lbtsmx becomes tcp)",
-                          *portal.where(element), element)
 
 
 def _check_portal_count(config: GatewayConfig) -> None:

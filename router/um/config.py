@@ -37,7 +37,10 @@ class UMConfig:
         key = (scope, name)
         if key in self.values:
             return self.values[key]
-        return OPTIONS[name].default
+        default = OPTIONS[name].default
+        # A few options have a default of their own per scope (transport_lbtru_port_low: the
+        # sources' range in context scope, the receivers' in receiver scope).
+        return default[scope] if isinstance(default, dict) else default
 
     def set(self, scope: str, name: str, text: Any, where: tuple[str | None, int | None] = (None, None)) -> None:
         try:

@@ -39,10 +39,12 @@ from router.lbtipc.source import LbtipcSourceSession
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.lbtrm_receiver import LbtrmGroup, LbtrmSessionClient
 from router.um.lbtrm_source import LbtrmSourceSession
+from router.um.lbtru_receiver import LbtruPort, LbtruSessionClient
+from router.um.lbtru_source import LbtruSourceSession
 from router.um.tcp_receiver import TcpSessionClient
 from router.um.tcp_source import TcpSourceSession
 from router.um.topic_resolver import TopicResolver
-from router.um.wire.lbmr import LbtipcInfo, LbtrmInfo, TcpInfo
+from router.um.wire.lbmr import LbtipcInfo, LbtrmInfo, LbtruInfo, TcpInfo
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,7 @@ class Context:
         self.clients: dict[tuple, object] = {}                 # session key -> TCP / LBT-IPC / LBT-RM stream
         self.lbtrm_groups: dict[tuple[str, int], LbtrmGroup] = {}   # LBT-RM receive sockets
         self.lbtrm_group_cursor: int | None = None
+        self.lbtru_port: LbtruPort | None = None           # the LBT-RU receive socket
         # Request/response (router.um.requests): our requests by index, the request port their
         # responses come to (opened on first use), and the connections our responses go out on.
         self.requests = RequestIndexes()
@@ -294,8 +297,8 @@ class Context:
     # -- transports --------------------------------------------------------------------------------
     def _session_for(self, transport: str, overflow: str, max_queue: int | None, hold_for_receiver: float = 0.0,
                      config: UMConfig | None = None):
-        if transport not in ("tcp", "lbtipc", "lbtrm"):
-            raise ValueError(f"source transport {transport} is not supported here (tcp, lbtrm and lbtipc are)")
+        if transport not in ("tcp", "lbtipc", "lbtrm", "lbtru"):
+            raise ValueError(f"source transport {transport} is not supported here (tcp, lbtrm, lbtru and lbtipc are)")
         config = config or self.config
         # Sources share a session when everything that shapes it is the same: its transport's
         # options (a topic's own, from a UM XML file, may differ from the context's).
@@ -338,6 +341,21 @@ class Context:
                 ignore_interval=get("source", "transport_lbtrm_ignore_interval") / 1000,
                 sm_minimum_interval=get("source", "transport_lbtrm_sm_minimum_interval") / 1000,
                 sm_maximum_interval=get("source", "transport_lbtrm_sm_maximum_interval") / 1000, **batching)
+        if transport == "lbtru":
+            return LbtruSourceSession(
+                self.loop, get("source", "transport_lbtru_interface") or get("context", "transport_lbtru_interface")
+                or self.channel.interface,
+                get("context", "transport_lbtru_port_low"), get("context", "transport_lbtru_port_high"),
+                datagram_max_size=get("context", "transport_lbtru_datagram_max_size"),
+                data_rate_limit=get("context", "transport_lbtru_data_rate_limit"),
+                retransmit_rate_limit=get("context", "transport_lbtru_retransmit_rate_limit"),
+                rate_interval=get("context", "transport_lbtru_rate_interval") / 1000,
+                window_size=get("source", "transport_lbtru_transmission_window_size"),
+                ignore_interval=get("source", "transport_lbtru_ignore_interval") / 1000,
+                sm_minimum_interval=get("source", "transport_lbtru_sm_minimum_interval") / 1000,
+                sm_maximum_interval=get("source", "transport_lbtru_sm_maximum_interval") / 1000,
+                client_activity_timeout=get("source", "transport_lbtru_client_activity_timeout") / 1000,
+                hold_for_receiver=hold_for_receiver, **batching)
         return TcpSourceSession(
             self.loop, self.tcp_interface, get("context", "transport_tcp_port_low"),
             get("context", "transport_tcp_port_high"), fixed_port=get("source", "transport_tcp_port"),
@@ -380,6 +398,35 @@ class Context:
                                   activity_timeout=get("receiver", "transport_lbtrm_activity_timeout") / 1000,
                                   window=window)
 
+    def _lbtru_port(self) -> LbtruPort:
+        """The context's LBT-RU receiving socket, opened on first use and closed with its last session."""
+        port = self.lbtru_port
+        if port is None or port.sock is None:
+            get = self.config.get
+            port = self.lbtru_port = LbtruPort(
+                self.loop, get("receiver", "transport_lbtru_interface") or get("context", "transport_lbtru_interface")
+                or self.channel.interface,
+                get("receiver", "transport_lbtru_port_low"), get("receiver", "transport_lbtru_port_high"),
+                get("context", "transport_lbtru_receiver_socket_buffer"),
+                lambda closed: setattr(self, "lbtru_port", None) if self.lbtru_port is closed else None)
+        return port
+
+    def _lbtru_client(self, info: LbtruInfo) -> LbtruSessionClient:
+        get = self.config.get
+        window = ReceiveWindow(
+            nak_initial_backoff=0.0,            # unicast: no other receiver's NAK to wait for
+            nak_backoff=get("receiver", "transport_lbtru_nak_backoff_interval") / 1000,
+            nak_suppress=get("receiver", "transport_lbtru_nak_suppress_interval") / 1000,
+            nak_generation=get("receiver", "transport_lbtru_nak_generation_interval") / 1000,
+            send_naks=get("receiver", "transport_lbtru_send_naks"))
+        return LbtruSessionClient(
+            self.loop, self._lbtru_port(), info.ip, info.port, info.session_id or 0, self._client_closed,
+            activity_timeout=get("receiver", "transport_lbtru_activity_timeout") / 1000,
+            connect_interval=get("receiver", "transport_lbtru_connect_interval") / 1000,
+            maximum_connect_attempts=get("receiver", "transport_lbtru_maximum_connect_attempts"),
+            acknowledgement_interval=get("receiver", "transport_lbtru_acknowledgement_interval") / 1000,
+            window=window)
+
     def _attach(self, candidate: Candidate, joined) -> bool:
         """Join a source: one stream per transport session, shared by this context's receivers."""
         info = candidate.transport
@@ -399,6 +446,8 @@ class Context:
                                                  self._client_closed)
                 elif isinstance(info, LbtrmInfo):
                     client = self._lbtrm_client(info)
+                elif isinstance(info, LbtruInfo):
+                    client = self._lbtru_client(info)
                 else:
                     log.info("cannot join %s: transport not supported here", candidate.source_string)
                     return False

@@ -73,7 +73,7 @@ class LbtrmSourceSession(RepairingSourceSession):
         return DATA_HEADER.pack(LBTRM_TYPE_DATA, LBTRM_NHDR_DATA, self.port, self.session_id, sqn, trail,
                                 self.flags, 0, 0)
 
-    def _send_data(self, datagram) -> None:
+    def _send_data(self, sqn: int, datagram) -> None:
         self._sendto(datagram, self.destination)
 
     def _send_retransmission(self, datagram, to) -> bool:

@@ -189,8 +189,7 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtipc_transmission_window_size", "source", 25165824, U32),
     _spec("transport_lbtipc_activity_timeout", "receiver", 60000, MILLIS),
     _spec("transport_lbtipc_dro_loss_recovery_timeout", "receiver", 0, MILLIS),
-    # LBT-RM (router.um.lbtrm_source, router.um.lbtrm_receiver). LBT-RU is read and range-checked
-    # so DRO-era configuration files load; sources asking for it are refused when created.
+    # LBT-RM (router.um.lbtrm_source, router.um.lbtrm_receiver).
     _spec("transport_lbtrm_multicast_address_low", "context", "224.10.10.10", _multicast),
     _spec("transport_lbtrm_multicast_address_high", "context", "224.10.10.14", _multicast),
     _spec("transport_lbtrm_multicast_address", "source", None, _multicast),
@@ -212,13 +211,30 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtrm_nak_suppress_interval", "receiver", 1000, MILLIS),
     _spec("transport_lbtrm_nak_generation_interval", "receiver", 10000, _int(1, 0x7FFFFFFF)),
     _spec("transport_lbtrm_send_naks", "receiver", True, _bool),
-    _spec("transport_lbtru_port_low", "context", 14380, U16),
-    _spec("transport_lbtru_port_high", "context", 14389, U16),
+    # LBT-RU (router.um.lbtru_source, router.um.lbtru_receiver). The port range is the sources'
+    # in context scope and the receivers' in receiver scope, each with UM's own default.
+    _spec("transport_lbtru_port_low", "context receiver", {"context": 14380, "receiver": 14360}, U16),
+    _spec("transport_lbtru_port_high", "context receiver", {"context": 14389, "receiver": 14379}, U16),
     _spec("transport_lbtru_interface", "context source receiver", None, _interface),
     _spec("transport_lbtru_data_rate_limit", "context", 10000000, _int(0, 2**63 - 1)),
     _spec("transport_lbtru_retransmit_rate_limit", "context", 5000000, _int(0, 2**63 - 1)),
-    _spec("transport_lbtru_activity_timeout", "receiver", 60000, MILLIS),
+    _spec("transport_lbtru_rate_interval", "context", 100, _int_choice(10, 20, 50, 100)),
     _spec("transport_lbtru_datagram_max_size", "context", 8192, _int(500, 65535)),
+    _spec("transport_lbtru_receiver_socket_buffer", "context", 524288, U32),
+    _spec("transport_lbtru_transmission_window_size", "source", 25165824, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_ignore_interval", "source", 500, MILLIS),
+    _spec("transport_lbtru_sm_minimum_interval", "source", 200, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_sm_maximum_interval", "source", 10000, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_client_activity_timeout", "source", 10000, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_coalesce_threshold", "source", 15, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_activity_timeout", "receiver", 60000, MILLIS),
+    _spec("transport_lbtru_connect_interval", "receiver", 100, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_maximum_connect_attempts", "receiver", 50, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_acknowledgement_interval", "receiver", 100, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_nak_backoff_interval", "receiver", 200, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_nak_suppress_interval", "receiver", 1000, MILLIS),
+    _spec("transport_lbtru_nak_generation_interval", "receiver", 10000, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_send_naks", "receiver", True, _bool),
     _spec("transport_lbtsmx_datagram_max_size", "source", 8192, _int(500, 65535)),
     # Multicast immediate messaging (router.um.immediate). mim_address and mim_destination_port set
     # both directions; the incoming/outgoing forms override one (None: take the shared one).

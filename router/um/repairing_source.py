@@ -135,7 +135,7 @@ class RepairingSourceSession(BatchingSession):
     def _data_header(self, sqn: int, trail: int) -> bytes:
         raise NotImplementedError
 
-    def _send_data(self, datagram) -> None:
+    def _send_data(self, sqn: int, datagram) -> None:
         """Send a new DATA datagram to every receiver."""
         raise NotImplementedError
 
@@ -244,7 +244,7 @@ class RepairingSourceSession(BatchingSession):
             while self.window_bytes > self.window_size and len(self.window) > 1:
                 _, old = self.window.popitem(last=False)
                 self.window_bytes -= len(old)
-        self._send_data(datagram)
+        self._send_data(sqn, datagram)
         self.counters["msgs_sent"] += 1
         self.data_since_sm = True
 

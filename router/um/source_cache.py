@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from router.um.wire.lbmr import (COST_INFINITE, CostOption, DomainIdOption, LbtipcInfo, LbtrmInfo, OtidOption,
-                                 TcpInfo, Tir)
-from router.um.wire.otid import lbtipc_otid, lbtrm_otid, tcp_otid
+from router.um.wire.lbmr import (COST_INFINITE, CostOption, DomainIdOption, LbtipcInfo, LbtrmInfo, LbtruInfo,
+                                 OtidOption, TcpInfo, Tir)
+from router.um.wire.otid import lbtipc_otid, lbtrm_otid, lbtru_otid, tcp_otid
 
 # How long a receiver collects equivalent advertisements before joining one: answers to one query
 # from every path in a domain arrive within milliseconds of each other on an idle host; the margin
@@ -59,6 +59,8 @@ def transport_key(info) -> tuple:
         return ("lbtipc", info.host_id, info.xport_id, info.session_id)
     if isinstance(info, LbtrmInfo):
         return ("lbtrm", info.src_addr, info.src_ucast_port, info.session_id, info.mcast_addr, info.udp_dest_port)
+    if isinstance(info, LbtruInfo):
+        return ("lbtru", info.ip, info.port, info.session_id or 0)
     return ("other", repr(info))
 
 
@@ -71,6 +73,8 @@ def session_string(info) -> str:
     if isinstance(info, LbtrmInfo):
         return (f"LBTRM:{info.src_addr}:{info.src_ucast_port}:{info.session_id:08X}:"
                 f"{info.mcast_addr}:{info.udp_dest_port}")
+    if isinstance(info, LbtruInfo):
+        return f"LBTRU:{info.ip}:{info.port}:{info.session_id or 0:08X}"
     return type(info).__name__
 
 
@@ -83,6 +87,8 @@ def key_string(key: tuple) -> str:
         return session_string(LbtipcInfo(key[1], key[3], key[2]))
     if kind == "lbtrm":
         return session_string(LbtrmInfo(key[1], key[4], key[3], key[5], key[2]))
+    if kind == "lbtru":
+        return session_string(LbtruInfo(key[1], key[2], key[3]))
     return repr(key)
 
 
@@ -104,6 +110,8 @@ def otid_of(tir: Tir) -> bytes:
     if isinstance(info, LbtrmInfo):
         return lbtrm_otid(info.src_addr, info.src_ucast_port, info.mcast_addr, info.udp_dest_port, info.session_id,
                           tir.index)
+    if isinstance(info, LbtruInfo):
+        return lbtru_otid(info.ip, info.port, info.session_id or 0, tir.index)
     return repr(info).encode()[:32].ljust(32, b"\0")
 
 

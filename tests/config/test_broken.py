@@ -56,9 +56,6 @@ CASES = {
                                    f"the monitoring context's configuration: {BROKEN / 'lan9.cfg'}: cannot read"),
     "monitor-unknown-option.xml": ("monitor-unknown-option.xml", 6, "transport-module",
                                    "unknown monitoring transport option 'tpoic'"),
-    "proxy-transport-lbtru.xml": ("proxy-transport-lbtru.xml", 14, "lbm-attributes",
-                                  "portal 'LAN2': its proxy sources would use transport lbtru, which this router "
-                                  "does not send"),
     "worker-scheduling.xml": ("worker-scheduling.xml", 5, "worker-scheduling",
                               "expected one of adaptive, normal, got 'realtime'"),
     "bad-pcre.xml": ("bad-pcre.xml", 12, "pcre-pattern", r"invalid pattern '^md\.(prices'"),

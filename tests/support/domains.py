@@ -1,6 +1,7 @@
 """Topic resolution domains for tests: each gets its own multicast groups (topic resolution,
 immediate messages, LBT-RM transports) and ports on loopback, so tests never hear each other, even
-when they run in parallel. A domain's sources use LBT-TCP unless a test adds `source transport lbtrm`."""
+when they run in parallel. A domain's sources use LBT-TCP unless a test adds `source transport lbtrm`
+(or lbtru)."""
 from __future__ import annotations
 
 import itertools
@@ -29,7 +30,7 @@ class Domain:
                 "mim_destination_port": self.port,
                 "transport_tcp_port_low": self.tcp_low, "transport_tcp_port_high": self.tcp_high,
                 "request_tcp_port_low": self.request_low, "request_tcp_port_high": self.request_high,
-                **self.lbtrm_overrides()}
+                **self.lbtrm_overrides(), **self.lbtru_overrides()}
 
     def lbtrm_overrides(self) -> dict:
         """LBT-RM sessions on the domain's own group; UDP source ports may reuse the TCP range's
@@ -40,6 +41,14 @@ class Domain:
                 "transport_lbtrm_destination_port": self.port,
                 "transport_lbtrm_source_port_low": self.tcp_low, "transport_lbtrm_source_port_high": self.tcp_high,
                 "transport_lbtrm_data_rate_limit": 1_000_000_000}
+
+    def lbtru_overrides(self) -> dict:
+        """LBT-RU sources on UDP ports numbered like the TCP range, receivers on UDP ports numbered
+        like the request range (UDP ports: no clash with the TCP ones); the rate as LBT-RM's."""
+        return {"transport_lbtru_port_low": self.tcp_low, "transport_lbtru_port_high": self.tcp_high,
+                "receiver:transport_lbtru_port_low": self.request_low,
+                "receiver:transport_lbtru_port_high": self.request_high,
+                "transport_lbtru_data_rate_limit": 1_000_000_000}
 
 
 def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
@@ -66,6 +75,9 @@ def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
              f"context mim_destination_port {port}",
              *(f"context {name} {value}" for name, value in
                Domain(group, port, tcp_low, tcp_high, path, lbtrm_group=lbtrm_group).lbtrm_overrides().items()),
+             *(f"{scope or 'context'} {name} {value}" for key, value in
+               Domain(group, port, tcp_low, tcp_high, path, request_low, request_high).lbtru_overrides().items()
+               for scope, _, name in [key.rpartition(":")]),
              *extra_lines]
     path.write_text("\n".join(lines) + "\n")
     return Domain(group, port, tcp_low, tcp_high, path, request_low, request_high, mim_group, lbtrm_group)

@@ -1,0 +1,179 @@
+"""LBT-RU through the router: unicast UDP sources in one domain, receivers in another, proxies on
+either side, loss repaired by NAKs, the seed's per-topic transports, and the wire decoded by tshark.
+
+LAN1's sources (the application's and the router's proxy sources) use LBT-RU; LAN2's use LBT-TCP.
+Loss is made with LBTRU_LOSS_RATE in a receiver's environment (it drops that share of the DATA
+datagrams it receives): what it misses it must NAK and get back from the source that sent it,
+which for a receiver in LAN1 is the router's proxy source.
+"""
+import json
+
+import pytest
+
+from tests.support.routers import endpoint_xml
+from tests.support.tshark import LiveCapture, decode, expert_info
+
+pytestmark = pytest.mark.integration
+
+LBTRU = "source transport lbtru"
+
+
+def _prefs(domain) -> list[str]:
+    """What makes tshark claim the domain's LBT-RU ports and its topic resolution group."""
+    return [f"lbtru.source_port_low:{domain.tcp_low}", f"lbtru.source_port_high:{domain.tcp_high}",
+            f"lbtru.receiver_port_low:{domain.request_low}", f"lbtru.receiver_port_high:{domain.request_high}",
+            f"lbmr.mc_incoming_address:{domain.group}", f"lbmr.mc_outgoing_address:{domain.group}",
+            f"lbmr.mc_incoming_port:{domain.port}", f"lbmr.mc_outgoing_port:{domain.port}"]
+
+
+def _receiver(tools, domain, topic: str, count: int, loss_percent: int = 0):
+    env = {"LBTRU_LOSS_RATE": str(loss_percent)} if loss_percent else None
+    return tools.start("router.cli.umrcv", "-c", domain.config_path, "--json", "-C", count, "--timeout", 240,
+                       topic, env=env)
+
+
+def _source(tools, domain, topic: str, count: int, size: int = 64):
+    return tools.umsrc("-c", domain.config_path, "--json", "-M", count, "-l", size, "--start-on-stdin", topic)
+
+
+def _complete(summary: dict, count: int) -> bool:
+    return (summary["received"], summary["gaps"], summary["duplicates"]) == (count, 0, 0)
+
+
+def _send_and_receive(source, receiver, count: int) -> dict:
+    """Start the waiting source once the receiver has joined; the receiver's summary."""
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    assert source.result(240)["sent"] == count
+    got = receiver.result(240)
+    assert _complete(got, count), json.dumps(got)
+    return got
+
+
+def test_lbtru_and_tcp_convert_both_ways_and_lost_datagrams_are_repaired(routers, tools, make_domain):
+    lan1, lan2 = make_domain(LBTRU), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
+                           + endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+    count = 50_000
+    # East: an LBT-RU source in LAN1, received by the router's proxy receiver, a TCP proxy source
+    # in LAN2. West: a TCP source in LAN2, an LBT-RU proxy source in LAN1, and a receiver there
+    # that loses 5% of what it hears and asks the proxy source for it.
+    east = _receiver(tools, lan2, "ru.east", count)
+    west = _receiver(tools, lan1, "ru.west", count, loss_percent=5)
+    east_source, west_source = _source(tools, lan1, "ru.east", count), _source(tools, lan2, "ru.west", count)
+    east.wait_for_stderr("Beginning of Transport Session", 30)
+    west.wait_for_stderr("Beginning of Transport Session", 30)
+    east_source.send_line(), west_source.send_line()
+    assert east_source.result(240)["sent"] == west_source.result(240)["sent"] == count
+    east_got, west_got = east.result(240), west.result(240)
+    assert _complete(east_got, count), json.dumps(east_got)
+    assert _complete(west_got, count), json.dumps(west_got)
+    assert [s.split(":")[0] for s in west_got["um_sources"]] == ["LBTRU"], west_got["um_sources"]
+    (west_transport,) = west_got["transports"].values()
+    assert west_transport["naks_sent"] > 0 and west_transport["retransmissions_rcved"] > 0, west_transport
+    assert west_transport["lost"] == 0, west_transport
+
+    lan1_counters, lan2_counters = router.counters()[0], router.counters()[1]
+    assert lan1_counters["transport_topic_fragments_forwarded"] >= count      # LBT-RU in
+    assert lan2_counters["transport_topic_fragments_sent"] >= count           # TCP out
+    assert lan2_counters["transport_topic_fragments_forwarded"] >= count      # TCP in
+    assert lan1_counters["transport_topic_fragments_sent"] >= count           # LBT-RU out
+    assert lan1_counters["proxy_sources_created"] == lan2_counters["proxy_sources_created"] == 1
+
+
+def test_lbtru_router_receives_through_its_own_loss(routers, tools, make_domain):
+    """The router's proxy receiver is an LBT-RU receiver like any: it NAKs what it loses."""
+    lan1, lan2 = make_domain(LBTRU), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
+                           + endpoint_xml("LAN2", 2, lan2.config_path), env={"LBTRU_LOSS_RATE": "3"}).wait_ready()
+    count = 20_000
+    receiver = _receiver(tools, lan2, "ru.lossy", count)
+    _send_and_receive(_source(tools, lan1, "ru.lossy", count, size=200), receiver, count)
+    assert "dropping 3.0% of received DATA datagrams on purpose (LBTRU_LOSS_RATE)" in router.log()
+
+
+def test_lbtru_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
+    """In LAN1, the proxy of LAN2's source advertises an LBT-RU session with hop count and cost;
+    the receiver connects to it (CREQ, SM SYN) and its data decodes as LBT-RU carrying the LBMC
+    messages, with no expert info beyond the dissector's by-design markers."""
+    lan1, lan2 = make_domain(LBTRU), make_domain()
+    routers.start(endpoint_xml("LAN1", 1, lan1.config_path, cost=3)
+                  + endpoint_xml("LAN2", 2, lan2.config_path, cost=4)).wait_ready()
+    count = 2000
+    receiver = _receiver(tools, lan1, "ru.wire", count)
+    pcap = tmp_path / "lan1.pcapng"
+    with LiveCapture(capture_filter=f"udp and (dst host {lan1.group} or portrange {lan1.tcp_low}-{lan1.tcp_high})",
+                     path=pcap) as capture:
+        _send_and_receive(_source(tools, lan2, "ru.wire", count, size=100), receiver, count)
+    prefs = _prefs(lan1)
+    rows = expert_info(pcap, [], prefs, min_severity="warn")
+    assert all(row.startswith("Warn/Sequence/LBT-RU: NAK") for row in rows), rows
+    tirs = [f for f in decode(pcap, [], prefs, fields=["lbmr.tir.name", "lbmr.tir.lbtru.ip", "lbmr.tir.lbtru.port",
+                                                        "lbmr.tir.lbtru.session_id", "lbmr.topt.cost.hop_count",
+                                                        "lbmr.topt.cost.cost"], display_filter=capture.not_canary)
+            if f.get("lbmr.tir.name") == ["ru.wire"]]
+    assert tirs, "the proxy source advertised itself"
+    advert = tirs[0]
+    assert advert["lbmr.tir.lbtru.ip"] == ["127.0.0.1"]
+    port = int(advert["lbmr.tir.lbtru.port"][0])
+    assert lan1.tcp_low <= port <= lan1.tcp_high
+    # One hop; the cost of the portal that advertises it (LAN1's 3), as every proxy source says.
+    assert advert["lbmr.topt.cost.hop_count"] == ["1"] and advert["lbmr.topt.cost.cost"] == ["3"]
+    packets = decode(pcap, [], prefs, fields=["lbtru.hdr.type", "lbtru.hdr.flags.syn", "lbmc.sqn", "udp.srcport"],
+                     display_filter=f"lbtru and {capture.not_canary}")
+    kinds = {int(f["lbtru.hdr.type"][0], 0) for f in packets}
+    assert {0, 2, 6} <= kinds, kinds                         # DATA, SM, CREQ (ACKs need a longer session)
+    assert any(f.get("lbtru.hdr.flags.syn") in (["1"], ["True"]) for f in packets), "an SM SYN answered the CREQ"
+    messages = sorted(int(sqn) for f in packets if int(f["udp.srcport"][0]) == port for sqn in f.get("lbmc.sqn", []))
+    assert messages == list(range(count)), "every message, once, in the DATA the proxy source sent"
+
+
+# Seed §4.1.2: one topic's proxy sources take LBT-RU from options written in its <topic> tag,
+# another's take LBT-RM from a template; the rest keep the portal's transport.
+SEED_UM_XML = """<?xml version="1.0" encoding="UTF-8" ?>
+<um-configuration version="1.0">
+  <templates>
+    <template name="tnwgd-common">
+      <options type="source">
+        <option name="transport" default-value="tcp" />
+      </options>
+    </template>
+    <template name="rm-source">
+      <options type="source">
+        <option name="transport" default-value="lbtrm" />
+      </options>
+    </template>
+  </templates>
+  <applications>
+    <application name="tnwgd" template="tnwgd-common">
+      <contexts>
+        <context>
+          <sources>
+            <topic topicname="LBTRM_TOPIC" template="rm-source" />
+            <topic topicname="LBTRU_TOPIC">
+              <options type="source">
+                <option name="transport" default-value="lbtru" />
+              </options>
+            </topic>
+          </sources>
+        </context>
+      </contexts>
+    </application>
+  </applications>
+</um-configuration>
+"""
+
+
+def test_the_seeds_um_xml_gives_topics_lbtru_and_lbtrm_proxy_sources(routers, tools, make_domain, tmp_path):
+    lan1, lan2 = make_domain(), make_domain()
+    um_xml = tmp_path / "sample-config.xml"
+    um_xml.write_text(SEED_UM_XML)
+    routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
+                  daemon_extra=f"    <xml-config>{um_xml}</xml-config>\n").wait_ready()
+    count = 3000
+    transports = {}
+    for topic in ("LBTRU_TOPIC", "LBTRM_TOPIC", "OTHER_TOPIC"):
+        receiver = _receiver(tools, lan2, topic, count)
+        got = _send_and_receive(_source(tools, lan1, topic, count), receiver, count)
+        transports[topic] = [s.split(":")[0] for s in got["um_sources"]]
+    assert transports == {"LBTRU_TOPIC": ["LBTRU"], "LBTRM_TOPIC": ["LBTRM"], "OTHER_TOPIC": ["TCP"]}, transports
