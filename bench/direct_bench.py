@@ -34,7 +34,13 @@ def domain_config(directory: str, extra: str = "") -> str:
                     f"context transport_lbtrm_destination_port {port + 1}\n"
                     "context transport_lbtrm_source_port_low 16371\ncontext transport_lbtrm_source_port_high 16390\n"
                     "context transport_lbtrm_data_rate_limit 1000000000\n"
-                    "context transport_lbtrm_rate_interval 10\n" + extra)
+                    "context transport_lbtrm_rate_interval 10\n"
+                    # LBT-RU likewise, with LBT-RM's 8 MB receive buffer (UM's LBT-RU default is 512 KB).
+                    "context transport_lbtru_port_low 16371\ncontext transport_lbtru_port_high 16390\n"
+                    "receiver transport_lbtru_port_low 16391\nreceiver transport_lbtru_port_high 16395\n"
+                    "context transport_lbtru_data_rate_limit 1000000000\n"
+                    "context transport_lbtru_rate_interval 10\n"
+                    "context transport_lbtru_receiver_socket_buffer 8388608\n" + extra)
     return str(path)
 
 
@@ -66,7 +72,9 @@ below what the receiver takes, every loss is NAKed and repaired (0 lost). Unpace
 outruns a receiver that is also repairing: the kernel drops what the receiver cannot read in
 time, more than UM's default 5 Mbit/s retransmit rate can repair, and the receiver gives up the
 rest after `transport_lbtrm_nak_generation_interval`. LBT-RM has no flow control, in UM as here:
-set the data rate limit to what the slowest receiver takes."""
+set the data rate limit to what the slowest receiver takes. LBT-RU runs at the same rate and
+interval, its receiver with an 8 MB socket buffer; its source sends each datagram to each
+connected receiver (one here) and repairs that receiver's loss alone."""
 
 
 def main() -> int:
@@ -78,10 +86,12 @@ def main() -> int:
                 ("tcp", 64, 1_000_000, 0, 0), ("tcp", 8192, 100_000, 0, 0),
                 ("lbtipc", 64, 1_000_000, 0, 0), ("lbtipc", 8192, 100_000, 0, 0),
                 ("lbtrm", 64, 1_000_000, 0, 0), ("lbtrm", 8192, 100_000, 0, 0),
-                ("lbtrm", 64, 1_000_000, 1, 100_000), ("lbtrm", 64, 1_000_000, 1, 0)):
+                ("lbtrm", 64, 1_000_000, 1, 100_000), ("lbtrm", 64, 1_000_000, 1, 0),
+                ("lbtru", 64, 1_000_000, 0, 0), ("lbtru", 8192, 100_000, 0, 0),
+                ("lbtru", 64, 1_000_000, 1, 100_000)):
             sent, got = run_pair(config, count, length, ("-T", transport) + (("-P", pace) if pace else ()),
                                  timeout=60 if loss else 300,     # what loss takes is not waited for long
-                                 receiver_env={"LBTRM_LOSS_RATE": str(loss)} if loss else None)
+                                 receiver_env={f"{transport.upper()}_LOSS_RATE": str(loss)} if loss else None)
             mb_s = got["rate_msgs_per_s"] * length / 1e6
             case = f"{transport} throughput {length} B"
             if loss:
@@ -97,7 +107,7 @@ def main() -> int:
     body = table(["case", "messages", "receiver msgs/s", "MB/s", "source msgs/s", "lost+dup", "p50 µs", "p99 µs"], rows)
     body += "\n\n" + LBTRM_NOTES
     print(body)
-    write_section("Direct path: umsrc → umrcv over LBT-TCP, LBT-IPC and LBT-RM", body, COMMAND)
+    write_section("Direct path: umsrc → umrcv over LBT-TCP, LBT-IPC, LBT-RM and LBT-RU", body, COMMAND)
     return 0
 
 
