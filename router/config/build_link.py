@@ -81,10 +81,6 @@ def _tls(reader: ElementReader, element: etree._Element | None) -> TlsConfig | N
 def build_udp(reader: ElementReader, element: etree._Element | None) -> UdpLink | None:
     if element is None:
         return None
-    # Said at every load, so nobody believes data takes UDP: the settings are checked and kept,
-    # and the link carries data on TCP as a peer link without <udp> does.
-    reader.warn(element, "the UDP data path is not supported by this router; data travels on the TCP "
-                         "link (configure <udp> on neither side of the link)")
     child, attr = reader.child, reader.attr_int
     window, rate = child(element, "transmission-window"), child(element, "peer-rate-limit")
     nak, session = child(element, "nak-handling"), child(element, "session-message")

@@ -34,7 +34,7 @@ def build_endpoint(reader: ElementReader, element: etree._Element) -> EndpointCo
 
 def build_peer(reader: ElementReader, element: etree._Element) -> PeerConfig:
     child = reader.child
-    return PeerConfig(
+    peer = PeerConfig(
         **_common(reader, element),
         link=build_link(reader, element),
         udp=build_udp(reader, child(element, "udp")),
@@ -42,6 +42,11 @@ def build_peer(reader: ElementReader, element: etree._Element) -> PeerConfig:
         max_datagram=reader.child_int(element, "max-datagram", MAX_MAX_DATAGRAM, 1, MAX_MAX_DATAGRAM),
         batching=build_batching(reader, child(element, "batching")),
         gateway_keepalive=build_keepalive(reader, child(element, "gateway-keepalive")))
+    if peer.udp is not None and peer.udp_path is None:
+        what = "<tls>" if peer.link.tls is not None else "<compression>"
+        reader.warn(child(element, "udp"), f"with {what} the data stays on the TCP link: this router's UDP path "
+                                           f"has no DTLS and no compression")
+    return peer
 
 
 def _common(reader: ElementReader, element: etree._Element) -> dict:

@@ -327,6 +327,13 @@ class PeerConfig(PortalConfig):
 
     kind = "peer"
 
+    @property
+    def udp_path(self) -> UdpLink | None:
+        """The <udp> data path the link uses: none with <tls> or <compression> (this router has
+        neither DTLS nor compression on UDP, so such a link keeps its data on TCP, warned at load)."""
+        link = self.link
+        return None if link.tls is not None or link.compression is not None else self.udp
+
 
 @dataclass
 class GatewayConfig:

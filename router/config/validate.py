@@ -75,6 +75,16 @@ def _check_link(peer: PeerConfig) -> None:
             tls_context(link.tls, server_side=link.initiator is None)
         except ValueError as err:
             raise ConfigError(f"peer '{peer.name}': {err}", *where, "tls") from None
+    if peer.udp is not None:
+        _check_udp(peer)
+
+
+def _check_udp(peer: PeerConfig) -> None:
+    """What the UDP data path (router.portals.peer_udp) cannot do, refused rather than done badly."""
+    link, where = peer.link, peer.where("udp")
+    if link.dual:
+        raise ConfigError(f"peer '{peer.name}': <udp> needs a <single-tcp> link (the eliminated <tcp> form has "
+                          f"two connections; the UDP path belongs to one)", *where, "udp")
 
 
 def _check_xml_config(daemon: DaemonConfig) -> None:

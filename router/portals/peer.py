@@ -404,7 +404,8 @@ class PeerPortal(EgressRecords):
     def query(self, what: str) -> dict:
         if what == "topics":
             return {
-                "link": {"state": self.link.state.value, "peer": self.peer_name, "peer_node_id": self.peer_node_id},
+                "link": {"state": self.link.state.value, "peer": self.peer_name, "peer_node_id": self.peer_node_id,
+                         "udp": self.link.udp_path.stats() if self.link.udp_path is not None else None},
                 "interest_sent": sorted(f"{k}:{s} for domain {d}" for k, s, d in self.sent_interest),
                 "interest_heard": sorted(f"{k}:{s} for domain {d}" for k, s, d in self.heard_interest),
                 "streams_out": sorted(({"topic": o.advert.topic, "source": o.advert.source, "link_index": o.link_index,

@@ -28,6 +28,7 @@ from router.monitor.counters import PortalCounters
 from router.portals import peer_outbound, peer_sockets, peer_stream
 from router.portals.peer_handshake import HandshakeError, build_handshake, is_handshake, parse_handshake
 from router.portals.peer_keepalive import KeepaliveMonitor, keepalive_header
+from router.portals.peer_udp import PeerUdpPath
 from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRANSITIONS, LinkEvent,
                                              LinkState)
 from router.portals.immediate import is_immediate
@@ -90,6 +91,7 @@ class PeerLink:
         self._reading_paused = False
         self._timers: dict[str, object] = {}
         self._generation = 0                    # bumps per connection: stale timer callbacks see it
+        self.udp_path: PeerUdpPath | None = None  # with <udp>: the data path of this connection
 
     # -- the owner's side ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -116,6 +118,11 @@ class PeerLink:
         self.counters.add("gateway_cntl_msgs")
         if self.state is not S.UP:
             return False
+        if self.udp_path is not None:           # in order with the data, on the UDP path
+            data = encode_lbmc(message) if isinstance(message, LbmcMessage) else bytes(message)
+            self.udp_path.send_now(data)
+            self.counters.add("gateway_cntl_msgs_sent")
+            return True
         return self._queue_control(message)
 
     def send_data(self, message: LbmcMessage | bytes, fragments: int = 1) -> bool:
@@ -126,6 +133,8 @@ class PeerLink:
             self.counters.add_pair("data_fragments_dropped_not_operational",
                                    "data_fragment_bytes_dropped_not_operational", fragments, len(data))
             return False
+        if self.udp_path is not None:
+            return self._send_udp(data, fragments)
         status = self.queue.add_data(data, fragments)
         if status == peer_outbound.DROPPED:
             if not self.dropping:       # once per episode: a full queue drops thousands a second
@@ -139,16 +148,34 @@ class PeerLink:
             self._write()
         return True
 
+    def _send_udp(self, data: bytes, fragments: int) -> bool:
+        counters = self.counters
+        counters.add_pair("data_fragments_forwarded", "data_fragment_bytes_forwarded", fragments, len(data))
+        if self.udp_path.send(data):
+            counters.add_pair("data_fragments_dropped_would_block", "data_fragment_bytes_dropped_would_block",
+                              fragments, len(data))
+            if not self.dropping:
+                self.dropping = True
+                self._log_event("drops-would-block", f"UDP path queue full ({self.config.max_queue} bytes at "
+                                                     f"the peer rate limit): dropping data until it drains")
+            return False
+        self.dropping = False
+        counters.add_pair("data_fragments_sent", "data_fragment_bytes_sent", fragments, len(data))
+        return True
+
     def backlog(self) -> float | None:
         """None while the link takes data (or is down: then data is dropped, not held); else, the
-        socket refusing, the time.monotonic() the companion last took some."""
-        if self.state is not S.UP or not self.queue.has_unwritten:
+        socket refusing, the time.monotonic() the companion last took some. The UDP path never
+        refuses: its rate's queue drops (counted) instead."""
+        if self.state is not S.UP or self.udp_path is not None or not self.queue.has_unwritten:
             return None
         return self.queue.progress
 
     def flush(self) -> None:
         """Send the batch being built now (the owner knows no more data is coming for a while)."""
-        if self.state is S.UP and self.queue.batch_pending:
+        if self.state is S.UP and self.udp_path is not None:
+            self.udp_path.flush()
+        elif self.state is S.UP and self.queue.batch_pending:
             self._on_batch_interval()
 
     def pause_reading(self) -> None:
@@ -156,12 +183,16 @@ class PeerLink:
         if self._sock is not None and not self._reading_paused:
             self._reading_paused = True
             self.loop.remove_reader(self._sock)
+            if self.udp_path is not None:
+                self.udp_path.pause(True)
 
     def resume_reading(self) -> None:
         if self._reading_paused:
             self._reading_paused = False
             if self._sock is not None:
                 self.loop.add_reader(self._sock, self._on_readable)
+            if self.udp_path is not None:
+                self.udp_path.pause(False)
 
     # -- the state machine ----------------------------------------------------------------------------
     def _fire(self, event_: LinkEvent, detail=None) -> None:
@@ -247,15 +278,58 @@ class PeerLink:
             reason = str(err)
             self._set_timer("handshake", 0, lambda: self._fire(E.HANDSHAKE_FAILED, reason))
             return
+        udp = None
+        if self.config.udp_path is not None:
+            try:
+                self.udp_path = self._open_udp_path()
+            except OSError as err:
+                reason = f"cannot open the UDP path on port {self.config.udp_path.port}: {err}"
+                self._set_timer("handshake", 0, lambda: self._fire(E.HANDSHAKE_FAILED, reason))
+                return
+            udp = (self.link.interface or "0.0.0.0", self.udp_path.port, self.udp_path.session_id)
         self.loop.add_reader(sock, self._on_readable)
         self._set_timer("handshake", self.handshake_timeout_ms, lambda: self._fire(
             E.HANDSHAKE_FAILED, f"no handshake from the companion within {self.handshake_timeout_ms} ms"))
         self._set_timer("tick", self.keepalive.check_interval_s() * 1000, self._tick)
-        self._queue_control(build_handshake(self.own_name, self.node_id))
+        self._queue_control(build_handshake(self.own_name, self.node_id, udp))
+
+    def _open_udp_path(self) -> PeerUdpPath:
+        generation = self._generation
+        batching = self.config.batching
+        return PeerUdpPath(self.loop, self.link.interface or "0.0.0.0", self.config.udp_path,
+                           max_queue=self.config.max_queue, batching_minimum_length=batching.min_length,
+                           batching_interval=batching.batch_interval / 1000,
+                           on_payload=self._udp_payload,
+                           on_failed=lambda reason: self._udp_failed(reason, generation))
+
+    def _udp_payload(self, payload: bytes) -> None:
+        """A UDP datagram's LBMC messages, in order (the path repairs loss)."""
+        if self.state is not S.UP:
+            return
+        try:
+            used = self._consume(payload)
+        except WireError as err:
+            used, reason = -1, str(err)
+        else:
+            reason = f"{len(payload) - used} bytes of a partial message at the end"
+        if used != len(payload) and self.state is S.UP:
+            self.counters.add("link_malformed")
+            self._log_event("malformed-input", f"peer link UDP path from {self._address_text()}: malformed "
+                                               f"datagram ({reason}); dropping the connection")
+            self._fire(E.LOST, f"malformed UDP datagram: {reason}")
+            return
+        if self.on_read_done is not None and self.state is S.UP:
+            self._call_owner(self.on_read_done)
+
+    def _udp_failed(self, reason: str, generation: int) -> None:
+        if generation == self._generation and self.state is S.UP:
+            self._fire(E.LOST, reason)
 
     def _announce_up(self, identity) -> None:
         self._cancel_timer("handshake")
         self.peer = identity
+        if self.udp_path is not None and identity.udp is not None:
+            self.udp_path.start(self.peer_address[0], *identity.udp)
         self.connect_failures = 0
         self.counters.add("link_connects")
         self._log_event("peer-link-up", f"peer portal {self.name} has just established a connection to gateway "
@@ -298,6 +372,9 @@ class PeerLink:
             self._cancel_timer(name)
         sock, self._sock = self._sock, None
         self._stream = None
+        udp_path, self.udp_path = self.udp_path, None
+        if udp_path is not None:
+            udp_path.close()
         if sock is not None:
             self.loop.remove_reader(sock)
             self.loop.remove_writer(sock)
@@ -397,7 +474,7 @@ class PeerLink:
             self.counters.add_pair("data_msgs_rcvd", "data_msg_bytes_rcvd", 1, size)
         if self.state is S.HANDSHAKING:
             try:
-                self._fire(E.HANDSHAKE_OK, parse_handshake(message, self.node_id))
+                self._fire(E.HANDSHAKE_OK, parse_handshake(message, self.node_id, self.config.udp_path is not None))
             except HandshakeError as err:
                 self._fire(E.HANDSHAKE_FAILED, str(err))
             return
@@ -468,7 +545,8 @@ class PeerLink:
             self._fire(E.LOST, f"nothing received for {self.keepalive.silent_ms():.0f} ms "
                                f"(gateway-keepalive timeout {self.config.gateway_keepalive.timeout} ms)")
         elif self.keepalive.query_due():
-            self.send_control(self.keepalive.make_query())
+            self.counters.add("gateway_cntl_msgs")
+            self._queue_control(self.keepalive.make_query())       # TCP, with or without <udp>
 
     # -- helpers ------------------------------------------------------------------------------------
     def _call_owner(self, callback, *args) -> None:

@@ -143,27 +143,31 @@ class LbtruSourceSession(RepairingSourceSession):
             except WireError as err:
                 self._malformed(address, str(err))
                 continue
-            if not isinstance(packet, (LbtruNak, LbtruAck, LbtruCreq)):
-                self._malformed(address, f"{type(packet).__name__}, which only sources send")
-                continue
-            if packet.session_id != self.session_id:
-                # A receiver of a session this port had before (this process restarted, say):
-                # the RST makes it connect again and learn it is gone.
-                self._malformed(address, f"{type(packet).__name__} for session {packet.session_id:08X}")
-                self._reset(address)
-                continue
-            if isinstance(packet, LbtruCreq):
-                self._connect(address, packet.client_id, now)
-                continue
-            client = self.clients.get(address)
-            if client is None or client.client_id != packet.client_id:
-                self._reset(address)
-                continue
-            client.last_heard = now
-            if isinstance(packet, LbtruAck):
-                self.counters["acks_rcved"] += 1
-            else:
-                self._answer(packet.sqns, address, now)
+            self._handle(packet, address, now)
+
+    def _handle(self, packet, address: tuple[str, int], now: float) -> None:
+        """One packet from a receiver."""
+        if not isinstance(packet, (LbtruNak, LbtruAck, LbtruCreq)):
+            self._malformed(address, f"{type(packet).__name__}, which only sources send")
+            return
+        if packet.session_id != self.session_id:
+            # A receiver of a session this port had before (this process restarted, say):
+            # the RST makes it connect again and learn it is gone.
+            self._malformed(address, f"{type(packet).__name__} for session {packet.session_id:08X}")
+            self._reset(address)
+            return
+        if isinstance(packet, LbtruCreq):
+            self._connect(address, packet.client_id, now)
+            return
+        client = self.clients.get(address)
+        if client is None or client.client_id != packet.client_id:
+            self._reset(address)
+            return
+        client.last_heard = now
+        if isinstance(packet, LbtruAck):
+            self.counters["acks_rcved"] += 1
+        else:
+            self._answer(packet.sqns, address, now)
 
     def _connect(self, address: tuple[str, int], client_id: int, now: float) -> None:
         """Answer a CREQ with SM SYN: the receiver's stream starts after its lead."""

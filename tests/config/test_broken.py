@@ -47,6 +47,8 @@ CASES = {
     "log-size.xml": ("log-size.xml", 5, "log", "attribute 'size' must be 0..4000, got 5000"),
     "admin-not-loopback.xml": ("admin-not-loopback.xml", 5, "admin",
                                "tcp:// admin endpoints must be on loopback"),
+    "udp-with-dual-tcp.xml": ("udp-with-dual-tcp.xml", 14, "udp",
+                              "peer 'TUNNEL_TO_LAN2': <udp> needs a <single-tcp> link"),
     "worker-group-unknown-portal.xml": ("worker-group-unknown-portal.xml", 7, "portal-name",
                                         "worker group names 'LAN3', which is not a portal of this router "
                                         "(portals: LAN1, LAN2)"),

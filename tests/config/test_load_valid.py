@@ -153,7 +153,7 @@ def test_every_element_of_the_dtd_is_read(caplog):
     assert (wan.udp.port, wan.udp.send_naks, wan.udp.connect_max_attempts) == (26124, False, 5)
     assert [ace.match for ace in wan.acl.outbound] == ["reject", "accept"]
     warned = {r.getMessage().split("<")[1].split(">")[0] for r in caplog.records}
-    assert "the UDP data path is not supported" in caplog.text
+    assert "with <tls> the data stays on the TCP link" in caplog.text
     assert "switching user or group is not supported" in caplog.text
     assert warned == {"udp", "uid", "gid", "daemon-monitor", "propagation-delay", "late-join", "topic-purge",
                           "topic-interest-generate", "topic-domain-activity", "pattern-purge",

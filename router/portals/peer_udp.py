@@ -1,0 +1,238 @@
+"""A peer link's UDP data path (`<udp>`, spec/dro.md §1.5): LBT-RU between two routers' peer portals.
+
+With `<udp>` configured on both sides of a peer link, the TCP connection carries the handshake and
+the DRO keepalives, and every other message (data, advertisements, EOS, interest, route info)
+takes UDP. They take it together because the link's messages are ordered: an advertisement comes
+before its data and an EOS after it, which two paths could not keep.
+
+Each side binds `<udp><port>` on the link's interface and puts that port and the session id of its
+sending side in its handshake (a CTXINFO header, router.portals.peer_handshake). Once the link is
+up each side has:
+
+- a `PeerUdpSender`, an LBT-RU source session (router.um.lbtru_source) whose one receiver is the
+  companion: data within `<peer-rate-limit>`, a `<transmission-window>`, NAKs answered after
+  `<nak-handling ignore-interval>`, session messages at `<session-message>` intervals; what the
+  rate holds back waits up to `<max-queue>` bytes and beyond is dropped and counted;
+- a `PeerUdpReceiver`, an LBT-RU receiver (router.um.lbtru_receiver) connected to the companion's
+  session at its TCP address and learned UDP port: it asks `<connect max-attempts>` times,
+  `attempt-interval` apart, NAKs loss after the `<nak-handling>` intervals, and hands each
+  datagram's LBMC messages to the link.
+
+Both share the one socket: DATA, SM, NCF and RST are the receiver's, NAK, ACK and CREQ the
+sender's. The path fails, and the link goes down and reconnects, when the companion's session
+does not answer the connection requests or is silent for `<session-message activity-timeout>`.
+LBTRU_LOSS_RATE (a percentage, router.um.session_socket) drops received DATA on purpose, as for
+LBT-RU receivers.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import socket
+from typing import Callable
+
+from router.um.lbtrm_receive_window import ReceiveWindow
+from router.um.lbtru_receiver import LbtruSessionClient
+from router.um.lbtru_source import LbtruSourceSession
+from router.um.session_socket import loss_rate
+from router.um.wire.lbtru import MAX_DATAGRAM, LbtruData, LbtruNcf, LbtruRst, LbtruSm
+
+log = logging.getLogger(__name__)
+
+_RECEIVER_PACKETS = (LbtruData, LbtruSm, LbtruNcf, LbtruRst)
+
+
+class PeerUdpSender(LbtruSourceSession):
+    """The sending half, and the owner of the path's socket."""
+
+    kind = "peer UDP"
+
+    def __init__(self, loop, interface: str, udp, *, max_queue: int, batching_minimum_length: int,
+                 batching_interval: float, on_receiver_packet: Callable):
+        connect_window = udp.connect_attempt_interval * udp.connect_max_attempts / 1000
+        super().__init__(loop, interface, udp.port, udp.port, datagram_max_size=MAX_DATAGRAM,
+                         data_rate_limit=udp.rate_limit_data, retransmit_rate_limit=udp.rate_limit_retransmit,
+                         rate_interval=udp.rate_limit_interval / 1000, window_size=udp.transmission_window_size,
+                         ignore_interval=udp.nak_ignore_interval / 1000,
+                         sm_minimum_interval=udp.session_min_interval / 1000,
+                         sm_maximum_interval=udp.session_max_interval / 1000,
+                         client_activity_timeout=udp.session_activity_timeout / 1000,
+                         batching_minimum_length=batching_minimum_length, batching_interval=batching_interval,
+                         overflow="drop", max_queue=max_queue,
+                         # What is sent before the companion's receiver connects is its, for as
+                         # long as it may take to connect.
+                         hold_for_receiver=connect_window)
+        for option, size in ((socket.SO_RCVBUF, udp.receive_buffer), (socket.SO_SNDBUF, udp.send_buffer)):
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, option, size)
+            except OSError:
+                pass
+        self.on_receiver_packet = on_receiver_packet
+        self.companion_ip: str | None = None
+        self.reading_paused = False
+
+    def _handle(self, packet, address: tuple[str, int], now: float) -> None:
+        if isinstance(packet, _RECEIVER_PACKETS):
+            self.on_receiver_packet(packet, address, now)
+        elif address[0] != self.companion_ip:
+            self._malformed(address, "a datagram from someone other than the companion")
+        else:
+            super()._handle(packet, address, now)
+
+    def pause_reading(self, paused: bool) -> None:
+        """Stop reading the socket (the ring the receiver feeds is full): the kernel holds what
+        comes, and what it drops is NAKed once reading resumes."""
+        if paused == self.reading_paused or self.sock.fileno() < 0:
+            return
+        self.reading_paused = paused
+        if paused:
+            self.loop.remove_reader(self.sock.fileno())
+        else:
+            self.loop.add_reader(self.sock.fileno(), self._readable)
+            self.loop.call_later(0, self._readable)
+
+    def close_now(self) -> None:
+        """Close at once (the TCP link is gone, and the port is bound again by the next one)."""
+        with self.lock:
+            self.closed = True
+            self.batch.clear()
+            self.pending.clear()
+            self.pending_bytes = 0
+        self._close_socket()
+
+
+class _SharedSocket:
+    """What an LBT-RU receiver needs of its socket, served by the sender's."""
+
+    def __init__(self, sender: PeerUdpSender):
+        self.sender = sender
+        self.sessions: dict = {}
+
+    def add(self, client) -> None:
+        self.sessions[client.address] = client
+
+    def remove(self, client) -> None:
+        self.sessions.pop(client.address, None)
+        self.sender.pause_reading(False)
+
+    def pause(self, client) -> None:
+        self.sender.pause_reading(True)
+
+    def resume(self, client) -> None:
+        self.sender.pause_reading(False)
+
+    def send(self, datagram: bytes, address: tuple[str, int]) -> bool:
+        return self.sender._sendto(datagram, address)
+
+
+class PeerUdpReceiver(LbtruSessionClient):
+    """The receiving half: the companion's session, its datagrams' LBMC messages to the link."""
+
+    def __init__(self, loop, shared: _SharedSocket, companion: tuple[str, int], session_id: int, udp,
+                 on_payload: Callable[[bytes], None], on_failed: Callable[[str], None]):
+        window = ReceiveWindow(nak_initial_backoff=udp.nak_initial_backoff_interval / 1000,
+                               nak_backoff=udp.nak_backoff_interval / 1000,
+                               nak_suppress=udp.nak_suppress_interval / 1000,
+                               nak_generation=udp.nak_generation_interval / 1000, send_naks=udp.send_naks)
+        activity = udp.session_activity_timeout / 1000
+        self.on_payload, self.on_failed = on_payload, on_failed
+        super().__init__(loop, shared, companion[0], companion[1], session_id, self._ended,
+                         activity_timeout=activity, connect_interval=udp.connect_attempt_interval / 1000,
+                         maximum_connect_attempts=udp.connect_max_attempts,
+                         acknowledgement_interval=min(1.0, activity / 4), window=window)
+        self.description = f"peer UDP session {companion[0]}:{companion[1]}:{session_id:08X}"
+
+    def _frames(self, payload: bytes) -> None:
+        self.counters["bytes"] += len(payload)
+        self.on_payload(payload)
+
+    def _ended(self, _stream) -> None:
+        if self.connected:
+            reason = f"nothing heard on the UDP path for {self.activity_timeout:.1f} s"
+        else:
+            reason = f"no answer on the UDP path to {self.attempts} connection requests"
+        self.on_failed(reason)
+
+
+class PeerUdpPath:
+    """The UDP path of one TCP connection of a peer link: made when the connection is, closed with it."""
+
+    def __init__(self, loop, interface: str, udp, *, max_queue: int, batching_minimum_length: int,
+                 batching_interval: float, on_payload: Callable[[bytes], None], on_failed: Callable[[str], None]):
+        self.loop, self.udp = loop, udp
+        self.on_payload, self.on_failed = on_payload, on_failed
+        self.sender = PeerUdpSender(loop, interface, udp, max_queue=max_queue,
+                                    batching_minimum_length=batching_minimum_length,
+                                    batching_interval=batching_interval, on_receiver_packet=self._receiver_packet)
+        self.shared = _SharedSocket(self.sender)
+        self.receiver: PeerUdpReceiver | None = None
+        self.failed = False
+        self.loss_rate = loss_rate("LBTRU_LOSS_RATE")
+        self.rng = random.Random()
+        if self.loss_rate:
+            log.warning("peer UDP path on port %d: dropping %.1f%% of received DATA datagrams on purpose "
+                        "(LBTRU_LOSS_RATE)", self.port, self.loss_rate * 100)
+
+    @property
+    def port(self) -> int:
+        return self.sender.port
+
+    @property
+    def session_id(self) -> int:
+        return self.sender.session_id
+
+    def start(self, companion_ip: str, companion_port: int, companion_session: int) -> None:
+        """The link is up: connect to the companion's session."""
+        self.sender.companion_ip = companion_ip
+        self.receiver = PeerUdpReceiver(self.loop, self.shared, (companion_ip, companion_port), companion_session,
+                                        self.udp, self.on_payload, self._failed)
+
+    def _receiver_packet(self, packet, address, now: float) -> None:
+        receiver = self.receiver
+        if receiver is None or tuple(address[:2]) != receiver.address[:2]:
+            self.sender.counters["malformed"] += 1
+        elif isinstance(packet, LbtruRst):
+            receiver.reset()
+        elif packet.session_id != receiver.session_id:
+            self.sender.counters["malformed"] += 1
+        elif self.loss_rate and isinstance(packet, LbtruData) and self.rng.random() < self.loss_rate:
+            receiver.counters["dgrams_dropped_simulated"] = receiver.counters.get("dgrams_dropped_simulated", 0) + 1
+        else:
+            receiver.packet(packet, now)
+
+    def _failed(self, reason: str) -> None:
+        if not self.failed and not self.sender.closed:
+            self.failed = True
+            self.on_failed(reason)
+
+    def send(self, data: bytes) -> int:
+        """Queue whole LBMC messages for the companion; the bytes dropped (the rate's queue full)."""
+        counters = self.sender.counters
+        before = counters["dropped_would_block_bytes"]
+        self.sender.send_raw(data)
+        return counters["dropped_would_block_bytes"] - before
+
+    def send_now(self, data: bytes) -> int:
+        dropped = self.send(data)
+        self.sender.flush()
+        return dropped
+
+    def flush(self) -> None:
+        self.sender.flush()
+
+    def pause(self, paused: bool) -> None:
+        self.sender.pause_reading(paused)
+
+    def stats(self) -> dict:
+        receiver = self.receiver
+        return {"port": self.port, "session_id": f"{self.session_id:08X}",
+                "send": dict(self.sender.counters),
+                "receive": dict(receiver.counters) if receiver is not None else {}}
+
+    def close(self) -> None:
+        self.failed = True                       # what closing ends is not a failure
+        receiver, self.receiver = self.receiver, None
+        if receiver is not None and not receiver.closed:
+            receiver.close(notify=False)
+        self.sender.close_now()
+

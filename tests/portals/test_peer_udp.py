@@ -1,0 +1,183 @@
+"""A peer link with a UDP data path (router.portals.peer_udp), over real TCP and UDP on loopback:
+the handshake's UDP ports, data and control in order on UDP, loss repaired by NAKs, a path that
+fails taking the link down, both sides having to agree, and tshark decoding the UDP path."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from router.config.model import UdpLink
+from router.portals.peer_link import LinkState
+from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, GatewayName, LbmcMessage, decode_lbmc
+from tests.portals.test_peer_link import Harness, config
+from tests.support.tshark import LiveCapture, decode, expert_info
+
+pytestmark = pytest.mark.integration
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def udp(port: int | None = None, **overrides) -> UdpLink:
+    settings = {"rate_limit_data": 1_000_000_000, "rate_limit_interval": 10, "connect_attempt_interval": 50,
+                "connect_max_attempts": 10, **overrides}
+    return UdpLink(port=port or free_udp_port(), **settings)
+
+
+class Received:
+    """What a side's link handed on: data runs as (tidx, frames, count), control messages."""
+
+    def __init__(self):
+        self.data: list[tuple[int, bytes, int]] = []
+
+    def on_data(self, tidx: int, frames: bytes, count: int, longest: int) -> None:
+        self.data.append((tidx, frames, count))
+
+    def messages(self) -> list[LbmcMessage]:
+        out = []
+        for _, frames, _ in self.data:
+            offset = 0
+            while offset < len(frames):
+                message, offset = decode_lbmc(frames, offset)
+                out.append(message)
+        return out
+
+
+@pytest.fixture
+def harness():
+    h = Harness()
+    yield h
+    h.close()
+
+
+def udp_pair(harness, acceptor_udp: UdpLink | None, initiator_udp: UdpLink | None, **kwargs):
+    received = {"PB": Received(), "PA": Received()}
+    acceptor = harness.side(config("PB", udp=acceptor_udp, **kwargs), "router-B", 0xB0B,
+                            on_data=received["PB"].on_data, handshake_timeout_ms=1000)
+    acceptor.link.start()
+    initiator = harness.side(config("PA", connect_to=acceptor.link.listening_port, udp=initiator_udp, **kwargs),
+                             "router-A", 0xA1, on_data=received["PA"].on_data, handshake_timeout_ms=1000)
+    initiator.link.start()
+    return acceptor, initiator, received
+
+
+def data_message(n: int, size: int = 100) -> LbmcMessage:
+    return LbmcMessage(LBMC_TYPE_MESSAGE, [], bytes([n % 256]) * size, tidx=1 + n % 3, sqn=n)
+
+
+def test_data_and_control_take_the_udp_path_in_order(harness):
+    acceptor, initiator, received = udp_pair(harness, udp(), udp())
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 5, "the link with its UDP path")
+    assert acceptor.link.udp_path is not None and initiator.link.udp_path is not None
+    assert initiator.link.peer.udp == (acceptor.link.udp_path.port, acceptor.link.udp_path.session_id)
+    tcp_before = initiator.counter("data_msgs_rcvd")
+    count = 3000
+    for n in range(count):
+        assert initiator.link.send_data(data_message(n))
+        if n == 1500:       # a control message in the middle stays between the data around it
+            assert initiator.link.send_control(LbmcMessage(LBMC_TYPE_CONTROL, [GatewayName("in-between")]))
+    initiator.link.flush()
+    harness.run_until(lambda: sum(c for _, _, c in received["PB"].data) == count, 10, "every data message")
+    harness.run_until(lambda: acceptor.messages, 5, "the control message")
+    messages = received["PB"].messages()
+    assert [m.sqn for m in messages] == list(range(count))
+    assert all(m.payload == bytes([m.sqn % 256]) * 100 and m.tidx == 1 + m.sqn % 3 for m in messages)
+    assert acceptor.messages[0].headers[0].name == "in-between"
+    stats = initiator.link.udp_path.stats()
+    assert stats["send"]["bytes_sent"] >= count * 100 and stats["send"]["clients_connected"] == 1
+    assert acceptor.link.udp_path.stats()["receive"]["lost"] == 0
+    assert initiator.counter("data_fragments_sent") == count
+    assert acceptor.counter("data_msgs_rcvd") >= count and initiator.counter("data_msgs_rcvd") == tcp_before
+    # ...and the other way round on the same path.
+    for n in range(100):
+        acceptor.link.send_data(data_message(n))
+    acceptor.link.flush()
+    harness.run_until(lambda: sum(c for _, _, c in received["PA"].data) == 100, 5, "data the other way")
+
+
+def test_loss_on_the_udp_path_is_repaired(harness, monkeypatch):
+    monkeypatch.setenv("LBTRU_LOSS_RATE", "10")
+    acceptor, initiator, received = udp_pair(harness, udp(), udp(), max_queue=64 * 1024 * 1024)
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 5, "the link")
+    count = 5000
+    for n in range(count):
+        initiator.link.send_data(data_message(n, 300))
+    initiator.link.flush()
+    harness.run_until(lambda: sum(c for _, _, c in received["PB"].data) == count, 30, "every message, repaired")
+    assert [m.sqn for m in received["PB"].messages()] == list(range(count))
+    receive = acceptor.link.udp_path.stats()["receive"]
+    assert receive["dgrams_dropped_simulated"] > 0 and receive["naks_sent"] > 0, receive
+    assert receive["retransmissions_rcved"] > 0 and receive["lost"] == 0, receive
+    assert initiator.link.udp_path.stats()["send"]["rxs_sent"] > 0
+
+
+def test_both_sides_must_have_a_udp_path(harness, caplog):
+    with caplog.at_level("WARNING", logger="router.portals.peer_link"):
+        acceptor, initiator, _ = udp_pair(harness, udp(), None, reconnect=5000)
+        harness.run_until(lambda: acceptor.link.handshake_failures and initiator.link.handshake_failures, 5,
+                          "both ends refusing the handshake")
+    assert "this peer portal has a <udp> data path and the companion's has none" in caplog.text
+    assert "the companion's peer portal has a <udp> data path and this one has none" in caplog.text
+    assert not acceptor.ups and not initiator.ups
+
+
+def test_a_udp_path_that_closes_takes_the_link_down_and_it_comes_back(harness):
+    acceptor, initiator, _ = udp_pair(harness, udp(), udp(), reconnect=100)
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 5, "the link")
+    # The acceptor's UDP path goes while its TCP stays: its RST makes the initiator connect
+    # again, nobody answers, and after <connect max-attempts> the link goes down.
+    acceptor.link.udp_path.sender.close_now()
+    harness.run_until(lambda: initiator.downs, 5, "the initiator to drop the link")
+    assert initiator.downs[0] == "no answer on the UDP path to 10 connection requests", initiator.downs
+    harness.run_until(lambda: initiator.counter("link_connects") == 2 and acceptor.link.is_up and initiator.link.is_up,
+                      10, "the link to come back with a new UDP path")
+
+
+def test_a_udp_path_that_goes_silent_takes_the_link_down(harness):
+    quiet = {"session_activity_timeout": 600, "session_max_interval": 100}
+    acceptor, initiator, _ = udp_pair(harness, udp(**quiet), udp(**quiet), interval=100, timeout=10_000)
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up and initiator.link.udp_path.receiver
+                      and initiator.link.udp_path.receiver.connected, 5, "the link and its UDP path connected")
+    acceptor.driven = False           # its process hangs: no session messages (its TCP holds 10 s)
+    harness.run_until(lambda: initiator.downs, 5, "the initiator to drop the link")
+    assert initiator.downs[0] == "nothing heard on the UDP path for 0.6 s", initiator.downs
+
+
+def test_a_udp_port_in_use_fails_the_handshake_with_the_reason(harness, caplog):
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    squatter.bind(("0.0.0.0", 0))
+    try:
+        with caplog.at_level("WARNING", logger="router.portals.peer_link"):
+            acceptor, initiator, _ = udp_pair(harness, udp(squatter.getsockname()[1]), udp(), reconnect=5000)
+            harness.run_until(lambda: acceptor.link.handshake_failures, 5, "the acceptor's handshake to fail")
+        assert f"cannot open the UDP path on port {squatter.getsockname()[1]}" in caplog.text
+        assert acceptor.link.state is LinkState.LISTENING
+    finally:
+        squatter.close()
+
+
+def test_the_udp_path_decodes_as_lbtru_carrying_lbmc(harness, tmp_path):
+    acceptor_udp, initiator_udp = udp(), udp()
+    pcap = tmp_path / "udp-path.pcapng"
+    ports = sorted((acceptor_udp.port, initiator_udp.port))
+    with LiveCapture(capture_filter=f"udp port {ports[0]} or udp port {ports[1]}", path=pcap) as capture:
+        acceptor, initiator, received = udp_pair(harness, acceptor_udp, initiator_udp)
+        harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 5, "the link")
+        for n in range(200):
+            initiator.link.send_data(data_message(n))
+        initiator.link.flush()
+        harness.run_until(lambda: sum(c for _, _, c in received["PB"].data) == 200, 5, "the data")
+    # The initiator sends from its port to the acceptor's: tshark's LBT-RU preferences name the
+    # sending (source) port range and the receiving one.
+    prefs = [f"lbtru.source_port_low:{initiator_udp.port}", f"lbtru.source_port_high:{initiator_udp.port}",
+             f"lbtru.receiver_port_low:{acceptor_udp.port}", f"lbtru.receiver_port_high:{acceptor_udp.port}"]
+    rows = decode(pcap, [], prefs, fields=["lbtru.hdr.type", "lbmc.sqn", "udp.srcport"],
+                  display_filter=f"lbtru and udp.srcport == {initiator_udp.port} and {capture.not_canary}")
+    sqns = sorted(int(sqn) for row in rows for sqn in row.get("lbmc.sqn", []))
+    assert sqns == list(range(200))
+    warnings = expert_info(pcap, [], prefs, min_severity="warn")
+    assert all(row.startswith("Warn/Sequence/LBT-RU: NAK") for row in warnings), warnings
