@@ -15,7 +15,6 @@ Fragments are counted "sent" only once the socket took all of their bytes.
 """
 from __future__ import annotations
 
-import socket
 import time
 from collections import deque
 
