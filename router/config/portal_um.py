@@ -15,8 +15,9 @@ one DRO on the same TRD" is unsupported).
 """
 from __future__ import annotations
 
+import hashlib
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from router.config.model import DaemonConfig, EndpointConfig, PeerConfig
@@ -40,8 +41,8 @@ def portal_um_configs(portal: Portal, daemon: DaemonConfig) -> tuple[UMConfig, U
         base.set(scope, name, value, portal.where("lbm-attributes"))
     default_name = base.get("context", "context_name") or None
     receive = _context(portal, base, xml_files, portal.receiver_context_name or default_name)
-    portal.topic_um = TopicOptions(tuple(xml_files), portal.receiver_context_name or default_name, receive) \
-        if xml_files else None
+    portal.topic_um = TopicOptions(tuple(xml_files), portal.receiver_context_name or default_name, receive,
+                                   _digest(xml_files)) if xml_files else None
     return (_context(portal, base, xml_files, portal.source_context_name or default_name), receive)
 
 
@@ -53,12 +54,22 @@ class TopicOptions:
     xml_files: tuple[Path, ...]
     context_name: str | None
     base: UMConfig
+    # The files' contents, so a reload sees an edit that changes only some topic's options (the
+    # portal's own options, in `base`, stay the same) and restarts the portals that use them.
+    digest: str = field(default="")
 
     def for_topic(self, topic: str) -> UMConfig:
         config = self.base.copy()
         for path in self.xml_files:
             config = topic_options(path, ROUTER_APPLICATION, self.context_name, topic, into=config)
         return config
+
+
+def _digest(paths: list[Path]) -> str:
+    sha = hashlib.sha256()
+    for path in paths:
+        sha.update(Path(path).read_bytes())
+    return sha.hexdigest()
 
 
 def _context(portal: Portal, base: UMConfig, xml_files: list[Path], name: str | None) -> UMConfig:

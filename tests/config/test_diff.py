@@ -40,6 +40,25 @@ def test_an_edited_lbm_config_file_changes_its_portal(write_gateway, tmp_path):
     assert (diff.changed, diff.kept) == (["LAN2"], ["LAN1"])
 
 
+TOPIC_XML = """<um-configuration version="1.0"><applications><application name="tnwgd"><contexts><context>
+  <sources><topic topicname="t.one"><options type="source">
+    <option name="transport" default-value="{transport}"/>
+  </options></topic></sources>
+</context></contexts></application></applications></um-configuration>
+"""
+
+
+def test_an_edit_of_one_topics_xml_options_changes_the_portals_that_use_them(write_gateway, tmp_path):
+    path = write_gateway(LAN1 + LAN2, "<xml-config>um.xml</xml-config>", um__xml=TOPIC_XML.format(transport="lbtrm"))
+    old = load_gateway_config(path)
+    assert old.portal("LAN2").topic_um.for_topic("t.one").get("source", "transport") == "lbtrm"
+    (tmp_path / "um.xml").write_text(TOPIC_XML.format(transport="lbtru"))
+    new = load_gateway_config(path)
+    assert new.portal("LAN2").topic_um.for_topic("t.one").get("source", "transport") == "lbtru"
+    diff = diff_configs(old, new)
+    assert (diff.changed, diff.kept, diff.daemon_changes) == (["LAN1", "LAN2"], [], [])
+
+
 def test_a_portal_that_changes_kind_is_changed(write_gateway):
     old = load_gateway_config(write_gateway(LAN1 + peer("X"), name="old.xml"))
     new = load_gateway_config(write_gateway(LAN1 + endpoint("X", 2, "lan2.cfg"), name="new.xml"))
