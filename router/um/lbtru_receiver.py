@@ -114,14 +114,16 @@ class LbtruSessionClient(RepairingStream):
             self.counters["connects"] += 1
 
     def reset(self) -> None:
-        """The source sent an RST: connect again."""
+        """The source sent an RST: connect again. While connecting, an RST is the answer to a
+        request (the source does not know this session any more): the next request waits its
+        connect interval, so the attempts still span what they are configured to."""
         if self.closed:
             return
         self.counters["rsts_rcved"] += 1
-        if self.connected:
+        was_connected, self.connected = self.connected, False
+        if was_connected:
             log.info("%s: reset by the source; connecting again", self.description)
-        self.connected = False
-        self._connect_tick()
+            self._connect_tick()
 
     def _ack_tick(self) -> None:
         if self.closed or not self.connected:

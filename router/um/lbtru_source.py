@@ -157,6 +157,7 @@ class LbtruSourceSession(RepairingSourceSession):
             self._reset(address)
             return
         if isinstance(packet, LbtruCreq):
+            self.counters["creqs_rcved"] += 1
             self._connect(address, packet.client_id, now)
             return
         client = self.clients.get(address)
@@ -171,16 +172,21 @@ class LbtruSourceSession(RepairingSourceSession):
 
     def _connect(self, address: tuple[str, int], client_id: int, now: float) -> None:
         """Answer a CREQ with SM SYN: the receiver's stream starts after its lead."""
-        self.counters["creqs_rcved"] += 1
-        client = self.clients.get(address)
-        if client is None or client.client_id != client_id:
-            self.clients[address] = LbtruClient(address, client_id, now)
-            self.destinations = tuple(self.clients)
-            self.counters["clients_connected"] += 1
-            log.info("%s: receiver %s:%d connected (client %08X)", self.description, *address, client_id)
-        else:
-            client.last_heard = now            # its SYN went missing: it asks again
-        with self.lock:
+        # The receiver joins the destinations, gets what was held and the SYN in one step under
+        # the session's lock, so no datagram reaches it ahead of its SYN. A sending thread may
+        # hold that lock for a while (waiting for the data rate): the loop must not wait for it.
+        if not self.lock.acquire(blocking=False):
+            self.loop.call_later(0.005, self._connect, address, client_id, time.monotonic())
+            return
+        try:
+            client = self.clients.get(address)
+            if client is None or client.client_id != client_id:
+                self.clients[address] = LbtruClient(address, client_id, now)
+                self.destinations = tuple(self.clients)
+                self.counters["clients_connected"] += 1
+                log.info("%s: receiver %s:%d connected (client %08X)", self.description, *address, client_id)
+            else:
+                client.last_heard = now            # its SYN went missing: it asks again
             held = self._take_held(now)
             lead, trail = self._lead_trail()
             if held:
@@ -189,6 +195,8 @@ class LbtruSourceSession(RepairingSourceSession):
                 self.counters["sms_sent"] += 1
             for _, datagram in held:
                 self._sendto(datagram, address)
+        finally:
+            self.lock.release()
 
     def _take_held(self, now: float) -> list[tuple[int, bytes]]:
         """The held datagrams still in the window, oldest first (lock held)."""

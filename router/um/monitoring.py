@@ -15,8 +15,10 @@ a comma by default) between
 with the values in the order of `FIELDS[record type]`:
 
     context   the context's own: topic resolution datagrams and topics, immediate messages
-    source    one per transport session its sources send on (TCP:ip:port:session, LBT-IPC:...)
-    receiver  one per transport session its receivers have joined
+    source    one per transport session its sources send on (TCP:ip:port:session, LBT-IPC:...),
+              with LBT-RM's and LBT-RU's NAKs answered and retransmissions sent
+    receiver  one per transport session its receivers have joined, with LBT-RM's and LBT-RU's
+              NAKs, NCFs and what could not be repaired
 
 Only the lbm transport module and the csv format exist here; a configuration asking for others
 is refused with a clear error (router configuration names the file and line).
@@ -37,14 +39,22 @@ VERSION = "1"
 DEFAULT_TOPIC = "/29west/statistics"
 CONTEXT_NAME = "29west_statistics_context"
 
+# LBT-RM and LBT-RU loss repair, by UM's names for them (its lbtrm/lbtru transport statistics):
+# datagrams, NAKs and NCFs each way, what was given up. Zero for transports that do not NAK.
+_SOURCE_REPAIR = ("msgs_sent", "nak_pckts_rcved", "naks_rcved", "naks_ignored", "naks_shed",
+                  "naks_rx_delay_ignored", "rxs_sent", "rx_bytes_sent")
+_RECEIVER_REPAIR = ("msgs_rcved", "nak_pckts_sent", "naks_sent", "lost", "ncfs_ignored", "ncfs_shed",
+                    "ncfs_rx_delay", "ncfs_unknown", "duplicate_data", "unrecovered_txw", "unrecovered_tmo",
+                    "retransmissions_rcved")
+
 FIELDS: dict[str, tuple[str, ...]] = {
     "context": ("tr_dgrams_sent", "tr_bytes_sent", "tr_dgrams_rcved", "tr_bytes_rcved", "tr_dgrams_dropped_malformed",
                 "tr_dgrams_send_failed", "tr_src_topics", "tr_rcv_topics", "tr_rcv_unresolved_topics",
                 "mim_msgs_sent", "mim_msgs_rcved", "mim_dup_msgs_rcved", "mim_dgrams_dropped_malformed"),
     "source": ("transport", "num_clients", "bytes_sent", "batches_sent", "bytes_buffered",
-               "bytes_dropped_would_block"),
+               "bytes_dropped_would_block", *_SOURCE_REPAIR),
     "receiver": ("transport", "bytes_rcved", "lbm_msgs_rcved", "control_msgs_rcved", "unknown_msgs_rcved",
-                 "fragments_rcved", "msgs_reassembled", "msgs_dropped_malformed"),
+                 "fragments_rcved", "msgs_reassembled", "msgs_dropped_malformed", *_RECEIVER_REPAIR),
 }
 
 
@@ -124,14 +134,15 @@ def records(context, application_id: str, which: tuple[str, ...] = ("context", "
             found.append(("source", application_id, session_string(info), (
                 transport_key(info)[0], session.receiver_count or 0,     # multicast: not known
                 counters.get("bytes_sent", 0), counters.get("batches", 0), session.queued_bytes(),
-                counters.get("dropped_would_block_bytes", 0))))
+                counters.get("dropped_would_block_bytes", 0), *(counters.get(name, 0) for name in _SOURCE_REPAIR))))
     if "receiver" in which:
         for key, client in list(context.clients.items()):
             counters = client.counters
             control = counters.get("control_frames", 0)
             found.append(("receiver", application_id, key_string(key), (
                 key[0], counters["bytes"], counters["frames"] - control - counters["unknown_frames"], control,
-                counters["unknown_frames"], counters["fragments"], counters["reassembled"], counters["malformed"])))
+                counters["unknown_frames"], counters["fragments"], counters["reassembled"], counters["malformed"],
+                *(counters.get(name, 0) for name in _RECEIVER_REPAIR))))
     return found
 
 

@@ -121,14 +121,15 @@ class SessionSocket:
                 self.counters["dgrams_dropped_simulated"] += 1
                 continue
             client.packet(packet, now)
-            if not self.reading:
-                return                # a consumer paused us mid-batch
+            if not self.reading or self.sock is not sock:
+                return                # a consumer paused us mid-batch, or the last session ended
 
     def close(self) -> None:
         if self.sock is None:
             return
         if self.reading:
             self.loop.remove_reader(self.sock.fileno())
+            self.reading = False
         self.sock.close()
         self.sock = None
         self._closed()

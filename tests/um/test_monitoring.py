@@ -27,13 +27,16 @@ def test_settings_follow_the_transport_and_format_options(tmp_path):
 
 
 def test_records_round_trip_and_bad_ones_are_refused():
-    values = ("tcp", 2, 1000, 3, 0, 0)
+    repair = tuple(range(1, 9))
+    values = ("tcp", 2, 1000, 3, 0, 0, *repair)
     data = monitoring.encode("source", "app", "TCP:127.0.0.1:14371:00000001", values, "|", when_ms=12)
     record = monitoring.decode(data, "|")
     assert record == {"type": "source", "application_id": "app", "time_ms": 12,
                       "object": "TCP:127.0.0.1:14371:00000001", "transport": "tcp", "num_clients": 2,
-                      "bytes_sent": 1000, "batches_sent": 3, "bytes_buffered": 0, "bytes_dropped_would_block": 0}
-    for bad, words in ((b"2,source,a,1,x", "not a version 1"), (b"1,source,a,1,x,tcp", "has 1 values, not 6")):
+                      "bytes_sent": 1000, "batches_sent": 3, "bytes_buffered": 0, "bytes_dropped_would_block": 0,
+                      "msgs_sent": 1, "nak_pckts_rcved": 2, "naks_rcved": 3, "naks_ignored": 4, "naks_shed": 5,
+                      "naks_rx_delay_ignored": 6, "rxs_sent": 7, "rx_bytes_sent": 8}
+    for bad, words in ((b"2,source,a,1,x", "not a version 1"), (b"1,source,a,1,x,tcp", "has 1 values, not 14")):
         with pytest.raises(monitoring.MonitoringError, match=words):
             monitoring.decode(bad)
     with pytest.raises(monitoring.MonitoringError, match="holds the separator"):
@@ -95,3 +98,40 @@ def test_ummon_prints_what_a_monitored_tool_publishes(tools, domain, tmp_path):
 def test_a_context_refuses_monitoring_it_cannot_do_before_it_opens_anything(domain):
     with pytest.raises(ValueError, match="monitoring transport 'udp' is not available here"):
         Context(**domain.overrides(), monitor_interval=1, monitor_transport="udp", context_name="watched")
+
+
+def test_lbtru_loss_repair_is_in_the_transport_statistics(domain, monkeypatch):
+    """A receiver losing 10% of the LBT-RU datagrams it hears: its record counts the NAKs and
+    retransmissions and nothing lost, the source's the NAKs it answered."""
+    monkeypatch.setenv("LBTRU_LOSS_RATE", "10")
+    records, lock = [], threading.Lock()
+
+    def on_statistics(message):
+        with lock:
+            records.append(monitoring.decode(message.data))
+
+    def latest(kind: str, app: str) -> dict:
+        with lock:
+            found = [r for r in records if r["type"] == kind and r["application_id"] == app]
+        return found[-1] if found else {}
+
+    got = []
+    with Context(**domain.overrides()) as watcher, \
+            Context(**domain.overrides(), transport="lbtru", monitor_interval=1, monitor_appid="ru-src") as publisher, \
+            Context(**domain.overrides(), monitor_interval=1, monitor_appid="ru-rcv") as watched:
+        watcher.receiver(monitoring.DEFAULT_TOPIC, on_statistics)
+        watched.receiver("mon.ru", got.append)
+        source = publisher.source("mon.ru")
+        wait_for(lambda: source.receiver_count == 1, 10, message="the receiver connected")
+        for n in range(3000):
+            source.send(b"m%d" % n * 20)
+        source.flush()
+        wait_for(lambda: len(got) == 3000, 30, message="every message, repaired")
+        wait_for(lambda: latest("receiver", "ru-rcv").get("lbm_msgs_rcved") == 3000, 10,
+                 message="the receiver's record counts all 3000")
+        wait_for(lambda: latest("source", "ru-src").get("rxs_sent", 0) > 0, 10, message="the source's retransmissions")
+    receiving, sending = latest("receiver", "ru-rcv"), latest("source", "ru-src")
+    assert receiving["transport"] == "lbtru" and receiving["object"].startswith("LBTRU:127.0.0.1:")
+    assert receiving["naks_sent"] > 0 and receiving["retransmissions_rcved"] > 0 and receiving["lost"] == 0, receiving
+    assert sending["transport"] == "lbtru" and sending["num_clients"] == 1 and sending["naks_rcved"] > 0, sending
+
