@@ -31,6 +31,7 @@ class ReceiveStats:
     def __init__(self):
         self.sources: dict[int, _PerSource] = {}
         self.received = 0
+        self.retransmitted = 0                  # late-join retransmissions among them
         self.malformed = 0
         self.eos = 0
         self.bos = 0
@@ -73,6 +74,9 @@ class ReceiveStats:
             if message.topic not in state.topics:
                 state.topics.add(message.topic)
         self.received += len(messages)
+        # Late-join retransmissions come in batches of their own (router.um.late_join).
+        if messages and getattr(messages[0], "retransmit", False):
+            self.retransmitted += len(messages)
 
     @staticmethod
     def _out_of_line(state: "_PerSource", seq: int) -> None:
@@ -113,6 +117,7 @@ class ReceiveStats:
             for source_id, s in self.sources.items()}
         return {
             "received": self.received,
+            "retransmitted": self.retransmitted,
             "unique": self.unique,
             "duplicates": sum(s.duplicates for s in self.sources.values()),
             "gaps": sum(len(s.missing) for s in self.sources.values()),

@@ -14,7 +14,7 @@ from router.um.config import ConfigError, UMConfig
 from router.um.xml_config import children
 
 # Accepted by the DTD for old configurations, without effect (spec/dro.md §1.4, §1.5).
-DEPRECATED_NO_OPS = ("late-join", "topic-purge", "topic-interest-generate", "topic-domain-activity",
+DEPRECATED_NO_OPS = ("topic-purge", "topic-interest-generate", "topic-domain-activity",
                      "pattern-purge", "pattern-interest-generate", "pattern-domain-activity",
                      "topic-use-check", "pattern-use-check", "publishing-interval")
 MAX_MAX_DATAGRAM = 65500
@@ -29,7 +29,23 @@ def build_endpoint(reader: ElementReader, element: etree._Element) -> EndpointCo
         hotlink_index=reader.child_int(element, "hotlink-index", 0, 0, 65535),
         topic_resolution=_topic_resolution(reader, child(element, "topic-resolution")),
         remote_topic=_remote_topic(reader, child(element, "remote-topic")),
-        remote_pattern=_remote_pattern(reader, child(element, "remote-pattern")))
+        remote_pattern=_remote_pattern(reader, child(element, "remote-pattern")),
+        late_join_provide=_late_join(reader, child(element, "late-join")))
+
+
+def _late_join(reader: ElementReader, element: etree._Element | None) -> str | None:
+    """The seed's <late-join>: UM's DRO eliminated it (proxy sources do not retain there); this
+    router can retain at its proxy sources, so `provide` still means what the seed says."""
+    if element is None:
+        return None
+    provide = element.get("provide", "source")
+    applied = {"always": "this portal's proxy sources offer late join (source option late_join 1)",
+               "never": "this portal's proxy sources do not offer late join (source option late_join 0)",
+               "source": "it changes nothing (the portal's UM options decide)"}[provide]
+    forward = "" if element.get("forward", "yes") == "no" else \
+        "; forward (asking the original source for what a proxy does not retain) is not supported"
+    reader.warn(element, f"element has been deprecated; provide=\"{provide}\": {applied}{forward}")
+    return None if provide == "source" else provide
 
 
 def build_peer(reader: ElementReader, element: etree._Element) -> PeerConfig:

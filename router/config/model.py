@@ -311,6 +311,9 @@ class EndpointConfig(PortalConfig):
     topic_resolution: TopicResolutionConfig = field(default_factory=TopicResolutionConfig)
     remote_topic: RemoteTopic = field(default_factory=RemoteTopic)
     remote_pattern: RemotePattern = field(default_factory=RemotePattern)
+    # The eliminated <late-join provide=...> (seed 001 §5.2.2): "always" / "never" set the portal's
+    # proxy sources' late_join option; None (or "source") leaves it to the UM options.
+    late_join_provide: str | None = None
 
     kind = "endpoint"
 

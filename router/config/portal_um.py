@@ -39,6 +39,9 @@ def portal_um_configs(portal: Portal, daemon: DaemonConfig) -> tuple[UMConfig, U
             _load_plain(portal, base)
     for scope, name, value in portal.lbm_attributes:
         base.set(scope, name, value, portal.where("lbm-attributes"))
+    provide = getattr(portal, "late_join_provide", None)
+    if provide is not None:
+        base.set("source", "late_join", "1" if provide == "always" else "0", portal.where("late-join"))
     default_name = base.get("context", "context_name") or None
     receive = _context(portal, base, xml_files, portal.receiver_context_name or default_name)
     portal.topic_um = TopicOptions(tuple(xml_files), portal.receiver_context_name or default_name, receive,

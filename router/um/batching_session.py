@@ -14,6 +14,7 @@ import threading
 import numpy as np
 
 from router.um.requests import RequestOrigin, message_frames
+from router.um.retention import Retention
 from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
 
 _MESSAGE_OVERHEAD = MESSAGE_HEADER.size
@@ -21,6 +22,7 @@ _FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
 _pack_message = MESSAGE_HEADER.pack
 _pack_frag = FRAG_HEADER.pack
 _pack_tidx = struct.Struct(">I").pack_into
+_unpack_tidx_sqn = struct.Struct(">II").unpack_from
 _UNIFORM_RUN = 16                      # from this many frames, check for equal lengths and vectorise
 
 
@@ -68,14 +70,43 @@ class BatchingSession:
         self.closed = False
         self.counters = {"bytes_sent": 0, "batches": 0,
                          "dropped_would_block_bytes": 0, "dropped_would_block_batches": 0}
+        # Late-join sources' retention (router.um.retention), by topic index: each frame sent for
+        # one of them is kept as it is appended.
+        self.retained: dict[int, Retention] = {}
+
+    def retain(self, tidx: int, retention: Retention | None) -> None:
+        """Keep (or, with None, stop keeping) what is sent for topic index `tidx`."""
+        with self.lock:
+            if retention is None:
+                self.retained.pop(tidx, None)
+            else:
+                self.retained[tidx] = retention
+
+    def _retain(self, data, start: int, end: int) -> None:
+        """Keep the frames in data[start:end] that belong to a retained topic index (lock held)."""
+        retained = self.retained
+        offset = start
+        while end - offset >= _MESSAGE_OVERHEAD:
+            length = (data[offset + 2] << 8) | data[offset + 3]
+            if length < 4:
+                return
+            if data[offset] == LBMC_TYPE_MESSAGE:
+                tidx, sqn = _unpack_tidx_sqn(data, offset + 4)
+                retention = retained.get(tidx)
+                if retention is not None:
+                    retention.add(sqn, bytes(data[offset:offset + length]))
+            offset += length
 
     def send(self, tidx: int, sqn: int, payload, flush: bool = False) -> int:
         """Append one message for topic `tidx`; returns the next sequence number."""
         size = len(payload)
         with self.lock:
             if size + _MESSAGE_OVERHEAD <= self.datagram_max_size:
+                start = len(self.batch)
                 self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_DATA, size + _MESSAGE_OVERHEAD, tidx, sqn)
                 self.batch += payload
+                if self.retained:
+                    self._retain(self.batch, start, len(self.batch))
                 sqn += 1
             else:
                 sqn = self._append_fragments(tidx, sqn, payload)
@@ -91,8 +122,11 @@ class BatchingSession:
         sequence number."""
         with self.lock:
             for headers, piece in message_frames(tidx, sqn, payload, self.datagram_max_size, origin):
+                start = len(self.batch)
                 self.batch += headers
                 self.batch += piece
+                if self.retained:
+                    self._retain(self.batch, start, len(self.batch))
                 sqn += 1
                 if len(self.batch) >= self.batching_minimum_length:
                     self._flush_locked()
@@ -105,12 +139,16 @@ class BatchingSession:
         `now`: send them at once if nothing is batched before them, whatever their length."""
         with self.lock:
             if tidx is None and not self.batch and (now or len(frames) >= self.batching_minimum_length):
+                if self.retained:
+                    self._retain(frames, 0, len(frames))
                 self._deliver_counted(frames)      # a batch already: no copy into ours
                 return
             start = len(self.batch)
             self.batch += frames
             if tidx is not None:
                 set_topic_index(self.batch, start, tidx, count)
+            if self.retained:
+                self._retain(self.batch, start, len(self.batch))
             self._flush_or_arm_timer()
 
     def _append_fragments(self, tidx: int, sqn: int, payload) -> int:
@@ -123,6 +161,8 @@ class BatchingSession:
             self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_FRAG, len(chunk) + _FRAGMENT_OVERHEAD, tidx, sqn)
             self.batch += _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, first, offset, total)
             self.batch += chunk
+            if self.retained:
+                self._retain(self.batch, len(self.batch) - len(chunk) - _FRAGMENT_OVERHEAD, len(self.batch))
             sqn += 1
             if len(self.batch) >= self.batching_minimum_length:
                 self._flush_locked()

@@ -32,10 +32,12 @@ from router.um.receiver import Accept, OnBatch, OnEvent, OnMessage, Receiver, Wi
 from router.um.request_port import RequestPort
 from router.um.requests import RequestIndexes, RequestOrigin, RequestPortUnavailable, Response
 from router.um.responder import ResponseSender
+from router.um.retention import Retention
 from router.um.source import Source
 from router.um.source_cache import Candidate
 from router.lbtipc.receiver import LbtipcSessionClient
 from router.lbtipc.source import LbtipcSourceSession
+from router.um.late_join import LateJoinClient, LateJoinServer, LateJoinSettings
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.lbtrm_receiver import LbtrmGroup, LbtrmSessionClient
 from router.um.lbtrm_source import LbtrmSourceSession
@@ -44,6 +46,8 @@ from router.um.lbtru_source import LbtruSourceSession
 from router.um.tcp_receiver import TcpSessionClient
 from router.um.tcp_source import TcpSourceSession
 from router.um.topic_resolver import TopicResolver
+from router.um.wire.errors import WireError
+from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER, UmeLjInfo, decode_lbmc
 from router.um.wire.lbmr import LbtipcInfo, LbtrmInfo, LbtruInfo, TcpInfo
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,14 @@ class Context:
         self.response_handler: Callable[[int, bytes, str], bool] | None = None
         self.request_counters = {"requests_sent": 0, "responses_received": 0, "responses_unmatched": 0,
                                  "request_port_errors": 0}
+        # Late join (router.um.late_join): what our late-join sources retain, and our receivers'
+        # requests for what theirs do, by request index.
+        self.late_join_server = LateJoinServer(self)
+        self.late_join_clients: dict[int, LateJoinClient] = {}
+        self.late_join_counters = {"lj_info_unanswered": 0, "lj_retransmissions_requested": 0,
+                                   "lj_retransmissions_given_up": 0, "lj_messages_delivered": 0,
+                                   "lj_messages_incomplete": 0, "uim_frames_unknown": 0}
+        self.next_transport_index = 1
         # Multicast immediate messaging (router.um.immediate): opened on first use.
         self.immediate: ImmediateChannel | None = None
         self.immediate_callbacks: list[OnMessage] = []           # topicless messages
@@ -128,6 +140,8 @@ class Context:
             used.add(chosen)
             source = Source(self, topic, session, chosen, otid=otid, cost=cost, hop_count=hop_count,
                             domain_id=domain_id, final_advertisements=finals)
+            if config.get("source", "late_join"):
+                self._offer_late_join(source, config)
             self.resolver.add_source(source)
             return source
         return self._call(create)
@@ -193,6 +207,8 @@ class Context:
         found.update(self.resolver.counters)
         found.update(self.request_counters)
         found.update(self.responder.counters)
+        found.update(self.late_join_server.counters)
+        found.update(self.late_join_counters)
         if self.request_port is not None:
             found.update(self.request_port.counters)
         return found
@@ -265,11 +281,86 @@ class Context:
             interface = resolve_interface(get("context", "request_tcp_interface") or self.tcp_interface)
             try:
                 self.request_port = RequestPort(self.loop, interface, get("context", "request_tcp_port_low"),
-                                                get("context", "request_tcp_port_high"), self._response_in)
+                                                get("context", "request_tcp_port_high"), self._response_in,
+                                                self._uim_frame)
             except RequestPortUnavailable:
                 self.request_counters["request_port_errors"] += 1
                 raise
         return self.request_port
+
+    # -- late join -------------------------------------------------------------------------------------
+    def _offer_late_join(self, source: Source, config: UMConfig) -> None:
+        """Keep what `source` sends, and say so in its advertisements (loop thread)."""
+        try:
+            address = self._open_request_port().address
+        except RequestPortUnavailable as err:
+            log.warning("source %s: late join not offered: %s", source.topic, err)
+            return
+        session = source.session
+        if not hasattr(session, "transport_index"):
+            session.transport_index = self.next_transport_index
+            self.next_transport_index += 1
+        get = config.get
+        retention = Retention(get("source", "retransmit_retention_size_limit"),
+                              get("source", "retransmit_retention_age_threshold"))
+        session.retain(source.index, retention)
+        self.late_join_server.add(session.transport_index, source.index, retention)
+        source.late_join = (address, session.transport_index, retention)
+
+    def _withdraw_late_join(self, source: Source) -> None:
+        if source.late_join is not None:
+            self.late_join_server.remove(source.late_join[1], source.index)
+            source.session.retain(source.index, None)
+
+    def _late_join_start(self, candidate: Candidate, joined) -> None:
+        """A receiver joined a source that offers late join: fetch what came before (loop thread)."""
+        settings = LateJoinSettings.from_config(self.config)
+        if not settings.enabled:
+            return
+        try:
+            reply_to = self._open_request_port().address
+        except RequestPortUnavailable as err:
+            log.warning("late join to %s not used: %s", candidate.source_string, err)
+            return
+        client = LateJoinClient(self, joined, candidate.late_join, settings, reply_to)
+        if not client.done:
+            joined.late_join = client
+            self.late_join_clients[client.request_idx] = client
+
+    def _late_join_end(self, joined) -> None:
+        client = joined.late_join
+        if client is not None:
+            joined.late_join = None
+            client.close()
+        for request_idx in [i for i, c in self.late_join_clients.items() if c.done]:
+            del self.late_join_clients[request_idx]
+
+    def _uim_frame(self, frame: bytes, connection) -> None:
+        """A frame on a UIM connection to our request port that is not a response: late join's
+        requests (we are the source) and answers (we are the receiver)."""
+        kind = frame[0]
+        if kind == LBMC_TYPE_RETRANS and len(frame) >= MESSAGE_HEADER.size:
+            tidx = int.from_bytes(frame[4:8], "big")
+            client = connection.late_join.get(tidx)
+            if client is not None:
+                client.retransmission(frame)
+                return
+        elif kind == LBMC_TYPE_CONTROL:
+            try:
+                message, _ = decode_lbmc(frame, 0)
+            except WireError:
+                message = None
+            if message is not None and self.late_join_server.control(message):
+                return
+            infos = [h for h in (message.headers if message is not None else ()) if isinstance(h, UmeLjInfo)]
+            for info in infos:
+                client = self.late_join_clients.get(info.qidx)
+                if client is not None:
+                    connection.late_join[client.topic_idx] = client
+                    client.info(info)
+            if infos:
+                return
+        self.late_join_counters["uim_frames_unknown"] += 1
 
     def _request_sent(self) -> None:
         with self.requests.lock:           # applications may send requests from several threads
@@ -457,9 +548,12 @@ class Context:
             self.clients[key] = client
         client.subscribe(candidate.index, joined)
         joined.client = client
+        if candidate.late_join is not None and not joined.raw:
+            self._late_join_start(candidate, joined)
         return True
 
     def _detach(self, joined) -> None:
+        self._late_join_end(joined)
         candidate = joined.candidate
         client = self.clients.get(candidate.session_key)
         if client is not None:
@@ -470,6 +564,7 @@ class Context:
             del self.clients[client.key]
 
     def _source_ended(self, receiver: Receiver, joined) -> None:
+        self._late_join_end(joined)
         self.resolver.source_ended(receiver, joined)
 
     # -- closing -----------------------------------------------------------------------------------
@@ -479,6 +574,7 @@ class Context:
     def _close_source(self, source: Source, final_advertisements: int) -> None:
         session = source.session
         session.flush()
+        self._call(self._withdraw_late_join, source)
         self._call(self.resolver.remove_source, source, final_advertisements)
         self.session_indexes.get(session, set()).discard(source.index)
         users = self.session_users.get(session, 1) - 1

@@ -20,6 +20,18 @@ class Message(NamedTuple):
     source: str
     sequence_number: int
     data: bytes
+    retransmit = False          # UM's LBM_MSG_FLAG_RETRANSMIT: not a late-join retransmission
+
+
+class RetransmittedMessage(NamedTuple):
+    """A message the source sent before this receiver joined, retransmitted for late join (UM's
+    LBM_MSG_FLAG_RETRANSMIT); delivered in sequence before the live ones after it."""
+
+    topic: str
+    source: str
+    sequence_number: int
+    data: bytes
+    retransmit = True
 
 
 class RequestMessage(NamedTuple):

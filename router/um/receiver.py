@@ -27,7 +27,7 @@ class JoinedSource:
     """One joined source of one receiver; the transport delivers into it."""
 
     __slots__ = ("receiver", "candidate", "source", "topic", "ended", "raw", "forward", "forward_requests",
-                 "client", "_on_message", "_on_batch")
+                 "client", "late_join", "_on_message", "_on_batch")
 
     def __init__(self, receiver: "Receiver", candidate: Candidate):
         self.receiver = receiver
@@ -39,6 +39,7 @@ class JoinedSource:
         self.forward = None               # where a raw source's frames go (set by the router)
         self.forward_requests = None      # where its frames holding requests go (None: to forward)
         self.client = None                # the transport connection delivering it (pause/resume)
+        self.late_join = None             # a LateJoinClient while what came before is fetched
         self._on_message = receiver.on_message
         self._on_batch = receiver.on_batch
 
@@ -55,6 +56,9 @@ class JoinedSource:
             forward(frames, count, longest)
 
     def on_batch(self, messages: list[tuple]) -> None:
+        if self.late_join is not None:    # live messages wait for the retransmitted ones before them
+            self.late_join.hold("batch", messages)
+            return
         topic, source, make = self.topic, self.source, Message._make
         if self._on_batch is not None:
             self._on_batch([make((topic, source, sqn, payload)) for sqn, payload in messages])
@@ -63,7 +67,17 @@ class JoinedSource:
         for sqn, payload in messages:
             on_message(make((topic, source, sqn, payload)))
 
+    def deliver_retransmitted(self, messages: list) -> None:
+        if self._on_batch is not None:
+            self._on_batch(messages)
+            return
+        for message in messages:
+            self._on_message(message)
+
     def on_request(self, sqn: int, payload: bytes, origin) -> None:
+        if self.late_join is not None:
+            self.late_join.hold("request", (sqn, payload, origin))
+            return
         request = RequestMessage(self.topic, self.source, sqn, payload, origin, self.receiver.context)
         if self._on_batch is not None:
             self._on_batch([request])

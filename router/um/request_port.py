@@ -6,6 +6,8 @@ host). Each responder's context connects once and sends its responses as LBMC ME
 topic index is the request index (router.um.requests); fragments are reassembled per connection by
 (qidx, first_sqn). A whole response goes to `on_response(qidx, data, source)`. A connection that
 breaks the framing is counted, logged and closed; the port and the other connections go on.
+Frames that are not responses (late join's CONTROL requests and answers, its RETRANS messages:
+router.um.late_join) go whole to `on_other(frame, connection)`; without it they are counted.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, 
 log = logging.getLogger(__name__)
 
 OnResponse = Callable[[int, bytes, str], None]
+OnOther = Callable[[bytes, "UimConnection"], None]
 _READ_SIZE = 256 * 1024
 # As a receiver of source streams does (tcp_receiver): a large response arrives in few, full segments.
 _RECEIVE_BUFFER = 4 * 1024 * 1024
@@ -38,10 +41,13 @@ class MalformedResponse(ValueError):
 class UimConnection:
     """One responder context's connection: a byte stream of response frames."""
 
-    def __init__(self, sock: socket.socket, peer: tuple, on_response: OnResponse, counters: dict[str, int]):
+    def __init__(self, sock: socket.socket, peer: tuple, on_response: OnResponse, counters: dict[str, int],
+                 on_other: OnOther | None = None):
         self.sock = sock
         self.source = f"TCP:{peer[0]}:{peer[1]}"
         self.on_response = on_response
+        self.on_other = on_other
+        self.late_join: dict[int, object] = {}      # topic index -> the LateJoinClient its RETRANS are for
         self.counters = counters
         self.buffer = bytearray()
         self.partial: dict[tuple[int, int], list] = {}     # (qidx, first_sqn) -> [bytearray, received]
@@ -68,7 +74,10 @@ class UimConnection:
         ver_type, next_hdr, _, qidx, sqn = _unpack_message(buffer, offset) if msglen >= _MESSAGE_SIZE \
             else (buffer[offset], buffer[offset + 1], 0, 0, 0)
         if ver_type != LBMC_TYPE_MESSAGE or msglen < _MESSAGE_SIZE:
-            self.counters["response_frames_unknown"] += 1   # controls a UM context may send: not ours
+            if self.on_other is not None:
+                self.on_other(buffer[offset:offset + msglen], self)
+            else:
+                self.counters["response_frames_unknown"] += 1   # controls a UM context may send: not ours
         elif next_hdr == NHDR_DATA:
             self.on_response(qidx, buffer[offset + _MESSAGE_SIZE:offset + msglen], self.source)
         elif next_hdr == NHDR_FRAG:
@@ -105,9 +114,11 @@ class UimConnection:
 class RequestPort:
     """The listening request port and its connections; on the context's loop thread."""
 
-    def __init__(self, loop, interface: str, port_low: int, port_high: int, on_response: OnResponse):
+    def __init__(self, loop, interface: str, port_low: int, port_high: int, on_response: OnResponse,
+                 on_other: OnOther | None = None):
         self.loop = loop
         self.on_response = on_response
+        self.on_other = on_other
         errors: list[OSError] = []
         self.listener = listen_in_range(interface, range(port_low, port_high + 1), receive_buffer=_RECEIVE_BUFFER,
                                         errors=errors)
@@ -124,7 +135,7 @@ class RequestPort:
 
     def _accept(self) -> None:
         for sock, peer in accept_pending(self.listener, f"request port {self.address[1]}"):
-            connection = UimConnection(sock, peer, self._deliver, self.counters)
+            connection = UimConnection(sock, peer, self._deliver, self.counters, self._other)
             self.connections[sock.fileno()] = (sock, connection)
             self.counters["response_connections"] += 1
             self.loop.add_reader(sock.fileno(), lambda fd=sock.fileno(): self._readable(fd))
@@ -149,6 +160,12 @@ class RequestPort:
             log.warning("request port %d: malformed response stream from %s (%s); connection closed",
                         self.address[1], connection.source, err)
             self._drop(fd)
+
+    def _other(self, frame: bytes, connection: UimConnection) -> None:
+        try:
+            self.on_other(frame, connection)
+        except Exception:
+            log.exception("request port %d: a frame from %s could not be handled", self.address[1], connection.source)
 
     def _deliver(self, qidx: int, data: bytes, source: str) -> None:
         try:

@@ -34,7 +34,7 @@ class _Outgoing:
         self.address = address
         self.sock = sock
         self.connected = False
-        self.queue: deque[memoryview] = deque()      # one entry per response (its rest, once begun)
+        self.queue: deque[list] = deque()      # [bytes left, is a response]: one entry per response
         self.queued = 0
         self.sqn = 0
         self.writer_armed = False
@@ -46,7 +46,7 @@ class ResponseSender:
         self.datagram_max_size = datagram_max_size
         self.max_queue = max_queue
         self.connections: dict[tuple[str, int], _Outgoing] = {}
-        self.counters = {"responses_sent": 0, "responses_dropped": 0}
+        self.counters = {"responses_sent": 0, "responses_dropped": 0, "uim_frames_sent": 0}
         self.warned: dict[tuple[str, int], float] = {}    # requester -> when its drops were last logged
         self.closed = False
 
@@ -59,21 +59,31 @@ class ResponseSender:
         else:
             self.loop.call_soon_threadsafe(self._respond, origin, bytes(data))
 
+    def send_frames(self, address: tuple[str, int], frames: bytes) -> None:
+        """Send LBMC frames as they are to the request port at `address` (late join's requests
+        and answers, router.um.late_join); on the loop thread."""
+        self._enqueue(address, lambda connection: frames, response=False)
+
     # -- on the loop -------------------------------------------------------------------------------
     def _respond(self, origin: RequestOrigin, data) -> None:
-        address = (origin.ipaddr, origin.port)
+        def frames_of(connection: _Outgoing) -> bytes:
+            frames, connection.sqn = self._frames(origin.qidx, connection.sqn, data)
+            return frames
+        self._enqueue((origin.ipaddr, origin.port), frames_of)
+
+    def _enqueue(self, address: tuple[str, int], frames_of, response: bool = True) -> None:
         if self.closed:
             self._drop(address, 1, "the context is closed")
             return
         connection = self.connections.get(address) or self._connect(address)
         if connection is None:
             return
-        frames, connection.sqn = self._frames(origin.qidx, connection.sqn, data)
+        frames = frames_of(connection)
         if connection.queue and connection.queued + len(frames) > self.max_queue:
             self._drop(address, 1, f"{connection.queued} bytes already wait for this slow requester "
                                    f"(at most {self.max_queue})")
             return
-        connection.queue.append(memoryview(frames))
+        connection.queue.append([memoryview(frames), response])
         connection.queued += len(frames)
         if connection.connected:
             self._write(connection)
@@ -128,18 +138,20 @@ class ResponseSender:
         queue = connection.queue
         while queue:
             try:
-                sent = connection.sock.send(queue[0])
+                sent = connection.sock.send(queue[0][0])
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as err:
                 self._fail(connection, str(err))
                 return
             connection.queued -= sent
-            if sent < len(queue[0]):
-                queue[0] = queue[0][sent:]
+            if sent < len(queue[0][0]):
+                queue[0][0] = queue[0][0][sent:]
                 break
-            queue.popleft()
-            self.counters["responses_sent"] += 1
+            if queue.popleft()[1]:
+                self.counters["responses_sent"] += 1
+            else:
+                self.counters["uim_frames_sent"] += 1
         wanted = bool(queue)
         if wanted != connection.writer_armed:
             connection.writer_armed = wanted

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 from router.um.requests import PendingRequest, RequestOrigin, Response
 from router.um.source_cache import source_string
-from router.um.wire.lbmr import COST_INFINITE, CostOption, DomainIdOption, OtidOption, Tir
+from router.um.wire.lbmr import COST_INFINITE, CostOption, DomainIdOption, LateJoinOption, OtidOption, Tir
 
 if TYPE_CHECKING:
     from router.um.context import Context
@@ -32,6 +32,7 @@ class Source:
         self.cost = cost
         self.hop_count = hop_count
         self.domain_id = domain_id
+        self.late_join = None            # (request port address, transport index, Retention) if offered
         self.tir = self._build_tir(cost)
 
     def _build_tir(self, cost: int | None) -> Tir:
@@ -42,6 +43,21 @@ class Source:
         if self.domain_id is not None:
             options.append(DomainIdOption(self.domain_id))
         return Tir(self.topic, self.transport_info, self.index, 0, options)
+
+    def current_tir(self) -> Tir:
+        """The TIR to send now: a late-join source's says what it retains at this moment."""
+        if self.late_join is None:
+            return self.tir
+        (ip, port), transport_idx, retention = self.late_join
+        try:
+            bounds = retention.bounds()
+        except RuntimeError:           # a sending thread changed it mid-read: next time
+            bounds = None
+        low, high = bounds or (1, 0)            # low above high: nothing retained yet
+        tir = self.tir
+        option = LateJoinOption(src_tcp_port=port, src_ip=ip, transport_idx=transport_idx, high_seqnum=high,
+                                low_seqnum=low)
+        return Tir(tir.topic, tir.transport, tir.index, tir.ttl, [*tir.options, option])
 
     def final_tir(self) -> Tir:
         """A final advertisement: the same TIR with cost 0xFFFFFFFF (receivers end it at once)."""

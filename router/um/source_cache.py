@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from router.um.wire.lbmr import (COST_INFINITE, CostOption, DomainIdOption, LbtipcInfo, LbtrmInfo, LbtruInfo,
-                                 OtidOption, TcpInfo, Tir)
+from router.um.wire.lbmr import (COST_INFINITE, CostOption, DomainIdOption, LateJoinOption, LbtipcInfo, LbtrmInfo,
+                                 LbtruInfo, OtidOption, TcpInfo, Tir)
 from router.um.wire.otid import lbtipc_otid, lbtrm_otid, lbtru_otid, tcp_otid
 
 # How long a receiver collects equivalent advertisements before joining one: answers to one query
@@ -42,6 +42,7 @@ class Candidate:
     domain_id: int | None
     first_seen: float
     last_seen: float
+    late_join: object = None     # the TIR's LateJoinOption: the source offers late join
 
     @property
     def session_key(self) -> tuple:
@@ -122,7 +123,8 @@ def candidate_from_tir(tir: Tir, now: float) -> Candidate:
             cost, hops = option.cost, option.hop_count
         elif isinstance(option, DomainIdOption):
             domain = option.domain_id
-    return Candidate(tir.topic, otid_of(tir), tir.transport, tir.index, cost, hops, domain, now, now)
+    late_join = next((option for option in tir.options if isinstance(option, LateJoinOption)), None)
+    return Candidate(tir.topic, otid_of(tir), tir.transport, tir.index, cost, hops, domain, now, now, late_join)
 
 
 CostFunction = Callable[[str, str, int, int], "int | None"]

@@ -79,7 +79,7 @@ class TopicResolver:
 
     def readvertise(self, source: "Source") -> None:
         if source in self.source_schedules:
-            self.context.channel.send_resolution(tirs=[source.tir])
+            self.context.channel.send_resolution(tirs=[source.current_tir()])
 
     def remove_source(self, source: "Source", final_advertisements: int) -> None:
         self.source_schedules.pop(source, None)
@@ -166,7 +166,7 @@ class TopicResolver:
         for name in names:
             if name in self.sources:
                 self.interest_heard[name] = now
-        tirs = [s.tir for name in names for s in self.sources.get(name, ())]
+        tirs = [s.current_tir() for name in names for s in self.sources.get(name, ())]
         if tirs:
             self.context.channel.send_resolution(tirs=tirs)
 
@@ -179,7 +179,7 @@ class TopicResolver:
             for topic, sources in self.sources.items():
                 if pattern.search(topic):
                     self.interest_heard[topic] = time.monotonic()
-                    tirs.extend(s.tir for s in sources)
+                    tirs.extend(s.current_tir() for s in sources)
         if tirs:
             self.context.channel.send_resolution(tirs=tirs)
 
@@ -210,7 +210,7 @@ class TopicResolver:
 
     def _answer_resolution_request(self, flags: int) -> None:
         if flags & TRREQ_ADVERTISEMENT and self.source_schedules:
-            self.context.channel.send_resolution(tirs=[s.tir for s in self.source_schedules])
+            self.context.channel.send_resolution(tirs=[s.current_tir() for s in self.source_schedules])
         answers = []
         if flags & TRREQ_QUERY:
             answers += [Tmr(TMR_TOPIC_USE, TMR_FLAG_RESPONSE, topic)
@@ -326,7 +326,7 @@ class TopicResolver:
     def _tick(self) -> None:
         self._timer = self._timer_due = None
         now = time.monotonic()
-        tirs = [source.tir for source, schedule in self.source_schedules.items() if _take(schedule, now)]
+        tirs = [source.current_tir() for source, schedule in self.source_schedules.items() if _take(schedule, now)]
         tqrs = [topic for topic, schedule in self.query_schedules.items() if _take(schedule, now)]
         if tirs or tqrs:
             self.context.channel.send_resolution(tqrs=tqrs, tirs=tirs)

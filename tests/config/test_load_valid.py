@@ -55,13 +55,16 @@ def test_daemon_defaults_are_the_dros():
     assert daemon.worker_scheduling == "adaptive"
 
 
-def test_three_lans_with_eliminated_late_join_warns_and_loads(caplog):
+def test_three_lans_with_eliminated_late_join_warns_loads_and_applies_provide(caplog):
     with caplog.at_level(logging.WARNING, logger="router.config"):
         config = load("three-lans.xml")
     assert [p.name for p in config.portals] == ["LAN1", "LAN2", "LAN3"]
     warnings = [r.getMessage() for r in caplog.records]
-    assert warnings == [f"{VALID / 'three-lans.xml'}:{line}: <late-join>: element has been deprecated "
-                        "and will be ignored" for line in (23, 29)]
+    assert warnings == [f"{VALID / 'three-lans.xml'}:{line}: <late-join>: element has been deprecated; "
+                        "provide=\"always\": this portal's proxy sources offer late join (source option late_join 1); "
+                        "forward (asking the original source for what a proxy does not retain) is not supported"
+                        for line in (24, 30)]
+    assert [p.source_um.get("source", "late_join") for p in config.portals] == [False, True, True]
 
 
 def test_each_endpoint_gets_its_lbm_config_options():

@@ -1,0 +1,311 @@
+"""Late join: a receiver that joins a source late gets, first, what the source still retains.
+
+A source with `late_join` keeps what it sends (router.um.retention) and advertises it: its TIR
+carries a LATEJOIN option naming its context's request port, its transport index, and the lowest
+and highest sequence numbers it retains. The exchange, over UIM connections between the two
+contexts' request ports (router.um.wire.lbmc_late_join):
+
+    receiver -> source   LJI_REQ      for topic index T of transport X; answer to my request port
+    source -> receiver   UME_LJ_INFO  I retain low..high
+    receiver -> source   UME_RXREQ    send me sequence number n (one header each, a window at a time)
+    source -> receiver   RETRANS      the frame as it was sent
+
+The receiver (`use_late_join`, on by default) holds back the live messages that arrive meanwhile,
+asks for what the source retains before the first of them (at most `retransmit_request_maximum`
+of the newest when that is set, `retransmit_request_outstanding_maximum` at a time), delivers
+those in order, flagged as retransmissions (RetransmittedMessage), then the live ones after them,
+without duplicates. An LJI_REQ unanswered is sent again every `late_join_info_request_interval`,
+up to `late_join_info_request_maximum` times; a retransmission that does not come is asked again
+every `retransmit_request_interval` and given up after `retransmit_request_message_timeout`
+(counted). Then live delivery simply goes on: late join never holds a receiver back for good.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from router.um.messages import RetransmittedMessage
+from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER, NHDR_DATA,
+                                 NHDR_FRAG, LbmcMessage, encode_lbmc)
+from router.um.wire.lbmc_late_join import (LJI_RX_REQ_MAX, LJI_RX_REQ_OUTSTANDING_MAX, LjiRequest, UmeLjInfo,
+                                           UmeRxReq)
+from router.um.wire.lbmr import LateJoinOption
+
+log = logging.getLogger(__name__)
+
+_WRAP = 1 << 32
+_RXREQS_PER_MESSAGE = 64            # UME_RXREQ headers in one CONTROL message (28 bytes each)
+_request_indexes = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class LateJoinSettings:
+    """A receiver's late-join options (UM's names; intervals in seconds)."""
+    enabled: bool = True
+    request_maximum: int = 0                 # 0: everything retained
+    request_interval: float = 0.5
+    message_timeout: float = 10.0
+    outstanding_maximum: int = 200
+    info_interval: float = 1.0
+    info_maximum: int = 60
+
+    @classmethod
+    def from_config(cls, config) -> "LateJoinSettings":
+        get = config.get
+        return cls(bool(get("receiver", "use_late_join")), get("receiver", "retransmit_request_maximum"),
+                   get("receiver", "retransmit_request_interval") / 1000,
+                   get("receiver", "retransmit_request_message_timeout") / 1000,
+                   max(1, get("receiver", "retransmit_request_outstanding_maximum")),
+                   get("receiver", "late_join_info_request_interval") / 1000,
+                   get("receiver", "late_join_info_request_maximum"))
+
+
+def late_join_option(tir_options) -> LateJoinOption | None:
+    for option in tir_options:
+        if isinstance(option, LateJoinOption):
+            return option
+    return None
+
+
+class LateJoinServer:
+    """The source side, for a context's late-join sources: answers LJI_REQs and UME_RXREQs."""
+
+    def __init__(self, context):
+        self.context = context
+        self.retained: dict[tuple[int, int], object] = {}     # (transport index, topic index) -> Retention
+        self.counters = {"lj_info_requests_rcved": 0, "lj_rx_requests_rcved": 0, "lj_retransmissions_sent": 0,
+                         "lj_retransmissions_unavailable": 0, "lj_requests_unknown_source": 0}
+
+    def add(self, transport_idx: int, topic_idx: int, retention) -> None:
+        self.retained[(transport_idx, topic_idx)] = retention
+
+    def remove(self, transport_idx: int, topic_idx: int) -> None:
+        self.retained.pop((transport_idx, topic_idx), None)
+
+    def control(self, message: LbmcMessage) -> bool:
+        """Handle the late-join requests in `message`; False if it held none."""
+        handled = False
+        retransmissions: dict[tuple[str, int], bytearray] = {}
+        for header in message.headers:
+            if isinstance(header, LjiRequest):
+                handled = True
+                self._info(header)
+            elif isinstance(header, UmeRxReq):
+                handled = True
+                self._retransmit(header, retransmissions)
+        for address, frames in retransmissions.items():
+            self.context.responder.send_frames(address, bytes(frames))
+        return handled
+
+    def _info(self, request: LjiRequest) -> None:
+        self.counters["lj_info_requests_rcved"] += 1
+        retention = self.retained.get((request.transport_idx, request.topic_idx))
+        if retention is None:
+            self.counters["lj_requests_unknown_source"] += 1
+            return
+        bounds = retention.bounds()
+        low, high = bounds if bounds is not None else (1, 0)       # low > high: nothing retained
+        answer = encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, [UmeLjInfo(low, high, request.request_idx)]))
+        self.context.responder.send_frames((request.req_ip, request.req_port), answer)
+
+    def _retransmit(self, request: UmeRxReq, out: dict) -> None:
+        self.counters["lj_rx_requests_rcved"] += 1
+        retention = self.retained.get((request.transport_idx, request.id_2))
+        frame = retention.get(request.seqnum) if retention is not None else None
+        if frame is None:
+            self.counters["lj_retransmissions_unavailable"] += 1
+            return
+        copy = bytearray(frame)
+        copy[0] = LBMC_TYPE_RETRANS
+        out.setdefault((request.rx_ip, request.rx_port), bytearray()).extend(copy)
+        self.counters["lj_retransmissions_sent"] += 1
+
+
+class LateJoinClient:
+    """The receiver side, for one joined source: holds live messages back until what the source
+    retains from before them is delivered (or given up)."""
+
+    def __init__(self, context, joined, option: LateJoinOption, settings: LateJoinSettings, reply_to: tuple[str, int]):
+        self.context, self.joined, self.option, self.settings = context, joined, option, settings
+        self.reply_to = reply_to
+        self.request_idx = next(_request_indexes)
+        self.topic_idx = joined.candidate.index
+        self.held: list[tuple] = []               # live deliveries held back: ("batch", messages) / ("request", ...)
+        self.first_live: int | None = None
+        self.info_attempts = 0
+        self.requested: dict[int, float] = {}     # sqn -> when first asked (outstanding)
+        self.asked_at: dict[int, float] = {}      # sqn -> when last asked
+        self.to_ask: deque[int] = deque()
+        self.frames: dict[int, bytes] = {}        # sqn -> the RETRANS frame
+        self.done = False
+        self.counters = context.late_join_counters
+        self.timer = None
+        self._send_info()
+
+    # -- live data, held back --------------------------------------------------------------------
+    def hold(self, kind: str, item) -> None:
+        if kind == "batch":
+            first = item[0][0] if item else None
+        else:
+            first = item[0]
+        if first is not None and self.first_live is None:
+            self.first_live = first
+        self.held.append((kind, item))
+
+    # -- the exchange ----------------------------------------------------------------------------
+    def _send_info(self) -> None:
+        if self.done:
+            return
+        if self.info_attempts >= self.settings.info_maximum:
+            log.info("late join to %s: no answer to %d information requests; live delivery goes on",
+                     self.joined.source, self.info_attempts)
+            self.counters["lj_info_unanswered"] += 1
+            self._finish()
+            return
+        self.info_attempts += 1
+        settings = self.settings
+        flags = LJI_RX_REQ_OUTSTANDING_MAX | (LJI_RX_REQ_MAX if settings.request_maximum else 0)
+        request = LjiRequest(self.request_idx, self.option.transport_idx, self.topic_idx, self.reply_to[0],
+                             self.reply_to[1], 0, settings.request_maximum, settings.outstanding_maximum, flags)
+        self._send(LbmcMessage(LBMC_TYPE_CONTROL, [request]))
+        self.timer = self.context.loop.call_later(settings.info_interval, self._send_info)
+
+    def _send(self, message: LbmcMessage) -> None:
+        self.context.responder.send_frames((self.option.src_ip, self.option.src_tcp_port), encode_lbmc(message))
+
+    def info(self, info: UmeLjInfo) -> None:
+        """The source's answer: what it retains."""
+        if self.done or self.to_ask or self.requested:
+            return                                # a repeated answer
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if info.low_seqnum > info.high_seqnum:
+            self._finish()                        # nothing retained
+            return
+        end = info.high_seqnum if self.first_live is None else min(info.high_seqnum, (self.first_live - 1) % _WRAP)
+        start = info.low_seqnum
+        if self.settings.request_maximum:
+            start = max(start, end - self.settings.request_maximum + 1)
+        if end < start:
+            self._finish()
+            return
+        self.to_ask.extend(range(start, end + 1))
+        self.counters["lj_retransmissions_requested"] += end - start + 1
+        self._ask()
+        self.timer = self.context.loop.call_later(self.settings.request_interval, self._tick)
+
+    def _ask(self) -> None:
+        now = time.monotonic()
+        headers = []
+        while self.to_ask and len(self.requested) < self.settings.outstanding_maximum:
+            sqn = self.to_ask.popleft()
+            self.requested[sqn] = now
+            headers.append(sqn)
+        self._request(headers, now)
+
+    def _request(self, sqns, now: float) -> None:
+        option = self.option
+        for start in range(0, len(sqns), _RXREQS_PER_MESSAGE):
+            chunk = sqns[start:start + _RXREQS_PER_MESSAGE]
+            for sqn in chunk:
+                self.asked_at[sqn] = now
+            self._send(LbmcMessage(LBMC_TYPE_CONTROL, [
+                UmeRxReq(self.request_idx, option.transport_idx, self.topic_idx, sqn, self.reply_to[1], self.reply_to[0])
+                for sqn in chunk]))
+
+    def _tick(self) -> None:
+        self.timer = None
+        if self.done:
+            return
+        now = time.monotonic()
+        settings = self.settings
+        given_up = [sqn for sqn, first in self.requested.items() if now - first >= settings.message_timeout]
+        for sqn in given_up:
+            del self.requested[sqn]
+        if given_up:
+            self.counters["lj_retransmissions_given_up"] += len(given_up)
+            # What the source no longer has will not come: nor will the rest asked of it.
+            self.counters["lj_retransmissions_given_up"] += len(self.to_ask)
+            self.to_ask.clear()
+        again = [sqn for sqn in self.requested if now - self.asked_at.get(sqn, 0) >= settings.request_interval]
+        self._request(again, now)
+        if not self.requested and not self.to_ask:
+            self._finish()
+            return
+        self.timer = self.context.loop.call_later(settings.request_interval, self._tick)
+
+    def retransmission(self, frame: bytes) -> None:
+        if self.done:
+            return
+        _, _, _, _, sqn = MESSAGE_HEADER.unpack_from(frame)
+        if self.requested.pop(sqn, None) is None:
+            return
+        self.frames[sqn] = bytes(frame)
+        self._ask()
+        if not self.requested and not self.to_ask:
+            self._finish()
+
+    # -- the end ---------------------------------------------------------------------------------
+    def _finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.context.late_join_clients.pop(self.request_idx, None)
+        joined = self.joined
+        joined.late_join = None
+        messages = self._messages()
+        last = messages[-1][0] if messages else None
+        self.counters["lj_messages_delivered"] += len(messages)
+        if messages and not joined.ended:
+            batch = [RetransmittedMessage(joined.topic, joined.source, sqn, payload) for sqn, payload in messages]
+            joined.deliver_retransmitted(batch)
+        highest = max(self.frames) if self.frames else last
+        for kind, item in self.held:
+            if joined.ended:
+                break
+            if kind == "batch":
+                fresh = [m for m in item if highest is None or m[0] > highest]
+                if fresh:
+                    joined.on_batch(fresh)
+            elif highest is None or item[0] > highest:
+                joined.on_request(*item)
+        self.held.clear()
+        self.frames.clear()
+
+    def _messages(self) -> list[tuple[int, bytes]]:
+        """The retransmitted frames as messages, in order; fragments put together (an incomplete
+        one is given up)."""
+        messages: list[tuple[int, bytes]] = []
+        partial: dict[int, list] = {}
+        for sqn in sorted(self.frames):
+            frame = self.frames[sqn]
+            _, next_hdr, length, _, _ = MESSAGE_HEADER.unpack_from(frame)
+            if next_hdr == NHDR_DATA:
+                messages.append((sqn, frame[MESSAGE_HEADER.size:length]))
+            elif next_hdr == NHDR_FRAG and length >= MESSAGE_HEADER.size + FRAG_HEADER.size:
+                _, _, _, first, offset, total = FRAG_HEADER.unpack_from(frame, MESSAGE_HEADER.size)
+                piece = frame[MESSAGE_HEADER.size + FRAG_HEADER.size:length]
+                entry = partial.setdefault(first, [bytearray(total), 0])
+                if offset + len(piece) <= total:
+                    entry[0][offset:offset + len(piece)] = piece
+                    entry[1] += len(piece)
+                if entry[1] >= total:
+                    messages.append((first, bytes(entry[0])))
+                    del partial[first]
+        if partial:
+            self.counters["lj_messages_incomplete"] += len(partial)
+        messages.sort()
+        return messages
+
+    def close(self) -> None:
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
