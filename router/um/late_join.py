@@ -213,9 +213,9 @@ class LateJoinClient:
             chunk = sqns[start:start + _RXREQS_PER_MESSAGE]
             for sqn in chunk:
                 self.asked_at[sqn] = now
+            ip, port = self.reply_to
             self._send(LbmcMessage(LBMC_TYPE_CONTROL, [
-                UmeRxReq(self.request_idx, option.transport_idx, self.topic_idx, sqn, self.reply_to[1], self.reply_to[0])
-                for sqn in chunk]))
+                UmeRxReq(self.request_idx, option.transport_idx, self.topic_idx, sqn, port, ip) for sqn in chunk]))
 
     def _tick(self) -> None:
         self.timer = None

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from tests.support.delivery import complete, send_and_receive, start_receiver, start_source
 from tests.support.routers import endpoint_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
@@ -26,28 +27,7 @@ def _lbtrm_prefs(domain) -> list[str]:
 
 
 def _receiver(tools, domain, topic: str, count: int, loss_percent: int = 0):
-    env = {"LBTRM_LOSS_RATE": str(loss_percent)} if loss_percent else None
-    receiver = tools.start("router.cli.umrcv", "-c", domain.config_path, "--json", "-C", count, "--timeout", 240,
-                           topic, env=env)
-    return receiver
-
-
-def _source(tools, domain, topic: str, count: int, size: int = 64):
-    return tools.umsrc("-c", domain.config_path, "--json", "-M", count, "-l", size, "--start-on-stdin", topic)
-
-
-def _complete(summary: dict, count: int) -> bool:
-    return (summary["received"], summary["gaps"], summary["duplicates"]) == (count, 0, 0)
-
-
-def _send_and_receive(source, receiver, count: int) -> dict:
-    """Start the waiting source once the receiver has joined; the receiver's summary."""
-    receiver.wait_for_stderr("Beginning of Transport Session", 30)
-    source.send_line()
-    assert source.result(240)["sent"] == count
-    got = receiver.result(240)
-    assert _complete(got, count), json.dumps(got)
-    return got
+    return start_receiver(tools, domain, topic, count, loss_percent, "LBTRM_LOSS_RATE")
 
 
 def test_lbtrm_and_tcp_convert_both_ways_and_lost_datagrams_are_repaired(routers, tools, make_domain):
@@ -60,14 +40,14 @@ def test_lbtrm_and_tcp_convert_both_ways_and_lost_datagrams_are_repaired(routers
     # LAN1, and a receiver there that loses 5% of what it hears.
     east = _receiver(tools, lan2, "rm.east", count)
     west = _receiver(tools, lan1, "rm.west", count, loss_percent=5)
-    east_source, west_source = _source(tools, lan1, "rm.east", count), _source(tools, lan2, "rm.west", count)
+    east_source, west_source = start_source(tools, lan1, "rm.east", count), start_source(tools, lan2, "rm.west", count)
     east.wait_for_stderr("Beginning of Transport Session", 30)
     west.wait_for_stderr("Beginning of Transport Session", 30)
     east_source.send_line(), west_source.send_line()
     assert east_source.result(240)["sent"] == west_source.result(240)["sent"] == count
     east_got, west_got = east.result(240), west.result(240)
-    assert _complete(east_got, count), json.dumps(east_got)
-    assert _complete(west_got, count), json.dumps(west_got)
+    assert complete(east_got, count), json.dumps(east_got)
+    assert complete(west_got, count), json.dumps(west_got)
     (west_transport,) = west_got["transports"].values()
     assert west_transport["naks_sent"] > 0 and west_transport["retransmissions_rcved"] > 0, west_transport
     assert west_transport["lost"] == 0, west_transport
@@ -87,7 +67,7 @@ def test_lbtrm_router_receives_through_its_own_loss(routers, tools, make_domain,
                            + endpoint_xml("LAN2", 2, lan2.config_path), env={"LBTRM_LOSS_RATE": "3"}).wait_ready()
     count = 20_000
     receiver = _receiver(tools, lan2, "rm.lossy", count)
-    _send_and_receive(_source(tools, lan1, "rm.lossy", count, size=200), receiver, count)
+    send_and_receive(start_source(tools, lan1, "rm.lossy", count, size=200), receiver, count)
     assert "dropping 3.0% of received DATA datagrams on purpose" in router.log(), "the router's receiver lost some"
 
 
@@ -102,7 +82,7 @@ def test_lbtrm_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
     pcap = tmp_path / "lan1.pcapng"
     with LiveCapture(capture_filter=f"udp and (dst host {lan1.group} or dst host {lan1.lbtrm_group} "
                                     f"or dst portrange {lan1.tcp_low}-{lan1.tcp_high})", path=pcap) as capture:
-        _send_and_receive(_source(tools, lan2, "rm.wire", count, size=100), receiver, count)
+        send_and_receive(start_source(tools, lan2, "rm.wire", count, size=100), receiver, count)
     prefs = _lbtrm_prefs(lan1)
     assert_no_expert_info(pcap, [], prefs)
     tirs = [f for f in decode(pcap, [], prefs, fields=["lbmr.tir.name", "lbmr.tir.lbtrm.mcastip", "lbmr.tir.lbtrm.dport",
@@ -158,9 +138,9 @@ def test_a_um_xml_configuration_gives_one_topics_proxy_sources_their_own_transpo
                   daemon_extra=f"    <xml-config>{um_xml}</xml-config>\n").wait_ready()
     count = 5000
     by_topic, other = _receiver(tools, lan2, "rm.by.topic", count), _receiver(tools, lan2, "rm.other", count)
-    by_topic_source, other_source = (_source(tools, lan1, "rm.by.topic", count),
-                                     _source(tools, lan1, "rm.other", count))
-    by_topic_got = _send_and_receive(by_topic_source, by_topic, count)
-    other_got = _send_and_receive(other_source, other, count)
+    by_topic_source, other_source = (start_source(tools, lan1, "rm.by.topic", count),
+                                     start_source(tools, lan1, "rm.other", count))
+    by_topic_got = send_and_receive(by_topic_source, by_topic, count)
+    other_got = send_and_receive(other_source, other, count)
     assert [s.split(":")[0] for s in by_topic_got["um_sources"]] == ["LBTRM"], by_topic_got["um_sources"]
     assert [s.split(":")[0] for s in other_got["um_sources"]] == ["TCP"], other_got["um_sources"]

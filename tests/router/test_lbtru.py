@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from tests.support.delivery import complete, send_and_receive, start_receiver, start_source
 from tests.support.routers import endpoint_xml
 from tests.support.tshark import LiveCapture, decode, expert_info
 
@@ -27,27 +28,7 @@ def _prefs(domain) -> list[str]:
 
 
 def _receiver(tools, domain, topic: str, count: int, loss_percent: int = 0):
-    env = {"LBTRU_LOSS_RATE": str(loss_percent)} if loss_percent else None
-    return tools.start("router.cli.umrcv", "-c", domain.config_path, "--json", "-C", count, "--timeout", 240,
-                       topic, env=env)
-
-
-def _source(tools, domain, topic: str, count: int, size: int = 64):
-    return tools.umsrc("-c", domain.config_path, "--json", "-M", count, "-l", size, "--start-on-stdin", topic)
-
-
-def _complete(summary: dict, count: int) -> bool:
-    return (summary["received"], summary["gaps"], summary["duplicates"]) == (count, 0, 0)
-
-
-def _send_and_receive(source, receiver, count: int) -> dict:
-    """Start the waiting source once the receiver has joined; the receiver's summary."""
-    receiver.wait_for_stderr("Beginning of Transport Session", 30)
-    source.send_line()
-    assert source.result(240)["sent"] == count
-    got = receiver.result(240)
-    assert _complete(got, count), json.dumps(got)
-    return got
+    return start_receiver(tools, domain, topic, count, loss_percent, "LBTRU_LOSS_RATE")
 
 
 def test_lbtru_and_tcp_convert_both_ways_and_lost_datagrams_are_repaired(routers, tools, make_domain):
@@ -60,14 +41,14 @@ def test_lbtru_and_tcp_convert_both_ways_and_lost_datagrams_are_repaired(routers
     # that loses 5% of what it hears and asks the proxy source for it.
     east = _receiver(tools, lan2, "ru.east", count)
     west = _receiver(tools, lan1, "ru.west", count, loss_percent=5)
-    east_source, west_source = _source(tools, lan1, "ru.east", count), _source(tools, lan2, "ru.west", count)
+    east_source, west_source = start_source(tools, lan1, "ru.east", count), start_source(tools, lan2, "ru.west", count)
     east.wait_for_stderr("Beginning of Transport Session", 30)
     west.wait_for_stderr("Beginning of Transport Session", 30)
     east_source.send_line(), west_source.send_line()
     assert east_source.result(240)["sent"] == west_source.result(240)["sent"] == count
     east_got, west_got = east.result(240), west.result(240)
-    assert _complete(east_got, count), json.dumps(east_got)
-    assert _complete(west_got, count), json.dumps(west_got)
+    assert complete(east_got, count), json.dumps(east_got)
+    assert complete(west_got, count), json.dumps(west_got)
     assert [s.split(":")[0] for s in west_got["um_sources"]] == ["LBTRU"], west_got["um_sources"]
     (west_transport,) = west_got["transports"].values()
     assert west_transport["naks_sent"] > 0 and west_transport["retransmissions_rcved"] > 0, west_transport
@@ -88,7 +69,7 @@ def test_lbtru_router_receives_through_its_own_loss(routers, tools, make_domain)
                            + endpoint_xml("LAN2", 2, lan2.config_path), env={"LBTRU_LOSS_RATE": "3"}).wait_ready()
     count = 20_000
     receiver = _receiver(tools, lan2, "ru.lossy", count)
-    _send_and_receive(_source(tools, lan1, "ru.lossy", count, size=200), receiver, count)
+    send_and_receive(start_source(tools, lan1, "ru.lossy", count, size=200), receiver, count)
     assert "dropping 3.0% of received DATA datagrams on purpose (LBTRU_LOSS_RATE)" in router.log()
 
 
@@ -104,7 +85,7 @@ def test_lbtru_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
     pcap = tmp_path / "lan1.pcapng"
     with LiveCapture(capture_filter=f"udp and (dst host {lan1.group} or portrange {lan1.tcp_low}-{lan1.tcp_high})",
                      path=pcap) as capture:
-        _send_and_receive(_source(tools, lan2, "ru.wire", count, size=100), receiver, count)
+        send_and_receive(start_source(tools, lan2, "ru.wire", count, size=100), receiver, count)
     prefs = _prefs(lan1)
     rows = expert_info(pcap, [], prefs, min_severity="warn")
     assert all(row.startswith("Warn/Sequence/LBT-RU: NAK") for row in rows), rows
@@ -174,6 +155,6 @@ def test_the_seeds_um_xml_gives_topics_lbtru_and_lbtrm_proxy_sources(routers, to
     transports = {}
     for topic in ("LBTRU_TOPIC", "LBTRM_TOPIC", "OTHER_TOPIC"):
         receiver = _receiver(tools, lan2, topic, count)
-        got = _send_and_receive(_source(tools, lan1, topic, count), receiver, count)
+        got = send_and_receive(start_source(tools, lan1, topic, count), receiver, count)
         transports[topic] = [s.split(":")[0] for s in got["um_sources"]]
     assert transports == {"LBTRU_TOPIC": ["LBTRU"], "LBTRM_TOPIC": ["LBTRM"], "OTHER_TOPIC": ["TCP"]}, transports

@@ -21,6 +21,8 @@ import struct
 from dataclasses import dataclass
 
 from router.um.wire.errors import WireError
+from router.um.wire import sqn_lists
+from router.um.wire.sqn_lists import fits, pack_sqns, read_sqns
 
 LBTRM_VERSION = 0
 LBTRM_TYPE_DATA = 0x0
@@ -49,8 +51,8 @@ SM_PACKET = struct.Struct(">BBHIIIIBBH")                # main + SM: 24
 NAK_HEADER = struct.Struct(">BBHIHH")                   # main + NAK: 12
 NCF_HEADER = struct.Struct(">BBHIIHBB")                 # main + NCF: 16
 HEADER_SIZE = DATA_HEADER.size                          # what a DATA packet adds to its LBMC bytes
-MAX_LIST = 0xFFFF
-MAX_DATAGRAM = 65507                                    # the largest UDP payload over IPv4
+
+MAX_LIST, MAX_DATAGRAM = sqn_lists.MAX_LIST, sqn_lists.MAX_DATAGRAM
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,7 @@ def encode_lbtrm_data(session_id: int, sqn: int, payload, trail_sqn: int | None 
                                 flags & 0xF0, 0, 0)
     except struct.error as err:
         raise WireError(f"LBT-RM DATA header: {err}") from None
-    return _fits(head + bytes(payload), "DATA")
+    return fits(head + bytes(payload), "LBT-RM", "DATA")
 
 
 def encode_lbtrm_sm(session_id: int, ucast_port: int, sm_sqn: int, lead_sqn: int, trail_sqn: int,
@@ -118,38 +120,26 @@ def encode_lbtrm_sm(session_id: int, ucast_port: int, sm_sqn: int, lead_sqn: int
         raise WireError(f"LBT-RM SM: {err}") from None
 
 
-def _fits(packet: bytes, what: str) -> bytes:
-    if len(packet) > MAX_DATAGRAM:
-        raise WireError(f"LBT-RM {what}: {len(packet)} bytes do not fit a UDP datagram ({MAX_DATAGRAM})")
-    return packet
-
-
-def _sqn_list(sqns) -> bytes:
-    if len(sqns) > MAX_LIST:
-        raise WireError(f"LBT-RM: a list of {len(sqns)} sequence numbers (at most {MAX_LIST})")
-    return struct.pack(f">{len(sqns)}I", *(s & 0xFFFFFFFF for s in sqns))
-
-
 def encode_lbtrm_nak(session_id: int, ucast_port: int, sqns) -> bytes:
     """A selective NAK for `sqns` (sent by unicast to the source's ucast_port)."""
-    body = _sqn_list(sqns)
+    body = pack_sqns(sqns, "LBT-RM")
     try:
         head = NAK_HEADER.pack(_ver_type(LBTRM_TYPE_NAK), LBTRM_NHDR_DATA, ucast_port, session_id, len(sqns),
                                NAK_FORMAT_SELECTIVE)
     except struct.error as err:
         raise WireError(f"LBT-RM NAK: {err}") from None
-    return _fits(head + body, "NAK")
+    return fits(head + body, "LBT-RM", "NAK")
 
 
 def encode_lbtrm_ncf(session_id: int, ucast_port: int, trail_sqn: int, reason: int, sqns) -> bytes:
     """A NAK confirmation: the source will not (now) retransmit `sqns`, for `reason`."""
-    body = _sqn_list(sqns)
+    body = pack_sqns(sqns, "LBT-RM")
     try:
         head = NCF_HEADER.pack(_ver_type(LBTRM_TYPE_NCF), LBTRM_NHDR_DATA, ucast_port, session_id,
                                trail_sqn & 0xFFFFFFFF, len(sqns), 0, (reason & 0x0F) << 4 | NAK_FORMAT_SELECTIVE)
     except struct.error as err:
         raise WireError(f"LBT-RM NCF: {err}") from None
-    return _fits(head + body, "NCF")
+    return fits(head + body, "LBT-RM", "NCF")
 
 
 def decode_lbtrm_data(datagram) -> LbtrmData:
@@ -162,13 +152,6 @@ def decode_lbtrm_data(datagram) -> LbtrmData:
 
 def _type_name(packet) -> str:
     return {LbtrmSm: "SM", LbtrmNak: "NAK", LbtrmNcf: "NCF"}.get(type(packet), "?")
-
-
-def _read_list(view: memoryview, offset: int, count: int, what: str) -> tuple[int, ...]:
-    if len(view) < offset + 4 * count:
-        raise WireError(f"LBT-RM {what}: {count} sequence numbers at offset {offset} need {4 * count} bytes, "
-                        f"{len(view) - offset} remain")
-    return struct.unpack_from(f">{count}I", view, offset)
 
 
 def decode_lbtrm(datagram) -> LbtrmData | LbtrmSm | LbtrmNak | LbtrmNcf:
@@ -198,7 +181,7 @@ def decode_lbtrm(datagram) -> LbtrmData | LbtrmSm | LbtrmNak | LbtrmNcf:
         count, fmt = NAK_HEADER.unpack_from(view)[4:6]
         if fmt & 0x0F != NAK_FORMAT_SELECTIVE:
             raise WireError(f"LBT-RM NAK: format {fmt & 0x0F} at offset 10 (only selective NAKs are sent)")
-        return LbtrmNak(session_id, ucast_port, _read_list(view, NAK_HEADER.size, count, "NAK"))
+        return LbtrmNak(session_id, ucast_port, read_sqns(view, NAK_HEADER.size, count, "LBT-RM", "NAK"))
     if kind == LBTRM_TYPE_NCF:
         if len(view) < NCF_HEADER.size:
             raise WireError(f"LBT-RM: NCF header truncated at offset {len(view)} (it needs {NCF_HEADER.size} bytes)")
@@ -206,5 +189,5 @@ def decode_lbtrm(datagram) -> LbtrmData | LbtrmSm | LbtrmNak | LbtrmNcf:
         if reason_format & 0x0F != NAK_FORMAT_SELECTIVE:
             raise WireError(f"LBT-RM NCF: format {reason_format & 0x0F} at offset 15 (only selective)")
         return LbtrmNcf(session_id, ucast_port, trail, reason_format >> 4,
-                        _read_list(view, NCF_HEADER.size, count, "NCF"))
+                        read_sqns(view, NCF_HEADER.size, count, "LBT-RM", "NCF"))
     raise WireError(f"LBT-RM: packet type {kind} at offset 0 is not DATA, SM, NAK or NCF")

@@ -24,6 +24,8 @@ import struct
 from dataclasses import dataclass
 
 from router.um.wire.errors import WireError
+from router.um.wire import sqn_lists
+from router.um.wire.sqn_lists import fits, pack_sqns, read_sqns
 
 LBTRU_VERSION = 0
 LBTRU_TYPE_DATA = 0x0
@@ -60,8 +62,8 @@ OPTION = struct.Struct(">BBHI")                         # SID and CID: 8
 SID_DATA_HEADER = struct.Struct(">BBHIIBBHI")           # DATA with its SID option: 20
 HEADER_SIZE = SID_DATA_HEADER.size                      # what a DATA packet adds to its LBMC bytes
 RETRANSMISSION_BYTE = 2                                 # where a DATA packet's RETRANSMISSION flag lives
-MAX_LIST = 0xFFFF
-MAX_DATAGRAM = 65507                                    # the largest UDP payload over IPv4
+
+MAX_LIST, MAX_DATAGRAM = sqn_lists.MAX_LIST, sqn_lists.MAX_DATAGRAM
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,18 +137,6 @@ def _options(session_id: int, client_id: int | None = None) -> bytes:
     return OPTION.pack(NHDR_CID, OPTION.size, 0, session_id) + OPTION.pack(NHDR_DATA, OPTION.size, 0, client_id)
 
 
-def _fits(packet: bytes, what: str) -> bytes:
-    if len(packet) > MAX_DATAGRAM:
-        raise WireError(f"LBT-RU {what}: {len(packet)} bytes do not fit a UDP datagram ({MAX_DATAGRAM})")
-    return packet
-
-
-def _sqn_list(sqns) -> bytes:
-    if len(sqns) > MAX_LIST:
-        raise WireError(f"LBT-RU: a list of {len(sqns)} sequence numbers (at most {MAX_LIST})")
-    return struct.pack(f">{len(sqns)}I", *(s & 0xFFFFFFFF for s in sqns))
-
-
 def data_header(session_id: int, sqn: int, trail_sqn: int, flags: int = 0) -> bytes:
     """The 20 bytes before a DATA packet's LBMC messages: header, {sqn, trail}, SID option.
     Sequence numbers wrap; a session id that does not fit 32 bits is a WireError."""
@@ -160,7 +150,7 @@ def data_header(session_id: int, sqn: int, trail_sqn: int, flags: int = 0) -> by
 def encode_lbtru_data(session_id: int, sqn: int, payload, trail_sqn: int | None = None, flags: int = 0) -> bytes:
     """One DATA datagram around `payload` (whole LBMC messages)."""
     head = data_header(session_id, sqn, sqn if trail_sqn is None else trail_sqn, flags)
-    return _fits(head + bytes(payload), "DATA")
+    return fits(head + bytes(payload), "LBT-RU", "DATA")
 
 
 def encode_lbtru_sm(session_id: int, sm_sqn: int, lead_sqn: int, trail_sqn: int, syn: bool = False) -> bytes:
@@ -173,25 +163,25 @@ def encode_lbtru_sm(session_id: int, sm_sqn: int, lead_sqn: int, trail_sqn: int,
 
 def encode_lbtru_nak(session_id: int, client_id: int, sqns) -> bytes:
     """A selective NAK for `sqns`, from client `client_id` of session `session_id`."""
-    body = _sqn_list(sqns)
+    body = pack_sqns(sqns, "LBT-RU")
     try:
         head = NAK_HEADER.pack(_ver_type(LBTRU_TYPE_NAK), NHDR_SID, 0, len(sqns), NAK_FORMAT_SELECTIVE)
         options = _options(session_id, client_id)
     except struct.error as err:
         raise WireError(f"LBT-RU NAK: {err}") from None
-    return _fits(head + body + options, "NAK")
+    return fits(head + body + options, "LBT-RU", "NAK")
 
 
 def encode_lbtru_ncf(session_id: int, trail_sqn: int, reason: int, sqns) -> bytes:
     """A NAK confirmation: the source will not (now) retransmit `sqns`, for `reason`."""
-    body = _sqn_list(sqns)
+    body = pack_sqns(sqns, "LBT-RU")
     try:
         head = NCF_HEADER.pack(_ver_type(LBTRU_TYPE_NCF), NHDR_SID, 0, trail_sqn & 0xFFFFFFFF, len(sqns), 0,
                                (reason & 0x0F) << 4 | NAK_FORMAT_SELECTIVE)
         options = _options(session_id)
     except struct.error as err:
         raise WireError(f"LBT-RU NCF: {err}") from None
-    return _fits(head + body + options, "NCF")
+    return fits(head + body + options, "LBT-RU", "NCF")
 
 
 def encode_lbtru_ack(session_id: int, client_id: int, ack_sqn: int) -> bytes:
@@ -214,13 +204,6 @@ def encode_lbtru_rst(reason: int = RST_DEFAULT) -> bytes:
         return MAIN_HEADER.pack(_ver_type(LBTRU_TYPE_RST), NHDR_DATA, reason)
     except struct.error as err:
         raise WireError(f"LBT-RU RST: {err}") from None
-
-
-def _read_list(view: memoryview, offset: int, count: int, what: str) -> tuple[int, ...]:
-    if len(view) < offset + 4 * count:
-        raise WireError(f"LBT-RU {what}: {count} sequence numbers at offset {offset} need {4 * count} bytes, "
-                        f"{len(view) - offset} remain")
-    return struct.unpack_from(f">{count}I", view, offset)
 
 
 def _read_options(view: memoryview, offset: int, next_hdr: int) -> tuple[int, dict[int, int]]:
@@ -293,13 +276,13 @@ def decode_lbtru(datagram) -> LbtruPacket:
         count, fmt = fields[3:5]
         if fmt & 0x0F != NAK_FORMAT_SELECTIVE:
             raise WireError(f"LBT-RU NAK: format {fmt & 0x0F} at offset 6 (only selective NAKs are sent)")
-        sqns = _read_list(view, offset, count, what)
+        sqns = read_sqns(view, offset, count, "LBT-RU", what)
         offset += 4 * count
     elif kind == LBTRU_TYPE_NCF:
         count, reason_format = fields[4], fields[6]
         if reason_format & 0x0F != NAK_FORMAT_SELECTIVE:
             raise WireError(f"LBT-RU NCF: format {reason_format & 0x0F} at offset 11 (only selective)")
-        sqns = _read_list(view, offset, count, what)
+        sqns = read_sqns(view, offset, count, "LBT-RU", what)
         offset += 4 * count
     options_at = offset
     offset, values = _read_options(view, offset, next_hdr)
