@@ -1,15 +1,13 @@
-"""LBT-RM through the router: multicast sources in one domain, receivers in another, proxies on
-either transport, loss repaired by NAKs, and what goes on the wire decoded by tshark.
+"""LBT-RM through the router: what goes on the wire decoded by tshark, and per-topic transports
+(both ways and loss repair: tests/router/test_udp_transports.py).
 
 LAN1's sources (the application's and the router's proxy sources) use LBT-RM, as the seed's
 lan1.cfg does; LAN2's use LBT-TCP. Loss is made with LBTRM_LOSS_RATE in a receiver's environment
 (it drops that share of the DATA datagrams it receives): what it misses it must NAK and get back.
 """
-import json
-
 import pytest
 
-from tests.support.delivery import complete, send_and_receive, start_receiver, start_source
+from tests.support.delivery import send_and_receive, start_receiver, start_source
 from tests.support.routers import endpoint_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
@@ -28,47 +26,6 @@ def _lbtrm_prefs(domain) -> list[str]:
 
 def _receiver(tools, domain, topic: str, count: int, loss_percent: int = 0):
     return start_receiver(tools, domain, topic, count, loss_percent, "LBTRM_LOSS_RATE")
-
-
-def test_lbtrm_and_tcp_convert_both_ways_and_lost_datagrams_are_repaired(routers, tools, make_domain):
-    lan1, lan2 = make_domain(LBTRM), make_domain()
-    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
-                           + endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
-    count = 50_000
-    # East: an LBT-RM source in LAN1, the router's proxy receiver repairs nothing (no loss made
-    # there), a TCP proxy source in LAN2. West: a TCP source in LAN2, an LBT-RM proxy source in
-    # LAN1, and a receiver there that loses 5% of what it hears.
-    east = _receiver(tools, lan2, "rm.east", count)
-    west = _receiver(tools, lan1, "rm.west", count, loss_percent=5)
-    east_source, west_source = start_source(tools, lan1, "rm.east", count), start_source(tools, lan2, "rm.west", count)
-    east.wait_for_stderr("Beginning of Transport Session", 30)
-    west.wait_for_stderr("Beginning of Transport Session", 30)
-    east_source.send_line(), west_source.send_line()
-    assert east_source.result(240)["sent"] == west_source.result(240)["sent"] == count
-    east_got, west_got = east.result(240), west.result(240)
-    assert complete(east_got, count), json.dumps(east_got)
-    assert complete(west_got, count), json.dumps(west_got)
-    (west_transport,) = west_got["transports"].values()
-    assert west_transport["naks_sent"] > 0 and west_transport["retransmissions_rcved"] > 0, west_transport
-    assert west_transport["lost"] == 0, west_transport
-
-    lan1_counters, lan2_counters = router.counters()[0], router.counters()[1]
-    assert lan1_counters["transport_topic_fragments_forwarded"] >= count      # LBT-RM in
-    assert lan2_counters["transport_topic_fragments_sent"] >= count           # TCP out
-    assert lan2_counters["transport_topic_fragments_forwarded"] >= count      # TCP in
-    assert lan1_counters["transport_topic_fragments_sent"] >= count           # LBT-RM out
-    assert lan1_counters["proxy_sources_created"] == lan2_counters["proxy_sources_created"] == 1
-
-
-def test_lbtrm_router_receives_through_its_own_loss(routers, tools, make_domain, tmp_path):
-    """The router's proxy receiver is an LBT-RM receiver like any: it NAKs what it loses."""
-    lan1, lan2 = make_domain(LBTRM), make_domain()
-    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
-                           + endpoint_xml("LAN2", 2, lan2.config_path), env={"LBTRM_LOSS_RATE": "3"}).wait_ready()
-    count = 20_000
-    receiver = _receiver(tools, lan2, "rm.lossy", count)
-    send_and_receive(start_source(tools, lan1, "rm.lossy", count, size=200), receiver, count)
-    assert "dropping 3.0% of received DATA datagrams on purpose" in router.log(), "the router's receiver lost some"
 
 
 def test_lbtrm_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):

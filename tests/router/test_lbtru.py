@@ -1,16 +1,14 @@
-"""LBT-RU through the router: unicast UDP sources in one domain, receivers in another, proxies on
-either side, loss repaired by NAKs, the seed's per-topic transports, and the wire decoded by tshark.
+"""LBT-RU through the router: the wire decoded by tshark and the seed's per-topic transports (both
+ways and loss repair: tests/router/test_udp_transports.py).
 
 LAN1's sources (the application's and the router's proxy sources) use LBT-RU; LAN2's use LBT-TCP.
 Loss is made with LBTRU_LOSS_RATE in a receiver's environment (it drops that share of the DATA
 datagrams it receives): what it misses it must NAK and get back from the source that sent it,
 which for a receiver in LAN1 is the router's proxy source.
 """
-import json
-
 import pytest
 
-from tests.support.delivery import complete, send_and_receive, start_receiver, start_source
+from tests.support.delivery import send_and_receive, start_receiver, start_source
 from tests.support.routers import endpoint_xml
 from tests.support.tshark import LiveCapture, decode, expert_info
 
@@ -29,48 +27,6 @@ def _prefs(domain) -> list[str]:
 
 def _receiver(tools, domain, topic: str, count: int, loss_percent: int = 0):
     return start_receiver(tools, domain, topic, count, loss_percent, "LBTRU_LOSS_RATE")
-
-
-def test_lbtru_and_tcp_convert_both_ways_and_lost_datagrams_are_repaired(routers, tools, make_domain):
-    lan1, lan2 = make_domain(LBTRU), make_domain()
-    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
-                           + endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
-    count = 50_000
-    # East: an LBT-RU source in LAN1, received by the router's proxy receiver, a TCP proxy source
-    # in LAN2. West: a TCP source in LAN2, an LBT-RU proxy source in LAN1, and a receiver there
-    # that loses 5% of what it hears and asks the proxy source for it.
-    east = _receiver(tools, lan2, "ru.east", count)
-    west = _receiver(tools, lan1, "ru.west", count, loss_percent=5)
-    east_source, west_source = start_source(tools, lan1, "ru.east", count), start_source(tools, lan2, "ru.west", count)
-    east.wait_for_stderr("Beginning of Transport Session", 30)
-    west.wait_for_stderr("Beginning of Transport Session", 30)
-    east_source.send_line(), west_source.send_line()
-    assert east_source.result(240)["sent"] == west_source.result(240)["sent"] == count
-    east_got, west_got = east.result(240), west.result(240)
-    assert complete(east_got, count), json.dumps(east_got)
-    assert complete(west_got, count), json.dumps(west_got)
-    assert [s.split(":")[0] for s in west_got["um_sources"]] == ["LBTRU"], west_got["um_sources"]
-    (west_transport,) = west_got["transports"].values()
-    assert west_transport["naks_sent"] > 0 and west_transport["retransmissions_rcved"] > 0, west_transport
-    assert west_transport["lost"] == 0, west_transport
-
-    lan1_counters, lan2_counters = router.counters()[0], router.counters()[1]
-    assert lan1_counters["transport_topic_fragments_forwarded"] >= count      # LBT-RU in
-    assert lan2_counters["transport_topic_fragments_sent"] >= count           # TCP out
-    assert lan2_counters["transport_topic_fragments_forwarded"] >= count      # TCP in
-    assert lan1_counters["transport_topic_fragments_sent"] >= count           # LBT-RU out
-    assert lan1_counters["proxy_sources_created"] == lan2_counters["proxy_sources_created"] == 1
-
-
-def test_lbtru_router_receives_through_its_own_loss(routers, tools, make_domain):
-    """The router's proxy receiver is an LBT-RU receiver like any: it NAKs what it loses."""
-    lan1, lan2 = make_domain(LBTRU), make_domain()
-    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
-                           + endpoint_xml("LAN2", 2, lan2.config_path), env={"LBTRU_LOSS_RATE": "3"}).wait_ready()
-    count = 20_000
-    receiver = _receiver(tools, lan2, "ru.lossy", count)
-    send_and_receive(start_source(tools, lan1, "ru.lossy", count, size=200), receiver, count)
-    assert "dropping 3.0% of received DATA datagrams on purpose (LBTRU_LOSS_RATE)" in router.log()
 
 
 def test_lbtru_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
