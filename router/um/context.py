@@ -341,9 +341,7 @@ class Context:
         kind = frame[0]
         if kind == LBMC_TYPE_RETRANS and len(frame) >= MESSAGE_HEADER.size:
             tidx = int.from_bytes(frame[4:8], "big")
-            client = connection.late_join.get(tidx)
-            if client is not None:
-                client.retransmission(frame)
+            if any(client.retransmission(frame) for client in connection.late_join.get(tidx, ())):
                 return
         elif kind == LBMC_TYPE_CONTROL:
             try:
@@ -353,12 +351,15 @@ class Context:
             if message is not None and self.late_join_server.control(message):
                 return
             infos = [h for h in (message.headers if message is not None else ()) if isinstance(h, UmeLjInfo)]
+            known = 0
             for info in infos:
                 client = self.late_join_clients.get(info.qidx)
                 if client is not None:
-                    connection.late_join[client.topic_idx] = client
+                    known += 1
+                    clients = connection.late_join.setdefault(client.topic_idx, [])
+                    clients[:] = [c for c in clients if not c.done] + [client]
                     client.info(info)
-            if infos:
+            if known:
                 return
         self.late_join_counters["uim_frames_unknown"] += 1
 

@@ -36,7 +36,6 @@ from router.um.wire.lbmr import LateJoinOption
 
 log = logging.getLogger(__name__)
 
-_WRAP = 1 << 32
 _RXREQS_PER_MESSAGE = 64            # UME_RXREQ headers in one CONTROL message (28 bytes each)
 _request_indexes = itertools.count(1)
 
@@ -186,7 +185,8 @@ class LateJoinClient:
         if info.low_seqnum > info.high_seqnum:
             self._finish()                        # nothing retained
             return
-        end = info.high_seqnum if self.first_live is None else min(info.high_seqnum, (self.first_live - 1) % _WRAP)
+        # What came before the first live message (none if that was the first ever sent).
+        end = info.high_seqnum if self.first_live is None else min(info.high_seqnum, self.first_live - 1)
         start = info.low_seqnum
         if self.settings.request_maximum:
             start = max(start, end - self.settings.request_maximum + 1)
@@ -238,15 +238,26 @@ class LateJoinClient:
             return
         self.timer = self.context.loop.call_later(settings.request_interval, self._tick)
 
-    def retransmission(self, frame: bytes) -> None:
+    def retransmission(self, frame: bytes) -> bool:
+        """A RETRANS frame for our topic index; False if it is not one this client waits for (two
+        receivers of one context may be fetching the same source's messages)."""
         if self.done:
-            return
+            return False
         _, _, _, _, sqn = MESSAGE_HEADER.unpack_from(frame)
         if self.requested.pop(sqn, None) is None:
-            return
+            return False
         self.frames[sqn] = bytes(frame)
         self._ask()
         if not self.requested and not self.to_ask:
+            self._finish()
+        return True
+
+    def give_up(self) -> None:
+        """The source ended first: deliver what came, then what was held back, before its EOS."""
+        if not self.done:
+            self.counters["lj_retransmissions_given_up"] += len(self.requested) + len(self.to_ask)
+            self.requested.clear()
+            self.to_ask.clear()
             self._finish()
 
     # -- the end ---------------------------------------------------------------------------------
@@ -267,6 +278,10 @@ class LateJoinClient:
             batch = [RetransmittedMessage(joined.topic, joined.source, sqn, payload) for sqn, payload in messages]
             joined.deliver_retransmitted(batch)
         highest = max(self.frames) if self.frames else last
+        # Live messages at or below what was retransmitted are not delivered twice: those held
+        # back here, and any the transport still delivers (an LBT-RM receiver recovering a young
+        # session's first datagrams by NAK) until the first one past it.
+        joined.late_join_floor = highest
         for kind, item in self.held:
             if joined.ended:
                 break

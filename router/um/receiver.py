@@ -27,7 +27,7 @@ class JoinedSource:
     """One joined source of one receiver; the transport delivers into it."""
 
     __slots__ = ("receiver", "candidate", "source", "topic", "ended", "raw", "forward", "forward_requests",
-                 "client", "late_join", "_on_message", "_on_batch")
+                 "client", "late_join", "late_join_floor", "_on_message", "_on_batch")
 
     def __init__(self, receiver: "Receiver", candidate: Candidate):
         self.receiver = receiver
@@ -40,6 +40,7 @@ class JoinedSource:
         self.forward_requests = None      # where its frames holding requests go (None: to forward)
         self.client = None                # the transport connection delivering it (pause/resume)
         self.late_join = None             # a LateJoinClient while what came before is fetched
+        self.late_join_floor = None       # then: the highest sequence number it delivered
         self._on_message = receiver.on_message
         self._on_batch = receiver.on_batch
 
@@ -59,6 +60,11 @@ class JoinedSource:
         if self.late_join is not None:    # live messages wait for the retransmitted ones before them
             self.late_join.hold("batch", messages)
             return
+        floor = self.late_join_floor
+        if floor is not None:
+            messages = self._above(messages, floor)
+            if not messages:
+                return
         topic, source, make = self.topic, self.source, Message._make
         if self._on_batch is not None:
             self._on_batch([make((topic, source, sqn, payload)) for sqn, payload in messages])
@@ -66,6 +72,14 @@ class JoinedSource:
         on_message = self._on_message
         for sqn, payload in messages:
             on_message(make((topic, source, sqn, payload)))
+
+    def _above(self, messages: list[tuple], floor: int) -> list[tuple]:
+        """The messages past what late join delivered; the floor goes once one is past it (the
+        transport delivers in order)."""
+        fresh = [m for m in messages if m[0] > floor]
+        if fresh:
+            self.late_join_floor = None
+        return fresh
 
     def deliver_retransmitted(self, messages: list) -> None:
         if self._on_batch is not None:
@@ -86,6 +100,8 @@ class JoinedSource:
 
     def on_eos(self) -> None:
         if not self.ended:
+            if self.late_join is not None:
+                self.late_join.give_up()     # what was fetched and held back comes before the EOS
             self.ended = True
             self.receiver._source_ended(self)
 

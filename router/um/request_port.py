@@ -47,7 +47,7 @@ class UimConnection:
         self.source = f"TCP:{peer[0]}:{peer[1]}"
         self.on_response = on_response
         self.on_other = on_other
-        self.late_join: dict[int, object] = {}      # topic index -> the LateJoinClient its RETRANS are for
+        self.late_join: dict[int, list] = {}     # topic index -> the LateJoinClients its RETRANS may be for
         self.counters = counters
         self.buffer = bytearray()
         self.partial: dict[tuple[int, int], list] = {}     # (qidx, first_sqn) -> [bytearray, received]

@@ -5,10 +5,12 @@ sequence number, oldest first, as it went out; a late joiner asks for them by nu
 them back as RETRANS messages (router.um.late_join). The buffer holds at most
 `retransmit_retention_size_limit` bytes; with `retransmit_retention_age_threshold` (seconds) set,
 frames older than that go too. The oldest go first, a whole message at a time is not guaranteed:
-a receiver asking for a fragment that went gets none, and gives that message up.
+a receiver asking for a fragment that went gets none, and gives that message up. The sending
+thread adds while the context's loop reads (advertisements, retransmissions): a lock of its own.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 
@@ -20,18 +22,21 @@ class Retention:
         self.frames: OrderedDict[int, tuple[float, bytes]] = OrderedDict()    # sqn -> (when, frame)
         self.bytes = 0
         self.counters = {"retained_frames": 0, "retention_dropped_frames": 0}
+        self.lock = threading.Lock()
 
     def add(self, sqn: int, frame: bytes, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        old = self.frames.pop(sqn, None)
-        if old is not None:
-            self.bytes -= len(old[1])
-        self.frames[sqn] = (now, frame)
-        self.bytes += len(frame)
-        self.counters["retained_frames"] += 1
-        self._trim(now)
+        with self.lock:
+            old = self.frames.pop(sqn, None)
+            if old is not None:
+                self.bytes -= len(old[1])
+            self.frames[sqn] = (now, frame)
+            self.bytes += len(frame)
+            self.counters["retained_frames"] += 1
+            self._trim(now)
 
     def _trim(self, now: float) -> None:
+        """Lock held."""
         frames = self.frames
         while frames and (self.bytes > self.size_limit
                           or (self.age_threshold and now - next(iter(frames.values()))[0] > self.age_threshold)):
@@ -40,15 +45,17 @@ class Retention:
             self.counters["retention_dropped_frames"] += 1
 
     def get(self, sqn: int) -> bytes | None:
-        if self.age_threshold:
-            self._trim(time.monotonic())
-        entry = self.frames.get(sqn)
+        with self.lock:
+            if self.age_threshold:
+                self._trim(time.monotonic())
+            entry = self.frames.get(sqn)
         return None if entry is None else entry[1]
 
     def bounds(self) -> tuple[int, int] | None:
         """(lowest, highest) sequence number retained, or None when nothing is."""
-        if self.age_threshold:
-            self._trim(time.monotonic())
-        if not self.frames:
-            return None
-        return next(iter(self.frames)), next(reversed(self.frames))
+        with self.lock:
+            if self.age_threshold:
+                self._trim(time.monotonic())
+            if not self.frames:
+                return None
+            return next(iter(self.frames)), next(reversed(self.frames))

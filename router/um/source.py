@@ -49,11 +49,7 @@ class Source:
         if self.late_join is None:
             return self.tir
         (ip, port), transport_idx, retention = self.late_join
-        try:
-            bounds = retention.bounds()
-        except RuntimeError:           # a sending thread changed it mid-read: next time
-            bounds = None
-        low, high = bounds or (1, 0)            # low above high: nothing retained yet
+        low, high = retention.bounds() or (1, 0)        # low above high: nothing retained yet
         tir = self.tir
         option = LateJoinOption(src_tcp_port=port, src_ip=ip, transport_idx=transport_idx, high_seqnum=high,
                                 low_seqnum=low)
