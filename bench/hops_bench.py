@@ -5,6 +5,7 @@ one run. Source in D1, receiver in D2 (direct: both in D1); every router a tnwgd
     1 hop    D1 ─ [R] ─ D2                          (one router, two endpoints)
     2 hops   D1 ─ [A] ══ [B] ─ D2                   (══ a peer link over loopback TCP)
     3 hops   D1 ─ [A] ══ [B] ══ [C] ─ D2
+    2 hops, UDP peer link: as 2 hops, the peer link with a <udp> data path
 
 The routers of a topology are started together with short routing timers; the bench waits until
 every one of them knows them all and they agree on the topology signature (`routerctl topology`),
@@ -38,6 +39,8 @@ COMMAND = ".venv/bin/python -m bench.hops_bench"
 FAST_ROUTING = ('<route-info propagation-interval="200" check-interval="100" timeout="1200"/>'
                 '<route-recalculation backoff-interval="300"/>')
 HOPS = (0, 1, 2, 3)                   # 0: the direct path
+UDP = "2u"                            # 2 hops, the peer link with a UDP data path
+CASES = (0, 1, 2, UDP, 3)
 LENGTH = 64
 THROUGHPUT_COUNT = 200_000
 THROUGHPUT_RUNS = 3                   # unpaced runs per path: the table gives their median rate and every run's loss
@@ -48,8 +51,14 @@ CONVERGE_TIMEOUT = 30
 LOGGED = re.compile(r"^\[(\S+ \S+)\] \[(\w+)\] (?:(UMR-\d+-\d+): )?(.*)")
 
 
-def label(hops: int) -> str:
-    return "direct" if hops == 0 else f"{hops} hop{'s' if hops > 1 else ''}"
+def label(case) -> str:
+    if case == UDP:
+        return "2 hops, UDP peer link"
+    return "direct" if case == 0 else f"{case} hop{'s' if case > 1 else ''}"
+
+
+def hop_count(case) -> int:
+    return 2 if case == UDP else case
 
 
 def free_ports(count: int) -> list[int]:
@@ -64,25 +73,40 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def peer_xml(name: str, *, connect: int | None = None, listen: int | None = None) -> str:
+def peer_xml(name: str, *, connect: int | None = None, listen: int | None = None, udp: int | None = None) -> str:
     side = (f'<initiator reconnect-interval="200"><address>127.0.0.1</address><port>{connect}</port></initiator>'
             if connect is not None else f"<acceptor><listen-port>{listen}</listen-port></acceptor>")
-    return f"<peer><name>{name}</name><single-tcp><nodelay/>{side}</single-tcp></peer>"
+    # A UDP path at loopback rates (UM's default peer rate limit, 10 Mbit/s, is a WAN's).
+    udp_xml = ("" if udp is None else f'<udp><port>{udp}</port><peer-rate-limit data="2000000000" '
+               'retransmit="200000000" interval="10"/></udp>')
+    return f"<peer><name>{name}</name><single-tcp><nodelay/>{side}</single-tcp>{udp_xml}</peer>"
 
 
-def chain(directory: Path, hops: int, lan1: Path, lan2: Path) -> list[tuple[str, Path]]:
+def free_udp_ports(count: int) -> list[int]:
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def chain(directory: Path, hops: int, lan1: Path, lan2: Path, udp: bool = False) -> list[tuple[str, Path]]:
     """The routers of a `hops`-router chain from D1 to D2: (name, configuration file) each.
     Router i reaches D1 (the first) or the previous router (acceptor side), and D2 (the last) or
     the next router (initiator side)."""
     letters = "ABC"[:hops]
     names = [f"hops{os.getpid()}n{hops}{letter}" for letter in letters]
     ports = free_ports(hops - 1)
+    udp_ports = free_udp_ports(2 * (hops - 1)) if udp else [None] * (2 * (hops - 1))
     routers = []
     for i, name in enumerate(names):
         west = (endpoint_xml("LAN1", 1, lan1) if i == 0
-                else peer_xml(f"TO_{letters[i - 1]}", listen=ports[i - 1]))
+                else peer_xml(f"TO_{letters[i - 1]}", listen=ports[i - 1], udp=udp_ports[2 * (i - 1) + 1]))
         east = (endpoint_xml("LAN2", 2, lan2) if i == hops - 1
-                else peer_xml(f"TO_{letters[i + 1]}", connect=ports[i]))
+                else peer_xml(f"TO_{letters[i + 1]}", connect=ports[i], udp=udp_ports[2 * i]))
         routers.append((name, gateway_config(directory / f"{name}.xml", name, west + east, FAST_ROUTING)))
     return routers
 
@@ -217,18 +241,19 @@ def logged_notes(logs: dict[str, list[str]], marks: dict[str, int], runs: list[R
     return notes
 
 
-def run_hops(directory: Path, hops: int, lan1: Path, lan2: Path) -> tuple[list[Run], list[str], float]:
+def run_hops(directory: Path, case, lan1: Path, lan2: Path) -> tuple[list[Run], list[str], float]:
     """Start the chain, wait for convergence, measure, stop every router whatever happened."""
     routers: dict[str, subprocess.Popen] = {}
     logs: dict[str, list[str]] = {}
+    hops = hop_count(case)
     try:
-        for name, config in chain(directory, hops, lan1, lan2):
+        for name, config in chain(directory, hops, lan1, lan2, udp=case == UDP):
             routers[name] = spawn("router.cli.tnwgd", config)
         for name, proc in routers.items():
             wait_stderr(proc, "portals are up", keep=logs.setdefault(name, []))
         converged = wait_converged(routers)
         marks = {name: len(lines) for name, lines in logs.items()}
-        runs = measure(lan1, lan2, f"{os.getpid()}.{hops}", routers)
+        runs = measure(lan1, lan2, f"{os.getpid()}.{case}", routers)
         notes = [note for run in runs for note in run.notes()] + logged_notes(logs, marks, runs)
         return runs, notes, converged
     finally:
@@ -263,7 +288,7 @@ def cpu_per_message(run: Run, routers: int) -> float:
 def interpretation(results: dict) -> str:
     """Where the time goes per hop, from this run's paced p50s and router CPU time (only what the
     numbers of this run bear out is said)."""
-    paced = {hops: results[hops][0][0] for hops in results}
+    paced = {hops: results[hops][0][0] for hops in results if hops in HOPS}
     if not set(HOPS) <= set(paced) or any(run.result["latency_us"]["p50"] is None for run in paced.values()):
         return ""
     p50 = {hops: run.result["latency_us"]["p50"] for hops, run in paced.items()}
@@ -290,6 +315,17 @@ def interpretation(results: dict) -> str:
     return text + "\n"
 
 
+def udp_comparison(results: dict) -> str:
+    """The UDP peer link against the TCP one, 2 hops each, from this run."""
+    if 2 not in results or UDP not in results:
+        return ""
+    tcp, udp = results[2][0], results[UDP][0]
+    return (f"\nWith the peer link's data on UDP (LBT-RU between the routers, TCP keeping the handshake and "
+            f"keepalives) 2 hops carry {rate(udp[1:]):,.0f} msgs/s against {rate(tcp[1:]):,.0f} on TCP, "
+            f"at a paced p50 of {udp[0].result['latency_us']['p50']} µs against "
+            f"{tcp[0].result['latency_us']['p50']} µs.\n")
+
+
 def main() -> int:
     began = time.monotonic()
     load = os.getloadavg()[0]
@@ -297,7 +333,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         lan1, lan2 = domain(directory, 1), domain(directory, 2)
-        for hops in HOPS:
+        for hops in CASES:
             print(f"  {label(hops)} ...", flush=True)
             try:
                 if hops == 0:
@@ -314,7 +350,7 @@ def main() -> int:
     load_after = os.getloadavg()[0]
     rows = []
     base = rate(results[0][0][1:]) if 0 in results else 0
-    for hops in HOPS:
+    for hops in CASES:
         if hops not in results:
             rows.append([label(hops), "failed (below)"] + [""] * 9)
             continue
@@ -324,7 +360,8 @@ def main() -> int:
                      f"{rate(unpaced) / base:.0%}" if base else "", " · ".join(lost(run) for run in unpaced),
                      latency.result["latency_us"]["p50"], latency.result["latency_us"]["p99"],
                      added_latency(latency.result, results[0][0][0].result, "p50") if 0 in results and hops else "",
-                     lost(latency), f"{cpu_per_message(latency, hops):.0f}" if hops else "", f"{latency.busy:.0%}",
+                     lost(latency), f"{cpu_per_message(latency, hop_count(hops)):.0f}" if hops else "",
+                     f"{latency.busy:.0%}",
                      "" if converged is None else f"{converged:.1f} s"])
     elapsed = time.monotonic() - began
     body = (f"Source in D1, receiver in D2 (direct: both in D1), {LENGTH} B messages, LBT-TCP, all on loopback; "
@@ -350,7 +387,7 @@ def main() -> int:
             table(["path", "msgs/s (range)", "ratio to direct", "lost (unpaced, each run)", "p50 µs", "p99 µs",
                    "added p50 µs", "lost (paced)", "router CPU µs/msg", "CPU busy (paced)", "converged after"],
                   rows) +
-            "\n\n" + interpretation(results))
+            "\n\n" + interpretation(results) + udp_comparison(results))
     if notes:
         body += "\nWhat the routers reported while measuring:\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     if problems:
