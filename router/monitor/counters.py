@@ -102,9 +102,17 @@ IMMEDIATE_COUNTERS = (
     "immediate_fragments_dropped_dup", "immediate_fragment_bytes_dropped_dup",
 )
 
+# Added with the peer link's UDP data path (router/portals/peer_udp.py), as the DRO's peer
+# udp_send / udp_receive statistics: datagrams each way, loss repair each way, what was given up.
+UDP_PEER_COUNTERS = (
+    "udp_datagrams_sent", "udp_datagram_bytes_sent", "udp_retransmissions_sent", "udp_naks_rcvd",
+    "udp_naks_shed", "udp_datagrams_rcvd", "udp_datagram_bytes_rcvd", "udp_naks_sent",
+    "udp_retransmissions_rcvd", "udp_datagrams_lost",
+)
+
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
-                 + REQUEST_COUNTERS + IMMEDIATE_COUNTERS)
+                 + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

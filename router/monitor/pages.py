@@ -74,6 +74,10 @@ PEER_RECEIVE = (
     ("Unicast data messages/bytes received with unknown forwarding info", "unicast_data_msgs_rcvd_unknown_fwd",
      "unicast_data_msg_bytes_rcvd_unknown_fwd"),
     *IMMEDIATE_RECEIVE,
+    ("UDP datagrams/bytes received", "udp_datagrams_rcvd", "udp_datagram_bytes_rcvd"),
+    ("UDP NAKs sent", "udp_naks_sent", None),
+    ("UDP retransmissions received", "udp_retransmissions_rcvd", None),
+    ("UDP datagrams lost (not repaired)", "udp_datagrams_lost", None),
 )
 PEER_SEND = (
     ("Transport topic data fragments/bytes forwarded", "data_fragments_forwarded", "data_fragment_bytes_forwarded"),
@@ -92,6 +96,10 @@ PEER_SEND = (
      "unicast_data_msg_bytes_dropped_error"),
     ("Gateway control messages sent", "gateway_cntl_msgs_sent", None),
     ("Batches", "batches", None),
+    ("UDP datagrams/bytes sent", "udp_datagrams_sent", "udp_datagram_bytes_sent"),
+    ("UDP NAKs received", "udp_naks_rcvd", None),
+    ("UDP retransmissions sent", "udp_retransmissions_sent", None),
+    ("UDP NAKs shed (retransmit rate spent)", "udp_naks_shed", None),
     ("Keepalive/RTT samples", "rtt_samples", None),
     ("Minimum RTT (microseconds)", "rtt_min", None),
     ("Mean RTT (microseconds)", "rtt_mean", None),

@@ -92,6 +92,7 @@ class PeerLink:
         self._timers: dict[str, object] = {}
         self._generation = 0                    # bumps per connection: stale timer callbacks see it
         self.udp_path: PeerUdpPath | None = None  # with <udp>: the data path of this connection
+        self._udp_counted: dict[str, int] = {}    # what of the path's counters the portal's have
 
     # -- the owner's side ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -372,8 +373,11 @@ class PeerLink:
             self._cancel_timer(name)
         sock, self._sock = self._sock, None
         self._stream = None
-        udp_path, self.udp_path = self.udp_path, None
+        udp_path = self.udp_path
         if udp_path is not None:
+            self._count_udp()
+            self.udp_path = None
+            self._udp_counted = {}
             udp_path.close()
         if sock is not None:
             self.loop.remove_reader(sock)
@@ -537,8 +541,20 @@ class PeerLink:
         self.queue.flush_batch()
         self._write()
 
+    def _count_udp(self) -> None:
+        """Add what the UDP path counted since last time to the portal's counters (the path's
+        start again with each connection; the portal's go on)."""
+        counted = self._udp_counted
+        for name, value in self.udp_path.portal_counters().items():
+            delta = value - counted.get(name, 0)
+            if delta:
+                self.counters.add(name, delta)
+                counted[name] = value
+
     def _tick(self) -> None:
         self._set_timer("tick", self.keepalive.check_interval_s() * 1000, self._tick)
+        if self.udp_path is not None:
+            self._count_udp()
         if self.state is not S.UP:
             return
         if self.keepalive.is_dead():

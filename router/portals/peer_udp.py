@@ -223,6 +223,20 @@ class PeerUdpPath:
     def pause(self, paused: bool) -> None:
         self.sender.pause_reading(paused)
 
+    # The portal counters (router.monitor.counters.UDP_PEER_COUNTERS) and what they are here.
+    _SENT = {"udp_datagrams_sent": "msgs_sent", "udp_datagram_bytes_sent": "bytes_sent",
+             "udp_retransmissions_sent": "rxs_sent", "udp_naks_rcvd": "naks_rcved", "udp_naks_shed": "naks_shed"}
+    _RECEIVED = {"udp_datagrams_rcvd": "msgs_rcved", "udp_datagram_bytes_rcvd": "bytes_rcved",
+                 "udp_naks_sent": "naks_sent", "udp_retransmissions_rcvd": "retransmissions_rcved",
+                 "udp_datagrams_lost": "lost"}
+
+    def portal_counters(self) -> dict[str, int]:
+        found = {name: self.sender.counters.get(key, 0) for name, key in self._SENT.items()}
+        receiver = self.receiver
+        if receiver is not None:
+            found.update({name: receiver.counters.get(key, 0) for name, key in self._RECEIVED.items()})
+        return found
+
     def stats(self) -> dict:
         receiver = self.receiver
         return {"port": self.port, "session_id": f"{self.session_id:08X}",

@@ -79,6 +79,12 @@ def test_a_udp_peer_link_delivers_everything_both_ways_through_loss(routers, too
     assert a_link["udp"]["send"]["rxs_sent"] > 0 and a_link["udp"]["send"]["clients_connected"] == 1
     assert "dropping 5.0% of received DATA datagrams on purpose (LBTRU_LOSS_RATE)" in b.log()
     assert a.counters()[1]["data_fragments_sent"] >= count
+    # The portals' counters (web monitor, Parquet, /metrics) carry the path's, kept up each keepalive tick.
+    wait_for(lambda: b.counters()[0]["udp_retransmissions_rcvd"] > 0 and a.counters()[1]["udp_naks_rcvd"] > 0, 10,
+             message="the UDP path's counters in the portals'")
+    a_peer, b_peer = a.counters()[1], b.counters()[0]
+    assert a_peer["udp_datagrams_sent"] > 0 and a_peer["udp_retransmissions_sent"] > 0, a_peer
+    assert b_peer["udp_datagrams_rcvd"] > 0 and b_peer["udp_naks_sent"] > 0 and b_peer["udp_datagrams_lost"] == 0
 
 
 def test_the_udp_path_on_the_wire(routers, tools, make_domain, tmp_path):
