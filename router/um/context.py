@@ -97,7 +97,7 @@ class Context:
         self.late_join_clients: dict[int, LateJoinClient] = {}
         self.late_join_counters = {"lj_info_unanswered": 0, "lj_retransmissions_requested": 0,
                                    "lj_retransmissions_given_up": 0, "lj_messages_delivered": 0,
-                                   "lj_messages_incomplete": 0, "uim_frames_unknown": 0}
+                                   "lj_messages_incomplete": 0, "lj_held_overflows": 0, "uim_frames_unknown": 0}
         self.next_transport_index = 1
         # Multicast immediate messaging (router.um.immediate): opened on first use.
         self.immediate: ImmediateChannel | None = None

@@ -17,7 +17,9 @@ those in order, flagged as retransmissions (RetransmittedMessage), then the live
 without duplicates. An LJI_REQ unanswered is sent again every `late_join_info_request_interval`,
 up to `late_join_info_request_maximum` times; a retransmission that does not come is asked again
 every `retransmit_request_interval` and given up after `retransmit_request_message_timeout`
-(counted). Then live delivery simply goes on: late join never holds a receiver back for good.
+(counted). Then live delivery simply goes on: late join never holds a receiver back for good, nor
+more than MAX_HELD_BYTES of live messages (beyond that it stops fetching, delivers what it has,
+and says so).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from router.um.wire.lbmr import LateJoinOption
 log = logging.getLogger(__name__)
 
 _RXREQS_PER_MESSAGE = 64            # UME_RXREQ headers in one CONTROL message (28 bytes each)
+MAX_HELD_BYTES = 64 * 1024 * 1024   # live messages a receiver holds back while it fetches
 _request_indexes = itertools.count(1)
 
 
@@ -133,6 +136,7 @@ class LateJoinClient:
         self.request_idx = next(_request_indexes)
         self.topic_idx = joined.candidate.index
         self.held: list[tuple] = []               # live deliveries held back: ("batch", messages) / ("request", ...)
+        self.held_bytes = 0
         self.first_live: int | None = None
         self.info_attempts = 0
         self.requested: dict[int, float] = {}     # sqn -> when first asked (outstanding)
@@ -153,6 +157,12 @@ class LateJoinClient:
         if first is not None and self.first_live is None:
             self.first_live = first
         self.held.append((kind, item))
+        self.held_bytes += sum(len(m[1]) for m in item) if kind == "batch" else len(item[1])
+        if self.held_bytes > MAX_HELD_BYTES:
+            log.warning("late join to %s: %d bytes of live messages held back while fetching what came "
+                        "before; fetching stops and delivery goes on", self.joined.source, self.held_bytes)
+            self.counters["lj_held_overflows"] += 1
+            self.give_up()
 
     # -- the exchange ----------------------------------------------------------------------------
     def _send_info(self) -> None:
@@ -253,7 +263,8 @@ class LateJoinClient:
         return True
 
     def give_up(self) -> None:
-        """The source ended first: deliver what came, then what was held back, before its EOS."""
+        """Stop fetching (the source ended first, or too much is held back): deliver what came,
+        then what was held back."""
         if not self.done:
             self.counters["lj_retransmissions_given_up"] += len(self.requested) + len(self.to_ask)
             self.requested.clear()

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from router.cli.payload import HEADER
+from router.um import late_join
 from router.um.context import Context
 from router.um.wire.lbmc import (CONTROL_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER,
                                  NHDR_DATA, NHDR_NONE, LbmcMessage, LjiRequest, UmeRxReq, encode_lbmc)
@@ -460,6 +461,26 @@ def test_live_messages_held_back_are_delivered_when_the_source_ends_before_its_c
         wait_for(lambda: any(kind == "EOS" for kind, _ in got.events), 10, message="EOS")
     assert got.numbers == list(range(5, 10)), "the live messages the transport received"
     assert got.events == [("BOS", 0), ("EOS", 5)]
+
+
+def test_live_messages_held_back_beyond_the_limit_stop_the_fetching(domain, monkeypatch, caplog):
+    """A receiver fetching from a source context that does not answer holds live messages back,
+    but not without bound: past MAX_HELD_BYTES it stops asking and delivers them."""
+    monkeypatch.setattr(late_join, "MAX_HELD_BYTES", 2000)
+    with Context(**domain.overrides(), late_join=True) as sending, \
+            Context(**domain.overrides(), late_join_info_request_interval=100,
+                    late_join_info_request_maximum=1000) as receiving:              # 100 s of asking
+        source = sending.source("lj.overflow")
+        _send(source, [_payload(n) for n in range(5)])
+        _close_request_port(sending, receiving)
+        got = Collector(receiving, "lj.overflow")
+        wait_for(lambda: source.receiver_count >= 1, 10, message="the receiver joins")
+        live = [_payload(n) * 50 for n in range(5, 15)]          # well past 2000 bytes
+        _send(source, live)
+        got.wait(len(live), what="the live messages, released by the limit")
+    assert got.numbers == list(range(5, 15)) and not any(got.flags)
+    assert _lj(receiving)["lj_held_overflows"] == 1
+    assert "held back while fetching what came before; fetching stops" in caplog.text
 
 
 # -- 7. tshark's reading of one late join --------------------------------------------------------------
