@@ -152,6 +152,17 @@ class PeerLink:
     def _send_udp(self, data: bytes, fragments: int) -> bool:
         counters = self.counters
         counters.add_pair("data_fragments_forwarded", "data_fragment_bytes_forwarded", fragments, len(data))
+        data, too_large, too_large_bytes = self.udp_path.fit(data)
+        if too_large:
+            count = counters.get("transport_topic_fragments_dropped_size_error") + too_large
+            counters.add_pair("transport_topic_fragments_dropped_size_error",
+                              "transport_topic_fragment_bytes_dropped_size_error", too_large, too_large_bytes)
+            if not (count & (count - 1)) or count == too_large:
+                self._log_event("drops-size-error", f"{too_large} message(s) larger than a UDP datagram dropped "
+                                              f"({count} so far); lower the sources' datagram max size")
+            fragments -= too_large
+            if not data:
+                return False
         if self.udp_path.send(data):
             counters.add_pair("data_fragments_dropped_would_block", "data_fragment_bytes_dropped_would_block",
                               fragments, len(data))

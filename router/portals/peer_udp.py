@@ -205,6 +205,25 @@ class PeerUdpPath:
             self.failed = True
             self.on_failed(reason)
 
+    def fit(self, data: bytes) -> tuple[bytes, int, int]:
+        """`data` without the messages too large for one datagram (a 65535-byte LBMC message
+        from a TCP source does not fit 65487 bytes): (what fits, messages left out, their bytes)."""
+        limit = self.sender.datagram_max_size
+        if len(data) <= limit:
+            return data, 0, 0
+        kept, dropped, dropped_bytes, offset = bytearray(), 0, 0, 0
+        while offset + 4 <= len(data):
+            length = (data[offset + 2] << 8) | data[offset + 3]
+            if length < 4:
+                break
+            if length > limit:
+                dropped += 1
+                dropped_bytes += length
+            else:
+                kept += data[offset:offset + length]
+            offset += length
+        return bytes(kept), dropped, dropped_bytes
+
     def send(self, data: bytes) -> int:
         """Queue whole LBMC messages for the companion; the bytes dropped (the rate's queue full)."""
         counters = self.sender.counters

@@ -181,3 +181,18 @@ def test_the_udp_path_decodes_as_lbtru_carrying_lbmc(harness, tmp_path):
     assert sqns == list(range(200))
     warnings = expert_info(pcap, [], prefs, min_severity="warn")
     assert all(row.startswith("Warn/Sequence/LBT-RU: NAK") for row in warnings), warnings
+
+
+def test_a_message_too_large_for_a_datagram_is_dropped_counted_and_said(harness, caplog):
+    acceptor, initiator, received = udp_pair(harness, udp(), udp())
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 5, "the link")
+    with caplog.at_level("WARNING"):
+        # 12 + 65500 bytes: an LBMC message a TCP source may send, larger than 65507 - 20.
+        assert not initiator.link.send_data(data_message(0, 65500))
+        assert initiator.link.send_data(data_message(1, 100))
+        initiator.link.flush()
+        harness.run_until(lambda: received["PB"].data, 5, "the message that fits")
+    assert [m.sqn for m in received["PB"].messages()] == [1]
+    assert initiator.counter("transport_topic_fragments_dropped_size_error") == 1
+    assert initiator.counter("transport_topic_fragment_bytes_dropped_size_error") == 65512
+    assert "1 message(s) larger than a UDP datagram dropped (1 so far)" in caplog.text
