@@ -61,9 +61,10 @@ def hop_count(case) -> int:
     return 2 if case == UDP else case
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct TCP ports nobody listens on now (the kernel's choice), for peer acceptors."""
-    socks = [socket.socket() for _ in range(count)]
+def free_ports(count: int, kind: int = socket.SOCK_STREAM) -> list[int]:
+    """`count` distinct ports of `kind` (TCP: for peer acceptors; UDP: for peer links' UDP paths)
+    nobody uses now (the kernel's choice)."""
+    socks = [socket.socket(socket.AF_INET, kind) for _ in range(count)]
     try:
         for sock in socks:
             sock.bind(("127.0.0.1", 0))
@@ -82,17 +83,6 @@ def peer_xml(name: str, *, connect: int | None = None, listen: int | None = None
     return f"<peer><name>{name}</name><single-tcp><nodelay/>{side}</single-tcp>{udp_xml}</peer>"
 
 
-def free_udp_ports(count: int) -> list[int]:
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
 def chain(directory: Path, hops: int, lan1: Path, lan2: Path, udp: bool = False) -> list[tuple[str, Path]]:
     """The routers of a `hops`-router chain from D1 to D2: (name, configuration file) each.
     Router i reaches D1 (the first) or the previous router (acceptor side), and D2 (the last) or
@@ -100,7 +90,7 @@ def chain(directory: Path, hops: int, lan1: Path, lan2: Path, udp: bool = False)
     letters = "ABC"[:hops]
     names = [f"hops{os.getpid()}n{hops}{letter}" for letter in letters]
     ports = free_ports(hops - 1)
-    udp_ports = free_udp_ports(2 * (hops - 1)) if udp else [None] * (2 * (hops - 1))
+    udp_ports = free_ports(2 * (hops - 1), socket.SOCK_DGRAM) if udp else [None] * (2 * (hops - 1))
     routers = []
     for i, name in enumerate(names):
         west = (endpoint_xml("LAN1", 1, lan1) if i == 0
