@@ -156,6 +156,8 @@ class Receiver:
 
     def _end_now(self, joined: JoinedSource) -> None:
         if not joined.ended:
+            if joined.late_join is not None:
+                joined.late_join.give_up()      # what was fetched and held back comes before the EOS
             self.context._detach(joined)
             joined.on_eos()
 

@@ -446,7 +446,11 @@ def test_a_receiver_gives_up_on_a_source_context_that_does_not_answer_and_delive
         assert _lj(sending)["lj_info_requests_rcved"] == 0
 
 
-def test_live_messages_held_back_are_delivered_when_the_source_ends_before_its_context_answers(domain):
+@pytest.mark.parametrize("final_advertisements", [0, 3], ids=["transport-closes", "final-advertisements"])
+def test_live_messages_held_back_are_delivered_when_the_source_ends_before_its_context_answers(
+        domain, final_advertisements):
+    """The source ends while the receiver still asks what came before: by its transport closing,
+    or by final advertisements (which end the stream on their own path)."""
     with Context(**domain.overrides(), late_join=True) as sending, \
             Context(**domain.overrides(), late_join_info_request_interval=100,
                     late_join_info_request_maximum=100) as receiving:          # 10 s of asking
@@ -457,7 +461,7 @@ def test_live_messages_held_back_are_delivered_when_the_source_ends_before_its_c
         wait_for(lambda: source.receiver_count >= 1, 10, message="the receiver joins")
         _send(source, [_payload(n) for n in range(5, 10)])
         wait_for(lambda: _held(receiving) == 5, 10, message="the live messages held back")
-        source.close()
+        source.close(final_advertisements=final_advertisements)
         wait_for(lambda: any(kind == "EOS" for kind, _ in got.events), 10, message="EOS")
     assert got.numbers == list(range(5, 10)), "the live messages the transport received"
     assert got.events == [("BOS", 0), ("EOS", 5)]
