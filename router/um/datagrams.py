@@ -3,7 +3,8 @@ immediate messages, LBT-RM sessions and their NAKs) does when its socket becomes
 
 A readiness event takes at most `limit` datagrams, so one busy socket cannot starve the loop's
 others; what is left waits for the next event. A receive error ends the batch and is logged, never
-raised (the socket stays registered; a lasting error shows again at the next event).
+raised (the socket stays registered; a lasting error shows again at the next event). A socket that
+a datagram of the batch got closed (its session ended) ends the batch quietly.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def pending_datagrams(sock: socket.socket, limit: int, what: str) -> Iterator[tu
     """(datagram, sender address) for each datagram waiting on `sock`, up to `limit`; `what`
     names the socket in the log line of a receive error."""
     for _ in range(limit):
+        if sock.fileno() < 0:
+            return
         try:
             yield sock.recvfrom(MAX_DATAGRAM, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):

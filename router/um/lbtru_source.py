@@ -175,6 +175,8 @@ class LbtruSourceSession(RepairingSourceSession):
         # The receiver joins the destinations, gets what was held and the SYN in one step under
         # the session's lock, so no datagram reaches it ahead of its SYN. A sending thread may
         # hold that lock for a while (waiting for the data rate): the loop must not wait for it.
+        if self.sock.fileno() < 0:
+            return                                 # closed while this waited for the lock
         if not self.lock.acquire(blocking=False):
             self.loop.call_later(0.005, self._connect, address, client_id, time.monotonic())
             return

@@ -196,3 +196,18 @@ def test_a_message_too_large_for_a_datagram_is_dropped_counted_and_said(harness,
     assert initiator.counter("transport_topic_fragments_dropped_size_error") == 1
     assert initiator.counter("transport_topic_fragment_bytes_dropped_size_error") == 65512
     assert "1 message(s) larger than a UDP datagram dropped (1 so far)" in caplog.text
+
+
+def test_a_malformed_message_on_the_udp_path_drops_the_link_cleanly(harness, caplog):
+    """A datagram whose LBMC is broken takes the link down (counted, said) and nothing else: the
+    socket closed under the read that found it is not read again."""
+    acceptor, initiator, _ = udp_pair(harness, udp(), udp(), reconnect=100)
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up and initiator.link.udp_path.receiver
+                      and initiator.link.udp_path.receiver.connected, 5, "the link and its UDP path")
+    with caplog.at_level("WARNING"):
+        initiator.link.udp_path.send_now(b"\x0f\x00\x00\x10" + b"x" * 12)    # unknown LBMC type, 16 bytes
+        harness.run_until(lambda: acceptor.downs, 5, "the acceptor to drop the link")
+    assert acceptor.downs[0].startswith("malformed UDP datagram"), acceptor.downs
+    assert acceptor.counter("link_malformed") == 1
+    assert "receive failed" not in caplog.text
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 10, "the link back")
