@@ -36,6 +36,7 @@ def test_a_late_receiver_gets_what_the_proxy_source_forwarded_before_it(routers,
     got = more.result(120)
     # The first source's messages are all retransmissions; of the second's, those its proxy source
     # forwarded before this receiver joined it are too (the second source sends as soon as the
-    # router's proxy receiver joins it, which may be before): every one arrives, once, in order.
-    assert got["received"] == first + later and first <= got["retransmitted"] < first + later, got
+    # router's proxy receiver joins it, which may be before this receiver joins the new proxy
+    # source: some, none or all of them): every one arrives, once, in order.
+    assert got["received"] == first + later and first <= got["retransmitted"] <= first + later, got
     assert (got["gaps"], got["duplicates"], got["out_of_order"]) == (0, 0, 0), got
