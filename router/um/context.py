@@ -53,6 +53,21 @@ from router.um.wire.lbmr import LbtipcInfo, LbtrmInfo, LbtruInfo, TcpInfo
 log = logging.getLogger(__name__)
 
 
+
+def _repairing_options(config: UMConfig, transport: str) -> dict:
+    """What LBT-RM and LBT-RU sessions both take (router.um.repairing_source), from the options
+    UM names alike for the two: transport_lbtrm_* or transport_lbtru_*."""
+    def get(scope: str, name: str):
+        return config.get(scope, f"transport_{transport}_{name}")
+    return {"datagram_max_size": get("context", "datagram_max_size"),
+            "data_rate_limit": get("context", "data_rate_limit"),
+            "retransmit_rate_limit": get("context", "retransmit_rate_limit"),
+            "rate_interval": get("context", "rate_interval") / 1000,
+            "window_size": get("source", "transmission_window_size"),
+            "ignore_interval": get("source", "ignore_interval") / 1000,
+            "sm_minimum_interval": get("source", "sm_minimum_interval") / 1000,
+            "sm_maximum_interval": get("source", "sm_maximum_interval") / 1000}
+
 class Context:
     def __init__(self, config_file: str | Path | None = None, *, config: UMConfig | None = None,
                  loop: EventLoop | None = None, packet_options: Callable[[], list] | None = None,
@@ -424,28 +439,13 @@ class Context:
                 self.loop, self.channel.interface, get("source", "transport_lbtrm_multicast_address") or self._next_lbtrm_group(config),
                 get("context", "transport_lbtrm_destination_port"),
                 get("context", "transport_lbtrm_source_port_low"), get("context", "transport_lbtrm_source_port_high"),
-                ttl=get("context", "resolver_multicast_ttl"),
-                datagram_max_size=get("context", "transport_lbtrm_datagram_max_size"),
-                data_rate_limit=get("context", "transport_lbtrm_data_rate_limit"),
-                retransmit_rate_limit=get("context", "transport_lbtrm_retransmit_rate_limit"),
-                rate_interval=get("context", "transport_lbtrm_rate_interval") / 1000,
-                window_size=get("source", "transport_lbtrm_transmission_window_size"),
-                ignore_interval=get("source", "transport_lbtrm_ignore_interval") / 1000,
-                sm_minimum_interval=get("source", "transport_lbtrm_sm_minimum_interval") / 1000,
-                sm_maximum_interval=get("source", "transport_lbtrm_sm_maximum_interval") / 1000, **batching)
+                ttl=get("context", "resolver_multicast_ttl"), **_repairing_options(config, "lbtrm"), **batching)
         if transport == "lbtru":
             return LbtruSourceSession(
                 self.loop, get("source", "transport_lbtru_interface") or get("context", "transport_lbtru_interface")
                 or self.channel.interface,
                 get("context", "transport_lbtru_port_low"), get("context", "transport_lbtru_port_high"),
-                datagram_max_size=get("context", "transport_lbtru_datagram_max_size"),
-                data_rate_limit=get("context", "transport_lbtru_data_rate_limit"),
-                retransmit_rate_limit=get("context", "transport_lbtru_retransmit_rate_limit"),
-                rate_interval=get("context", "transport_lbtru_rate_interval") / 1000,
-                window_size=get("source", "transport_lbtru_transmission_window_size"),
-                ignore_interval=get("source", "transport_lbtru_ignore_interval") / 1000,
-                sm_minimum_interval=get("source", "transport_lbtru_sm_minimum_interval") / 1000,
-                sm_maximum_interval=get("source", "transport_lbtru_sm_maximum_interval") / 1000,
+                **_repairing_options(config, "lbtru"),
                 client_activity_timeout=get("source", "transport_lbtru_client_activity_timeout") / 1000,
                 hold_for_receiver=hold_for_receiver, **batching)
         return TcpSourceSession(

@@ -19,9 +19,7 @@ LBTRM = "source transport lbtrm"
 def _lbtrm_prefs(domain) -> list[str]:
     return [f"lbtrm.mc_address_low:{domain.lbtrm_group}", f"lbtrm.mc_address_high:{domain.lbtrm_group}",
             f"lbtrm.dport_low:{domain.port}", f"lbtrm.dport_high:{domain.port}",
-            f"lbtrm.sport_low:{domain.tcp_low}", f"lbtrm.sport_high:{domain.tcp_high}",
-            f"lbmr.mc_incoming_address:{domain.group}", f"lbmr.mc_outgoing_address:{domain.group}",
-            f"lbmr.mc_incoming_port:{domain.port}", f"lbmr.mc_outgoing_port:{domain.port}"]
+            f"lbtrm.sport_low:{domain.tcp_low}", f"lbtrm.sport_high:{domain.tcp_high}", *domain.lbmr_prefs()]
 
 
 def _receiver(tools, domain, topic: str, count: int, loss_percent: int = 0):

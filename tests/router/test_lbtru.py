@@ -21,8 +21,7 @@ def _prefs(domain) -> list[str]:
     """What makes tshark claim the domain's LBT-RU ports and its topic resolution group."""
     return [f"lbtru.source_port_low:{domain.tcp_low}", f"lbtru.source_port_high:{domain.tcp_high}",
             f"lbtru.receiver_port_low:{domain.request_low}", f"lbtru.receiver_port_high:{domain.request_high}",
-            f"lbmr.mc_incoming_address:{domain.group}", f"lbmr.mc_outgoing_address:{domain.group}",
-            f"lbmr.mc_incoming_port:{domain.port}", f"lbmr.mc_outgoing_port:{domain.port}"]
+            *domain.lbmr_prefs()]
 
 
 def _receiver(tools, domain, topic: str, count: int, loss_percent: int = 0):

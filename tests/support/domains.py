@@ -42,6 +42,11 @@ class Domain:
                 "transport_lbtrm_source_port_low": self.tcp_low, "transport_lbtrm_source_port_high": self.tcp_high,
                 "transport_lbtrm_data_rate_limit": 1_000_000_000}
 
+    def lbmr_prefs(self) -> list[str]:
+        """The tshark preferences that make it decode this domain's topic resolution as LBMR."""
+        return [f"lbmr.mc_incoming_address:{self.group}", f"lbmr.mc_outgoing_address:{self.group}",
+                f"lbmr.mc_incoming_port:{self.port}", f"lbmr.mc_outgoing_port:{self.port}"]
+
     def lbtru_overrides(self) -> dict:
         """LBT-RU sources on UDP ports numbered like the TCP range, receivers on UDP ports numbered
         like the request range (UDP ports: no clash with the TCP ones); the rate as LBT-RM's."""

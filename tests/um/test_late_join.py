@@ -311,11 +311,6 @@ def test_a_source_without_late_join_gives_only_live_messages(domain):
     assert src["uim_frames_sent"] == rcv["uim_frames_sent"] == 0
 
 
-def _lbmr_prefs(domain) -> list[str]:
-    return [f"lbmr.mc_incoming_address:{domain.group}", f"lbmr.mc_outgoing_address:{domain.group}",
-            f"lbmr.mc_incoming_port:{domain.port}", f"lbmr.mc_outgoing_port:{domain.port}"]
-
-
 def test_only_a_late_join_source_advertises_the_latejoin_option(domain, tmp_path):
     pcap = tmp_path / "tirs.pcapng"
     with LiveCapture(capture_filter=f"udp port {domain.port}", path=pcap) as capture:
@@ -334,7 +329,7 @@ def test_only_a_late_join_source_advertises_the_latejoin_option(domain, tmp_path
             request_address = offering.request_address()
     assert got_plain.numbers == [1] and got_plain.flags == [False]
     assert got_offered.numbers == [0] and got_offered.flags == [True]
-    prefs = _lbmr_prefs(domain)
+    prefs = domain.lbmr_prefs()
     assert_no_expert_info(pcap, [], prefs, min_severity="warn")
     fields = ["lbmr.tir.name", "lbmr.topt.latejoin", "lbmr.topt.latejoin.src_tcp_port",
               "lbmr.topt.latejoin.src_ip_addr", "lbmr.topt.latejoin.transport_idx"]
@@ -512,7 +507,7 @@ def test_tshark_decodes_the_latejoin_option_the_requests_the_answers_and_the_ret
                  f"tcp.port=={receiver_request[1]},lbttcp"]
     prefs = [f"lbttcp.source_port_low:{domain.tcp_low}", f"lbttcp.source_port_high:{domain.tcp_high}",
              f"lbttcp.request_port_low:{domain.request_low}", f"lbttcp.request_port_high:{domain.request_high}",
-             "lbmc.reassemble_fragments:TRUE", *_lbmr_prefs(domain)]
+             "lbmc.reassemble_fragments:TRUE", *domain.lbmr_prefs()]
     assert_no_expert_info(pcap, decode_as, prefs, min_severity="warn")
     rows = decode(pcap, decode_as, prefs, display_filter=capture.not_canary, fields=[
         "tcp.srcport", "tcp.dstport", "_ws.malformed", "lbmc.type", "lbmc.tidx", "lbmc.sqn", "lbmc.frag.first_sqn",
