@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from router.cli.payload import HEADER
+from router.um.messages import UNRECOVERABLE_LOSS
 
 _unpack = HEADER.unpack_from
 _MAX_LATENCY_SAMPLES = 5_000_000
@@ -32,6 +33,8 @@ class ReceiveStats:
         self.sources: dict[int, _PerSource] = {}
         self.received = 0
         self.retransmitted = 0                  # late-join retransmissions among them
+        self.otr_recovered = 0                  # and messages recovered off the transport (OTR)
+        self.unrecoverable = 0                  # messages the receiver was told are lost for good
         self.malformed = 0
         self.eos = 0
         self.bos = 0
@@ -74,9 +77,13 @@ class ReceiveStats:
             if message.topic not in state.topics:
                 state.topics.add(message.topic)
         self.received += len(messages)
-        # Late-join retransmissions come in batches of their own (router.um.late_join).
-        if messages and getattr(messages[0], "retransmit", False):
-            self.retransmitted += len(messages)
+        # Late-join retransmissions and OTR-recovered messages come in batches of their own
+        # (router.um.late_join, router.um.otr).
+        if messages:
+            if getattr(messages[0], "retransmit", False):
+                self.retransmitted += len(messages)
+            elif getattr(messages[0], "otr", False):
+                self.otr_recovered += len(messages)
 
     @staticmethod
     def _out_of_line(state: "_PerSource", seq: int) -> None:
@@ -95,7 +102,9 @@ class ReceiveStats:
             state.duplicates += 1
 
     def on_event(self, event) -> None:
-        if event.kind == "EOS":
+        if event.kind == UNRECOVERABLE_LOSS:
+            self.unrecoverable += event.count
+        elif event.kind == "EOS":
             self.eos += 1
         elif event.kind == "BOS":
             self.bos += 1
@@ -118,6 +127,8 @@ class ReceiveStats:
         return {
             "received": self.received,
             "retransmitted": self.retransmitted,
+            "otr_recovered": self.otr_recovered,
+            "unrecoverable_loss": self.unrecoverable,
             "unique": self.unique,
             "duplicates": sum(s.duplicates for s in self.sources.values()),
             "gaps": sum(len(s.missing) for s in self.sources.values()),

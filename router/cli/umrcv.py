@@ -7,6 +7,7 @@ import time
 
 from router.cli.common import add_context_arguments, open_context, print_json, setup_logging, stop_event_on_signals
 from router.cli.receive_stats import ReceiveStats
+from router.um.messages import UNRECOVERABLE_LOSS
 from router.um.source_cache import key_string
 
 
@@ -39,6 +40,11 @@ def run_receiver(args, subscribe) -> int:
 
     def on_event(event) -> None:
         stats.on_event(event)
+        if event.kind == UNRECOVERABLE_LOSS:
+            if args.verbose:
+                print(f"[{event.topic}][{event.source}], unrecoverable loss of {event.count} messages from "
+                      f"sequence number {event.sequence_number}", file=sys.stderr, flush=True)
+            return
         client = getattr(event.joined, "client", None)
         if client is not None:
             streams[client.key] = client

@@ -11,7 +11,7 @@ import threading
 import time
 
 from router.cli.common import add_context_arguments, open_context, print_json, setup_logging, stop_event_on_signals
-from router.um.messages import RequestMessage
+from router.um.messages import BOS, EOS, RequestMessage
 
 RESPONSE_PREFIX = b"re:"
 
@@ -49,7 +49,9 @@ class Responder:
 
     @staticmethod
     def on_event(event) -> None:
-        what = "Beginning of Transport Session" if event.kind == "BOS" else "End of Transport Session"
+        if event.kind not in (BOS, EOS):
+            return                  # a loss: umresp answers what it gets
+        what = "Beginning of Transport Session" if event.kind == BOS else "End of Transport Session"
         print(f"[{event.topic}][{event.source}], {what}", file=sys.stderr, flush=True)
 
 

@@ -101,6 +101,17 @@ class LbtipcSourceSession(BatchingSession):
             # A batch above half the ring: only a tiny transmission window gets here; counted.
             self.counters["records_too_large"] += 1
 
+    def send_control(self, data) -> None:
+        """An application's session does not wait for ring space on the loop's thread: a
+        control message that finds the ring full is not sent (TSNIs come again)."""
+        if self.overflow == "drop":
+            self._deliver(data)
+            return
+        try:
+            self.producer.offer(RECORD_FRAMES, data, _ALL)
+        except RecordTooLarge:
+            self.counters["records_too_large"] += 1
+
     # -- held for the first receiver ---------------------------------------------------------------
     def _receivers_now(self) -> bool:
         if self.held or not self.producer.live_consumers():
@@ -140,8 +151,7 @@ class LbtipcSourceSession(BatchingSession):
         and so the portal's holding back, starts with it (a batch can be one 256 KB ingress read,
         more than a small <max-queue>); later ones are dropped beyond max_queue."""
         if self.waiting and self.waiting_bytes + len(data) > self.max_queue:
-            self.counters["dropped_would_block_batches"] += 1
-            self.counters["dropped_would_block_bytes"] += len(data)
+            self.count_dropped(data)
             return
         if not self.waiting:
             self.progress = time.monotonic()
@@ -198,8 +208,8 @@ class LbtipcSourceSession(BatchingSession):
                 self._hold_check.cancel()
                 self._hold_check = None
             if self.waiting:                      # a deleted proxy's queue is discarded (as the DRO's)
-                self.counters["dropped_would_block_batches"] += len(self.waiting)
-                self.counters["dropped_would_block_bytes"] += self.waiting_bytes
+                for data in self.waiting:
+                    self.count_dropped(data)
                 self.waiting.clear()
                 self.waiting_bytes = 0
                 self._stop_waiting()              # proxies close on the loop's thread

@@ -477,17 +477,17 @@ class EndpointPortal(EgressRecords):
         self.counters.set("lbmr_packets_sent", channel["packets_sent"])
         self.counters.set("lbmr_malformed", channel["malformed"])
         enqueued = 0
-        dropped_bytes = dropped_batches = 0
+        dropped_bytes = dropped_frames = 0
         for session in self.egress.sessions():
             enqueued += session.queued_bytes()
             dropped_bytes += session.counters["dropped_would_block_bytes"]
-            dropped_batches += session.counters["dropped_would_block_batches"]
+            dropped_frames += session.counters["dropped_would_block_frames"]
         self.counters.set("data_bytes_enqueued", enqueued)
         self.counters.set_max("data_bytes_enqueued_max", enqueued)
         previous = self.counters.get("transport_topic_fragment_bytes_dropped_would_block")
         if dropped_bytes > previous:
             self.counters.set("transport_topic_fragment_bytes_dropped_would_block", dropped_bytes)
-            self.counters.set("transport_topic_fragments_dropped_would_block", dropped_batches)
+            self.counters.set("transport_topic_fragments_dropped_would_block", dropped_frames)
             self._rate_limited("drops-would-block", f"a receiver is not keeping up: {dropped_bytes} bytes dropped "
                                f"so far (queue limit {self.config.max_queue} bytes)")
 

@@ -13,6 +13,8 @@ import threading
 
 import numpy as np
 
+from router.um.frame_runs import frames_and_last_sequence_numbers
+from router.um.sequence_info import later
 from router.um.requests import RequestOrigin, message_frames
 from router.um.retention import Retention
 from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
@@ -69,10 +71,26 @@ class BatchingSession:
         self.flush_timer_armed = False
         self.closed = False
         self.counters = {"bytes_sent": 0, "batches": 0,
-                         "dropped_would_block_bytes": 0, "dropped_would_block_batches": 0}
+                         "dropped_would_block_bytes": 0, "dropped_would_block_batches": 0,
+                         "dropped_would_block_frames": 0, "tsni_sent": 0}
+        # Topic sequence number info (router.um.sequence_info), when the context starts it; and
+        # the last sequence number dropped per topic index (a lost tail TSNIs must speak of).
+        self.sequence_info = None
+        self.dropped_last: dict[int, int] = {}
         # Late-join sources' retention (router.um.retention), by topic index: each frame sent for
         # one of them is kept as it is appended.
         self.retained: dict[int, Retention] = {}
+
+    def count_dropped(self, data) -> None:
+        """A batch dropped because it would block (a receiver behind, the queue full)."""
+        counters = self.counters
+        counters["dropped_would_block_batches"] += 1
+        counters["dropped_would_block_bytes"] += len(data)
+        frames, last = frames_and_last_sequence_numbers(data)
+        counters["dropped_would_block_frames"] += frames
+        dropped_last = self.dropped_last
+        for tidx, sqn in last.items():
+            dropped_last[tidx] = later(dropped_last.get(tidx), sqn)
 
     def retain(self, tidx: int, retention: Retention | None) -> None:
         """Keep (or, with None, stop keeping) what is sent for topic index `tidx`."""
@@ -207,6 +225,12 @@ class BatchingSession:
     def _deliver(self, data) -> None:
         """Send or queue `data` (bytes-like; it may be a view valid only during this call)."""
         raise NotImplementedError
+
+    def send_control(self, data) -> None:
+        """Send a CONTROL message (a TSNI) from the loop's thread, lock held, never waiting for
+        room: the caller sends only when nothing is queued, so each transport's _deliver goes
+        straight through (LBT-IPC overrides: its ring may still be full)."""
+        self._deliver(data)
 
     def backlog(self) -> float | None:
         """None while sends go through; else since when its receivers have taken nothing (a

@@ -38,6 +38,8 @@ from router.um.source_cache import Candidate
 from router.lbtipc.receiver import LbtipcSessionClient
 from router.lbtipc.source import LbtipcSourceSession
 from router.um.late_join import LateJoinClient, LateJoinServer, LateJoinSettings
+from router.um.otr import OtrRecovery, OtrSettings
+from router.um.sequence_info import SequenceInfo
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.lbtrm_receiver import LbtrmGroup, LbtrmSessionClient
 from router.um.lbtrm_source import LbtrmSourceSession
@@ -114,6 +116,13 @@ class Context:
                                    "lj_retransmissions_given_up": 0, "lj_messages_delivered": 0,
                                    "lj_messages_incomplete": 0, "lj_held_overflows": 0, "uim_frames_unknown": 0}
         self.next_transport_index = 1
+        # Off-transport recovery (router.um.otr): our receivers' recoveries by the topic index they
+        # recover (RETRANS frames carry no more than it and the sequence number).
+        self.otr_recoveries: dict[int, list[OtrRecovery]] = {}
+        self.otr_counters = {"otr_messages_missing": 0, "otr_requests_sent": 0, "otr_frames_recovered": 0,
+                             "otr_messages_recovered": 0, "otr_messages_unrecovered": 0,
+                             "otr_messages_incomplete": 0, "otr_cache_overflows": 0}
+        self.loss_counters = {"unrecoverable_loss_events": 0, "unrecoverable_loss_messages": 0}
         # Multicast immediate messaging (router.um.immediate): opened on first use.
         self.immediate: ImmediateChannel | None = None
         self.immediate_callbacks: list[OnMessage] = []           # topicless messages
@@ -157,6 +166,7 @@ class Context:
                             domain_id=domain_id, final_advertisements=finals)
             if config.get("source", "late_join"):
                 self._offer_late_join(source, config)
+            self._sequence_info(session, config).add(chosen, source)
             self.resolver.add_source(source)
             return source
         return self._call(create)
@@ -224,6 +234,8 @@ class Context:
         found.update(self.responder.counters)
         found.update(self.late_join_server.counters)
         found.update(self.late_join_counters)
+        found.update(self.otr_counters)
+        found.update(self.loss_counters)
         if self.request_port is not None:
             found.update(self.request_port.counters)
         return found
@@ -327,20 +339,50 @@ class Context:
             self.late_join_server.remove(source.late_join[1], source.index)
             source.session.retain(source.index, None)
 
+    def _reply_address(self, what: str, candidate: Candidate) -> tuple[str, int] | None:
+        """Where a source answers our receivers (our request port), None if it cannot be opened."""
+        try:
+            return self._open_request_port().address
+        except RequestPortUnavailable as err:
+            log.warning("%s %s not used: %s", what, candidate.source_string, err)
+            return None
+
     def _late_join_start(self, candidate: Candidate, joined) -> None:
         """A receiver joined a source that offers late join: fetch what came before (loop thread)."""
         settings = LateJoinSettings.from_config(self.config)
         if not settings.enabled:
             return
-        try:
-            reply_to = self._open_request_port().address
-        except RequestPortUnavailable as err:
-            log.warning("late join to %s not used: %s", candidate.source_string, err)
+        reply_to = self._reply_address("late join to", candidate)
+        if reply_to is None:
             return
         client = LateJoinClient(self, joined, candidate.late_join, settings, reply_to)
         if not client.done:
             joined.late_join = client
             self.late_join_clients[client.request_idx] = client
+
+    def _otr_start(self, candidate: Candidate, joined) -> None:
+        """A receiver joined a source that retains: what its transport loses can be asked of it."""
+        settings = OtrSettings.from_config(self.config)
+        if not settings.enabled:
+            return
+        reply_to = self._reply_address("off-transport recovery from", candidate)
+        if reply_to is None:
+            return
+        joined.otr = OtrRecovery(self, joined, candidate.late_join, settings, reply_to)
+        self.otr_recoveries.setdefault(candidate.index, []).append(joined.otr)
+        self.late_join_clients[joined.otr.request_idx] = joined.otr      # its LJ_INFO answers bind it
+
+    def _otr_end(self, joined) -> None:
+        recovery = joined.otr
+        if recovery is None:
+            return
+        recovery.close()
+        self.late_join_clients.pop(recovery.request_idx, None)
+        recoveries = self.otr_recoveries.get(recovery.topic_idx, [])
+        if recovery in recoveries:
+            recoveries.remove(recovery)
+        if not recoveries:
+            self.otr_recoveries.pop(recovery.topic_idx, None)
 
     def _late_join_end(self, joined) -> None:
         client = joined.late_join
@@ -357,6 +399,11 @@ class Context:
         if kind == LBMC_TYPE_RETRANS and len(frame) >= MESSAGE_HEADER.size:
             tidx = int.from_bytes(frame[4:8], "big")
             if any(client.retransmission(frame) for client in connection.late_join.get(tidx, ())):
+                return
+            # An OTR recovery whose source has not answered its LJI_REQ yet (the answer binds
+            # its connection): the first one that waits for this sequence number.
+            if any(recovery.retransmission(frame) for recovery in self.otr_recoveries.get(tidx, ())
+                   if not recovery.bound):
                 return
         elif kind == LBMC_TYPE_CONTROL:
             try:
@@ -402,6 +449,16 @@ class Context:
         self.responder.respond(origin, data)
 
     # -- transports --------------------------------------------------------------------------------
+    @staticmethod
+    def _sequence_info(session, config: UMConfig) -> SequenceInfo:
+        """The session's TSNI (router.um.sequence_info), started with its first source's options."""
+        if session.sequence_info is None:
+            get = config.get
+            session.sequence_info = SequenceInfo(
+                session, get("source", "transport_topic_sequence_number_info_interval") / 1000,
+                get("source", "transport_topic_sequence_number_info_active_threshold"))
+        return session.sequence_info
+
     def _session_for(self, transport: str, overflow: str, max_queue: int | None, hold_for_receiver: float = 0.0,
                      config: UMConfig | None = None):
         if transport not in ("tcp", "lbtipc", "lbtrm", "lbtru"):
@@ -551,10 +608,12 @@ class Context:
         joined.client = client
         if candidate.late_join is not None and not joined.raw:
             self._late_join_start(candidate, joined)
+            self._otr_start(candidate, joined)
         return True
 
     def _detach(self, joined) -> None:
         self._late_join_end(joined)
+        self._otr_end(joined)
         candidate = joined.candidate
         client = self.clients.get(candidate.session_key)
         if client is not None:
@@ -566,6 +625,7 @@ class Context:
 
     def _source_ended(self, receiver: Receiver, joined) -> None:
         self._late_join_end(joined)
+        self._otr_end(joined)
         self.resolver.source_ended(receiver, joined)
 
     # -- closing -----------------------------------------------------------------------------------
@@ -576,6 +636,8 @@ class Context:
         session = source.session
         session.flush()
         self._call(self._withdraw_late_join, source)
+        if session.sequence_info is not None:
+            self._call(session.sequence_info.remove, source.index)
         self._call(self.resolver.remove_source, source, final_advertisements)
         self.session_indexes.get(session, set()).discard(source.index)
         users = self.session_users.get(session, 1) - 1

@@ -7,8 +7,13 @@ follow each other: one numpy comparison finds the run instead of a Python step p
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
+from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE
+
+_TIDX_SQN = struct.Struct(">II")
 MIN_RUN = 32          # fewer frames than this are walked one by one: as cheap as numpy's set-up
 
 
@@ -22,3 +27,22 @@ def equal_frames(buf, offset: int, end: int, length: int) -> int:
     differs = (heads != heads[0]).any(axis=1)
     del heads                       # let go of `buf` (a reader's buffer) before anyone resizes it
     return int(differs.argmax()) if differs.any() else count
+
+
+
+def frames_and_last_sequence_numbers(buf) -> tuple[int, dict[int, int]]:
+    """How many LBMC frames `buf` holds, and the sequence number of the last MESSAGE frame of each
+    topic index among them (walking their lengths; a short or broken tail ends it). For the rare
+    paths that need them: a batch being dropped."""
+    count, position, end = 0, 0, len(buf)
+    last: dict[int, int] = {}
+    while position + 4 <= end:
+        length = (buf[position + 2] << 8) | buf[position + 3]
+        if length < 4 or position + length > end:
+            break
+        if buf[position] == LBMC_TYPE_MESSAGE and length >= 12:
+            tidx, sqn = _TIDX_SQN.unpack_from(buf, position + 4)
+            last[tidx] = sqn
+        position += length
+        count += 1
+    return count, last

@@ -10,13 +10,14 @@ its frames hold requests, so it can stand in for the requester.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from typing import Callable, Protocol
 
 from router.um.frame_runs import MIN_RUN, equal_frames
 from router.um.requests import REQUEST_FRAME_MIN, REQUEST_HEADER_OFFSET, read_request, request_frame_problem
-from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA,
-                                 NHDR_FRAG, NHDR_REQUEST)
+from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER,
+                                 NHDR_DATA, NHDR_FRAG, NHDR_REQUEST, NHDR_TSNI)
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,10 @@ _unpack_message = MESSAGE_HEADER.unpack_from
 _unpack_frag = FRAG_HEADER.unpack_from
 _MESSAGE_SIZE = MESSAGE_HEADER.size
 _FRAG_SIZE = FRAG_HEADER.size
+_CONTROL_SIZE = CONTROL_HEADER.size
+_TSNI_RECORD = struct.Struct(">II")
 MAX_REASSEMBLED = 64 * 1024 * 1024
+_OLD_FRAME_WINDOW = 1 << 20          # a frame at most this far behind its topic's next one is old
 
 
 class Subscription(Protocol):
@@ -35,6 +39,7 @@ class Subscription(Protocol):
     def on_frames(self, frames: bytes, count: int, longest: int) -> None: ...
     def on_request_frames(self, frames: bytes, count: int, longest: int) -> None: ...
     def on_eos(self) -> None: ...
+    def on_gap(self, first: int, count: int) -> None: ...
 
 # A subscription with `raw = True` (a router's proxy receiver) gets the LBMC frames themselves,
 # fragments as they came: `on_frames(frames, count, longest)`, the bytes of `count` whole frames
@@ -44,7 +49,9 @@ class Subscription(Protocol):
 # one stream (a router's context holds only proxy receivers).
 #
 # Other subscriptions get `on_batch([(sqn, payload), ...])` per read and, for a request,
-# `on_request(sqn, payload, origin)` after the batch of the messages before it.
+# `on_request(sqn, payload, origin)` after the batch of the messages before it. A jump in their
+# topic's sequence numbers is told first, `on_gap(first missing, count)`, during the read (before
+# that read's batch): what the transport lost for good (a router dropped it, LBT-RM gave it up).
 
 
 class FrameStream:
@@ -61,7 +68,11 @@ class FrameStream:
         # (tidx, first_sqn) -> [bytearray, bytes received, time.monotonic() of the first fragment]
         self.fragments: dict[tuple[int, int], list] = {}
         self.counters = {"frames": 0, "bytes": 0, "unknown_frames": 0, "malformed": 0,
-                         "fragments": 0, "reassembled": 0, "control_frames": 0, "fragments_expired": 0}
+                         "fragments": 0, "reassembled": 0, "control_frames": 0, "fragments_expired": 0,
+                         "sequence_gaps": 0, "frames_missing": 0}
+        # topic index -> the sequence number its next frame should carry: a frame past it means
+        # the ones between were lost (a router dropped them, or LBT-RM gave them up).
+        self.next_sqns: dict[int, int] = {}
         self.paused = False
         self.closed = False
 
@@ -107,7 +118,7 @@ class FrameStream:
             end = len(data)
         if view is None:
             view = data
-        subscriptions, raw_indexes = self.subscriptions, self.raw_indexes
+        subscriptions, raw_indexes, next_sqns = self.subscriptions, self.raw_indexes, self.next_sqns
         batches: dict[int, list] = {}
         raw_spans: dict[int, list] = {}
         requested: set[int] | None = None       # topic indexes whose batch holds a request
@@ -146,29 +157,38 @@ class FrameStream:
                             run[3] = msglen
                         if is_request:
                             run[5] = True
-                elif next_hdr == NHDR_DATA:
-                    if tidx in subscriptions:
-                        batch = batches.get(tidx)
-                        if batch is None:
-                            batch = batches[tidx] = []
-                        batch.append((sqn, data[offset + _MESSAGE_SIZE:offset + msglen]))
-                elif next_hdr == NHDR_FRAG:
-                    whole = self._fragment(data, offset + _MESSAGE_SIZE, offset + msglen, tidx,
-                                           subscriptions.get(tidx))
-                    if whole is not None:
-                        batches.setdefault(tidx, []).append(whole)
-                elif next_hdr == NHDR_REQUEST:
-                    request = self._request(data, offset, msglen, tidx, sqn, subscriptions.get(tidx))
-                    if request is not None:
-                        batches.setdefault(tidx, []).append(request)
-                        if requested is None:
-                            requested = set()
-                        requested.add(tidx)
                 else:
-                    self.counters["unknown_frames"] += 1
+                    if next_sqns.get(tidx) == sqn:
+                        next_sqns[tidx] = sqn + 1
+                    elif not self._in_sequence(tidx, sqn, batches):
+                        offset += msglen          # an old frame again: delivered already
+                        frames += 1
+                        continue
+                    if next_hdr == NHDR_DATA:
+                        if tidx in subscriptions:
+                            batch = batches.get(tidx)
+                            if batch is None:
+                                batch = batches[tidx] = []
+                            batch.append((sqn, data[offset + _MESSAGE_SIZE:offset + msglen]))
+                    elif next_hdr == NHDR_FRAG:
+                        whole = self._fragment(data, offset + _MESSAGE_SIZE, offset + msglen, tidx,
+                                               subscriptions.get(tidx))
+                        if whole is not None:
+                            batches.setdefault(tidx, []).append(whole)
+                    elif next_hdr == NHDR_REQUEST:
+                        request = self._request(data, offset, msglen, tidx, sqn, subscriptions.get(tidx))
+                        if request is not None:
+                            batches.setdefault(tidx, []).append(request)
+                            if requested is None:
+                                requested = set()
+                            requested.add(tidx)
+                    else:
+                        self.counters["unknown_frames"] += 1
             elif ver_type == LBMC_TYPE_CONTROL:
                 self.counters["control_frames"] += 1
-                if not self._control(data, offset, msglen, next_hdr):
+                if next_hdr == NHDR_TSNI:
+                    self._sequence_info(data, offset + _CONTROL_SIZE, offset + msglen, batches)
+                elif not self._control(data, offset, msglen, next_hdr):
                     return end
             else:
                 self.counters["unknown_frames"] += 1
@@ -206,6 +226,54 @@ class FrameStream:
             rest = batch[start:]
             for sub in subs:
                 sub.on_batch(rest)
+
+    def _in_sequence(self, tidx: int, sqn: int, batches: dict) -> bool:
+        """A frame whose sequence number is not the next one of its topic index: the first one
+        seen (or past the 32-bit wrap), a jump forward (what lies between is reported lost), or an
+        old one (False: already delivered, dropped). A jump back of more than _OLD_FRAME_WINDOW
+        is a new source on a reused index: followed from there."""
+        expected = self.next_sqns.get(tidx)
+        ahead = (sqn - expected) & 0xFFFFFFFF if expected is not None else 0
+        if 0x80000000 <= ahead < 0x100000000 - _OLD_FRAME_WINDOW:
+            ahead = 0                               # far back: start over from this one
+        if ahead >= 0x80000000:
+            return False
+        self.next_sqns[tidx] = (sqn + 1) & 0xFFFFFFFF
+        if ahead:
+            self._gap(tidx, expected, ahead, batches)
+        return True
+
+    def _sequence_info(self, data, header: int, end: int, batches: dict) -> None:
+        """A TSNI (router.um.wire.lbmc_tsni): each topic's last sequence number; a subscribed topic
+        expecting an earlier one lost the rest."""
+        if end - header < 4 or data[header + 1] < 4 or header + data[header + 1] > end:
+            self._malformed("TSNI header shorter than its length says", close=False)
+            return
+        count = ((data[header + 2] << 8) | data[header + 3]) & 0x7FFF
+        if 4 + count * _TSNI_RECORD.size > data[header + 1]:
+            self._malformed(f"TSNI of {count} records in {data[header + 1]} bytes", close=False)
+            return
+        for n in range(count):
+            tidx, sqn = _TSNI_RECORD.unpack_from(data, header + 4 + n * _TSNI_RECORD.size)
+            expected = self.next_sqns.get(tidx)
+            if expected is None or tidx in self.raw_indexes or tidx not in self.subscriptions:
+                continue
+            ahead = (sqn + 1 - expected) & 0xFFFFFFFF
+            if 0 < ahead < 0x80000000:
+                self.next_sqns[tidx] = (sqn + 1) & 0xFFFFFFFF
+                self._gap(tidx, expected, ahead, batches)
+
+    def _gap(self, tidx: int, first: int, count: int, batches: dict) -> None:
+        """Messages `first`.. (`count`) of a topic will not come: what came before them in this
+        read is delivered first, then the subscriptions are told."""
+        self.counters["sequence_gaps"] += 1
+        self.counters["frames_missing"] += count
+        subs = self.subscriptions.get(tidx, ())
+        batch = batches.pop(tidx, None)
+        if batch:
+            self._deliver_with_requests(batch, subs)
+        for sub in subs:
+            sub.on_gap(first, count)
 
     def _valid_request(self, data, offset: int, msglen: int) -> bool:
         problem = request_frame_problem(data, offset, msglen)

@@ -43,6 +43,12 @@ MAX_HELD_BYTES = 64 * 1024 * 1024   # live messages a receiver holds back while 
 _request_indexes = itertools.count(1)
 
 
+def next_request_index() -> int:
+    """A request index no other late-join or OTR exchange of this process uses (the source's
+    UME_LJ_INFO answer names it)."""
+    return next(_request_indexes)
+
+
 @dataclass(frozen=True)
 class LateJoinSettings:
     """A receiver's late-join options (UM's names; intervals in seconds)."""
@@ -133,7 +139,7 @@ class LateJoinClient:
     def __init__(self, context, joined, option: LateJoinOption, settings: LateJoinSettings, reply_to: tuple[str, int]):
         self.context, self.joined, self.option, self.settings = context, joined, option, settings
         self.reply_to = reply_to
-        self.request_idx = next(_request_indexes)
+        self.request_idx = next_request_index()
         self.topic_idx = joined.candidate.index
         self.held: list[tuple] = []               # live deliveries held back: ("batch", messages) / ("request", ...)
         self.held_bytes = 0
@@ -287,8 +293,10 @@ class LateJoinClient:
         self.counters["lj_messages_delivered"] += len(messages)
         if messages and not joined.ended:
             batch = [RetransmittedMessage(joined.topic, joined.source, sqn, payload) for sqn, payload in messages]
-            joined.deliver_retransmitted(batch)
+            joined.deliver_ready(batch)
         highest = max(self.frames) if self.frames else last
+        if joined.otr is not None:
+            joined.otr.pause()            # what it recovered meanwhile goes in place among them, after
         # Live messages at or below what was retransmitted are not delivered twice: those held
         # back here, and any the transport still delivers (an LBT-RM receiver recovering a young
         # session's first datagrams by NAK) until the first one past it.
@@ -304,6 +312,8 @@ class LateJoinClient:
                 joined.on_request(*item)
         self.held.clear()
         self.frames.clear()
+        if joined.otr is not None and not joined.ended:
+            joined.otr.resume()
 
     def _messages(self) -> list[tuple[int, bytes]]:
         """The retransmitted frames as messages, in order; fragments put together (an incomplete

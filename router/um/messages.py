@@ -8,6 +8,9 @@ from router.um.requests import RequestOrigin
 
 BOS = "BOS"     # beginning of stream: a source was joined
 EOS = "EOS"     # end of stream: that source ended (disconnect, final advertisement, timeout)
+# UM's LBM_MSG_UNRECOVERABLE_LOSS: messages of a source that will not be delivered (the transport
+# lost them and off-transport recovery, if used, could not get them); the event says which.
+UNRECOVERABLE_LOSS = "UNRECOVERABLE_LOSS"
 
 
 class Message(NamedTuple):
@@ -21,6 +24,7 @@ class Message(NamedTuple):
     sequence_number: int
     data: bytes
     retransmit = False          # UM's LBM_MSG_FLAG_RETRANSMIT: not a late-join retransmission
+    otr = False                 # UM's LBM_MSG_FLAG_OTR: not recovered off the transport
 
 
 class RetransmittedMessage(NamedTuple):
@@ -32,6 +36,19 @@ class RetransmittedMessage(NamedTuple):
     sequence_number: int
     data: bytes
     retransmit = True
+    otr = False
+
+
+class OtrMessage(NamedTuple):
+    """A message the transport lost and off-transport recovery got from the source's retention
+    (UM's LBM_MSG_FLAG_OTR); delivered in sequence with the live ones around it."""
+
+    topic: str
+    source: str
+    sequence_number: int
+    data: bytes
+    retransmit = False
+    otr = True
 
 
 class RequestMessage(NamedTuple):
@@ -51,7 +68,9 @@ class RequestMessage(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ReceiverEvent:
-    kind: str           # BOS or EOS
+    kind: str           # BOS, EOS or UNRECOVERABLE_LOSS
     topic: str
     source: str
     joined: object = field(default=None, compare=False, repr=False)   # the JoinedSource (routers use it)
+    sequence_number: int = 0    # UNRECOVERABLE_LOSS: the first message lost
+    count: int = 0              # UNRECOVERABLE_LOSS: how many, from that one on

@@ -259,6 +259,20 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("retransmit_request_outstanding_maximum", "receiver", 200, _int(1, 0x7FFFFFFF)),
     _spec("late_join_info_request_interval", "receiver", 1000, _int(1, 0x7FFFFFFF)),
     _spec("late_join_info_request_maximum", "receiver", 60, _int(1, 0x7FFFFFFF)),
+    # Off-transport recovery (router.um.otr): a receiver asks a late-join source's retention for
+    # what its transport lost. Defaults as UM documents them (UM 5.3's OTR option reference).
+    _spec("use_otr", "receiver", False, _bool),
+    _spec("otr_request_initial_delay", "receiver", 10000, _int(0, 0x7FFFFFFF)),
+    _spec("otr_request_minimum_interval", "receiver", 1000, _int(1, 0x7FFFFFFF)),
+    _spec("otr_request_maximum_interval", "receiver", 10000, _int(1, 0x7FFFFFFF)),
+    _spec("otr_request_duration", "receiver", 20000, _int(1, 0x7FFFFFFF)),
+    _spec("otr_request_outstanding_maximum", "receiver", 200, _int(0, 0x7FFFFFFF)),
+    _spec("otr_request_log_alert_cooldown", "receiver", 300, _int(0, 0x7FFFFFFF)),
+    _spec("otr_message_caching_threshold", "receiver", 10000, _int(1, 0x7FFFFFFF)),
+    # Topic sequence number info (TSNI): an idle source's last sequence numbers, so receivers see
+    # a lost tail (router.um.sequence_info); the active threshold is in seconds (0: always).
+    _spec("transport_topic_sequence_number_info_interval", "source", 5000, _int(1, 0x7FFFFFFF)),
+    _spec("transport_topic_sequence_number_info_active_threshold", "source", 60, _int(0, 0x7FFFFFFF)),
     _spec("implicit_batching_minimum_length", "source", 2048, _int(1, 0x7FFFFFFF)),
     _spec("implicit_batching_interval", "source", 200, MILLIS),
     _spec("context_name", "context", "", _string),

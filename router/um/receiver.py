@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Callable
 
-from router.um.messages import BOS, EOS, Message, ReceiverEvent, RequestMessage
+from router.um.messages import BOS, EOS, UNRECOVERABLE_LOSS, Message, ReceiverEvent, RequestMessage
 from router.um.source_cache import Candidate
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ class JoinedSource:
     """One joined source of one receiver; the transport delivers into it."""
 
     __slots__ = ("receiver", "candidate", "source", "topic", "ended", "raw", "forward", "forward_requests",
-                 "client", "late_join", "late_join_floor", "_on_message", "_on_batch")
+                 "client", "late_join", "late_join_floor", "otr", "_on_message", "_on_batch")
 
     def __init__(self, receiver: "Receiver", candidate: Candidate):
         self.receiver = receiver
@@ -41,6 +41,7 @@ class JoinedSource:
         self.client = None                # the transport connection delivering it (pause/resume)
         self.late_join = None             # a LateJoinClient while what came before is fetched
         self.late_join_floor = None       # then: the highest sequence number it delivered
+        self.otr = None                   # an OtrRecovery when lost messages can be asked of the source
         self._on_message = receiver.on_message
         self._on_batch = receiver.on_batch
 
@@ -65,6 +66,14 @@ class JoinedSource:
             messages = self._above(messages, floor)
             if not messages:
                 return
+        otr = self.otr
+        if otr is not None and otr.holding:   # behind a loss being recovered: in order after it
+            otr.hold(messages)
+            return
+        self.deliver_live(messages)
+
+    def deliver_live(self, messages: list[tuple]) -> None:
+        """Live messages ((sqn, payload)) to the application, in one batch."""
         topic, source, make = self.topic, self.source, Message._make
         if self._on_batch is not None:
             self._on_batch([make((topic, source, sqn, payload)) for sqn, payload in messages])
@@ -81,7 +90,19 @@ class JoinedSource:
             self.late_join_floor = None
         return fresh
 
-    def deliver_retransmitted(self, messages: list) -> None:
+    def on_gap(self, first: int, count: int) -> None:
+        """The transport lost `count` messages from sequence number `first` on: recovered off
+        the transport if it can be (router.um.otr), else reported lost."""
+        if self.otr is not None:
+            self.otr.gap(first, count)
+        else:
+            self.report_loss(first, count)
+
+    def report_loss(self, first: int, count: int) -> None:
+        self.receiver._loss(self, first, count)
+
+    def deliver_ready(self, messages: list) -> None:
+        """Message objects made already (retransmitted, recovered) to the application."""
         if self._on_batch is not None:
             self._on_batch(messages)
             return
@@ -92,6 +113,12 @@ class JoinedSource:
         if self.late_join is not None:
             self.late_join.hold("request", (sqn, payload, origin))
             return
+        if self.otr is not None and self.otr.holding:
+            self.otr.hold([(sqn, payload, origin)])
+            return
+        self.deliver_request(sqn, payload, origin)
+
+    def deliver_request(self, sqn: int, payload: bytes, origin) -> None:
         request = RequestMessage(self.topic, self.source, sqn, payload, origin, self.receiver.context)
         if self._on_batch is not None:
             self._on_batch([request])
@@ -102,6 +129,8 @@ class JoinedSource:
         if not self.ended:
             if self.late_join is not None:
                 self.late_join.give_up()     # what was fetched and held back comes before the EOS
+            if self.otr is not None:
+                self.otr.give_up()
             self.ended = True
             self.receiver._source_ended(self)
 
@@ -158,12 +187,20 @@ class Receiver:
         if not joined.ended:
             if joined.late_join is not None:
                 joined.late_join.give_up()      # what was fetched and held back comes before the EOS
+            if joined.otr is not None:
+                joined.otr.give_up()
             self.context._detach(joined)
             joined.on_eos()
 
     def _event(self, kind: str, source: str, joined: "JoinedSource | None" = None) -> None:
         if self.on_event is not None:
             self.on_event(ReceiverEvent(kind, self.topic, source, joined))
+
+    def _loss(self, joined: JoinedSource, first: int, count: int) -> None:
+        self.context.loss_counters["unrecoverable_loss_events"] += 1
+        self.context.loss_counters["unrecoverable_loss_messages"] += count
+        if self.on_event is not None:
+            self.on_event(ReceiverEvent(UNRECOVERABLE_LOSS, self.topic, joined.source, joined, first, count))
 
     @property
     def sources(self) -> list[str]:

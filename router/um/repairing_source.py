@@ -203,8 +203,7 @@ class RepairingSourceSession(BatchingSession):
             self._send_new(payload)
             return
         if self.pending_bytes + size > self.max_queue:
-            self.counters["dropped_would_block_batches"] += 1
-            self.counters["dropped_would_block_bytes"] += size
+            self.count_dropped(payload)
             return
         self.pending.append(bytes(payload))
         self.pending_bytes += size

@@ -119,6 +119,17 @@ class Source:
     def flush(self) -> None:
         self.session.flush()
 
+    def last_sequence_number(self) -> int | None:
+        """The sequence number of the last frame sent (None before the first): what its session's
+        TSNIs say (router.um.sequence_info). A router's proxy source sends frames as they came, not
+        through `send`: the newest it retains, if it retains."""
+        if self.sequence_number:
+            return (self.sequence_number - 1) & 0xFFFFFFFF
+        if self.late_join is not None:
+            bounds = self.late_join[2].bounds()
+            return bounds[1] if bounds is not None else None
+        return None
+
     def close(self, final_advertisements: int | None = None) -> None:
         """Flush, stop advertising, send final advertisements if asked, release the session."""
         if self.closed:

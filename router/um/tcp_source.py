@@ -132,8 +132,7 @@ class TcpSourceSession(BatchingSession):
                     if self.overflow == "drop":
                         connection.dropped_batches += 1
                         connection.dropped_bytes += len(data)
-                        self.counters["dropped_would_block_batches"] += 1
-                        self.counters["dropped_would_block_bytes"] += len(data)
+                        self.count_dropped(data)
                         continue
                     self.wait_drained(self.max_queue // 2, connection)
                 connection.queue += data

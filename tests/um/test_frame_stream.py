@@ -66,9 +66,13 @@ def test_a_read_of_equal_frames_is_one_run_and_what_follows_it_still_arrives():
 class _Messages:
     def __init__(self):
         self.messages = []
+        self.gaps = []
 
     def on_batch(self, messages):
         self.messages += messages
+
+    def on_gap(self, first, count):
+        self.gaps.append((first, count))
 
 
 def _fragment(tidx: int, sqn: int, first: int, offset: int, total: int, piece: bytes) -> bytes:
@@ -88,3 +92,4 @@ def test_a_partial_message_older_than_the_cutoff_is_expired_and_counted_and_a_wh
     assert stream.counters["fragments_expired"] == 1 and not stream.fragments
     stream._parse(_fragment(1, 20, 20, 0, 8, b"wxyz") + _fragment(1, 21, 20, 4, 8, b"1234"))
     assert sub.messages == [(20, b"wxyz1234")]
+    assert sub.gaps == [(11, 9)]                                     # the lost rest, and what came between

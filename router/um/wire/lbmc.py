@@ -33,6 +33,7 @@ from router.um.wire.lbmc_gateway import (
     GATEWAY_HEADERS, Advertisement, GatewayName, GwCtxInfo, PatternInterest, PatternMdInterest,
     RouteInfo, RouteInfoNeighbor, TnwgCapabilities, TnwgKeepalive, TopicInterest, TopicMdInterest)
 from router.um.wire.lbmc_late_join import LATE_JOIN_HEADERS, LjiRequest, UmeLjInfo, UmeRxReq
+from router.um.wire.lbmc_tsni import Tsni
 from router.um.wire.lbmc_headers import (
     CORE_HEADERS, CTXINST_HEADER_TYPES, Batch, CtxInst, Destination, Domain, Frag, ODomain, Otid,
     PatIdx, RawHeader, Request, SrcIdx, Stream, TcpSid, TopicIdx, TopicName)
@@ -48,8 +49,8 @@ __all__ = [name for name in dir(_constants) if name.isupper()] + [
     # peer-link headers (§3)
     "TnwgKeepalive", "TopicInterest", "PatternInterest", "TopicMdInterest", "PatternMdInterest",
     "Advertisement", "GwCtxInfo", "TnwgCapabilities", "RouteInfo", "RouteInfoNeighbor", "GatewayName",
-    # late join
-    "LjiRequest", "UmeLjInfo", "UmeRxReq",
+    # late join and off-transport recovery
+    "LjiRequest", "UmeLjInfo", "UmeRxReq", "Tsni",
 ]
 
 # Precompiled layouts for code on the data fast path (they match what encode_lbmc writes).
@@ -61,7 +62,7 @@ TCP_SID_HEADER = struct.Struct(">BBHI")     # next_hdr, hdr_len=8, flags, sid
 DATA_MESSAGE_TYPES = (LBMC_TYPE_MESSAGE, LBMC_TYPE_PRORX, LBMC_TYPE_RETRANS)
 SHORT_MESSAGE_TYPES = (LBMC_TYPE_CONTROL, LBMC_TYPE_EOT)
 
-_HEADER_CLASSES = {cls.HEADER_TYPE: cls for cls in CORE_HEADERS + GATEWAY_HEADERS + LATE_JOIN_HEADERS}
+_HEADER_CLASSES = {cls.HEADER_TYPE: cls for cls in CORE_HEADERS + GATEWAY_HEADERS + LATE_JOIN_HEADERS + (Tsni,)}
 _HEADER_CLASSES.update({t: CtxInst for t in CTXINST_HEADER_TYPES})
 _TIDX_SQN = struct.Struct(">II")
 _CHAIN_LINK = struct.Struct(">BB")

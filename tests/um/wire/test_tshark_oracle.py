@@ -411,6 +411,24 @@ def test_tir_with_session_id_labels_the_tcp_stream_with_its_topic(tmp_path):
     assert expert_info(path, decode_as, prefs) == []
 
 
+def test_tsni_records_decode_with_only_the_dissectors_sequence_notes(tmp_path):
+    """TSNI (router.um.wire.lbmc_tsni): every field as written. packet-lbmc.c marks each TSNI
+    record with a Note-level "TSNI Sqn" (its sequence analysis, by design, as packet-lbtrm.c marks
+    NCFs): exactly those, nothing else."""
+    path = tmp_path / "tsni.pcap"
+    records = [(1, 41), (9, 0xFFFFFFF0)]
+    with PcapWriter(path) as pcap:
+        stream = pcap.tcp_stream(RECEIVER, SOURCE)
+        number = stream.send(c.encode_lbmc(c.LbmcMessage(c.LBMC_TYPE_CONTROL, [c.Tsni(records)])), False)[0]
+    frame = decode(path, DECODE_AS, PREFS)[number - 1]
+    assert int(_one(frame, "lbmc.tsni.num_recs"), 0) == 2
+    assert int(_one(frame, "lbmc.tsni.ignore"), 0) == 0
+    assert _ints(frame, "lbmc.tsni.tsni_rec.tidx") == [1, 9]
+    assert _ints(frame, "lbmc.tsni.tsni_rec.sqn") == [41, 0xFFFFFFF0]
+    assert sorted(expert_info(path, DECODE_AS, PREFS)) == [f"Note/Sequence/LBT-TCP: TSNI Sqn 0x{sqn:08x} (x1)"
+                                                           for _, sqn in records]
+
+
 def test_live_capture_of_a_real_datagram(tmp_path):
     """LiveCapture really captures: a TIR sent over loopback while it runs comes back intact."""
     import socket
