@@ -30,22 +30,26 @@ def build_endpoint(reader: ElementReader, element: etree._Element) -> EndpointCo
         topic_resolution=_topic_resolution(reader, child(element, "topic-resolution")),
         remote_topic=_remote_topic(reader, child(element, "remote-topic")),
         remote_pattern=_remote_pattern(reader, child(element, "remote-pattern")),
-        late_join_provide=_late_join(reader, child(element, "late-join")))
+        **_late_join(reader, child(element, "late-join")))
 
 
-def _late_join(reader: ElementReader, element: etree._Element | None) -> str | None:
-    """The seed's <late-join>: UM's DRO eliminated it (proxy sources do not retain there); this
-    router can retain at its proxy sources, so `provide` still means what the seed says."""
+def _late_join(reader: ElementReader, element: etree._Element | None) -> dict:
+    """The seed's <late-join>: UM's DRO eliminated it (its proxy sources keep nothing and relay
+    requests to the origin, as this router's do by default); this router can also retain at its
+    proxy sources, so `provide` and `forward` still mean what the seed says."""
     if element is None:
-        return None
+        return {}
     provide = element.get("provide", "source")
-    applied = {"always": "this portal's proxy sources offer late join (source option late_join 1)",
-               "never": "this portal's proxy sources do not offer late join (source option late_join 0)",
-               "source": "it changes nothing (the portal's UM options decide)"}[provide]
-    forward = "" if element.get("forward", "yes") == "no" else \
-        "; forward (asking the original source for what a proxy does not retain) is not supported"
-    reader.warn(element, f"element has been deprecated; provide=\"{provide}\": {applied}{forward}")
-    return None if provide == "source" else provide
+    forward = element.get("forward", "yes") == "yes"
+    applied = {"always": "this portal's proxy sources keep what they send for late join (source option "
+                         "late_join 1)",
+               "never": "this portal's proxy sources offer no late join (source option late_join 0)",
+               "source": "its proxy sources offer late join where the origin does"}[provide]
+    if provide != "never":
+        applied += ("; forward=\"yes\": what a proxy source does not keep is asked of the origin" if forward
+                    else "; forward=\"no\": a proxy source that keeps what it sends asks the origin for nothing")
+    reader.warn(element, f"element has been deprecated; provide=\"{provide}\": {applied}")
+    return {"late_join_provide": None if provide == "source" else provide, "late_join_forward": forward}
 
 
 def build_peer(reader: ElementReader, element: etree._Element) -> PeerConfig:

@@ -311,9 +311,12 @@ class EndpointConfig(PortalConfig):
     topic_resolution: TopicResolutionConfig = field(default_factory=TopicResolutionConfig)
     remote_topic: RemoteTopic = field(default_factory=RemoteTopic)
     remote_pattern: RemotePattern = field(default_factory=RemotePattern)
-    # The eliminated <late-join provide=...> (seed 001 §5.2.2): "always" / "never" set the portal's
-    # proxy sources' late_join option; None (or "source") leaves it to the UM options.
+    # The eliminated <late-join provide=... forward=...> (seed 001 §5.2.2): "always" / "never" set
+    # the portal's proxy sources' late_join option; None (or "source") leaves it to the UM options.
+    # Proxy sources that keep nothing relay requests to an origin that offers late join (the DRO's
+    # way; not with "never"); `forward` makes those that retain relay what they no longer have.
     late_join_provide: str | None = None
+    late_join_forward: bool = True
 
     kind = "endpoint"
 

@@ -110,9 +110,18 @@ UDP_PEER_COUNTERS = (
     "udp_retransmissions_rcvd", "udp_datagrams_lost",
 )
 
+# Added with late join and OTR relayed to the originating source (router/portals/late_join_relay.py):
+# requests a receiver sent a proxy source (egress), relayed on to the origin (ingress), answers
+# (UME_LJ_INFO, RETRANS frames) back from it and sent on to the requester, requests that could not
+# be relayed (the stream or its origin gone, or a peer link between), answers nobody waited for.
+LATE_JOIN_COUNTERS = (
+    "late_join_requests_rcvd", "late_join_requests_relayed", "late_join_answers_rcvd",
+    "late_join_answers_sent", "late_join_requests_not_relayed", "late_join_answers_unknown",
+)
+
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
-                 + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS)
+                 + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

@@ -1,8 +1,9 @@
 """Reading the records other portals address to this one (the egress side of every portal kind).
 
 Both portal kinds take the same records from the rings — a stream's ADVERT, its FRAMES (plain,
-or holding requests), its EOS, RESPONSEs to requests that came in by this portal, and the
-IMMEDIATE messages other portals flood — and differ
+or holding requests), its EOS, RESPONSEs to requests that came in by this portal, the
+IMMEDIATE messages other portals flood, and late-join requests and answers relayed between an
+endpoint's proxy source and the stream's ingress — and differ
 only in where they send them (proxy sources in a domain, or a peer link). `EgressRecords.on_record`
 decodes and checks each record once, counts what is malformed or meant for a stream this portal
 does not know, and calls the portal's `egress_advert`, `egress_frames`, `egress_request_frames`,
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import logging
 
-from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RECORD_IMMEDIATE,
-                                   RECORD_REQUEST_FRAMES, RECORD_RESPONSE, RecordError, StreamAdvert, decode_eos,
-                                   decode_frames, decode_immediate, decode_response)
+from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RECORD_IMMEDIATE, RECORD_LATE_JOIN,
+                                   RECORD_LATE_JOIN_ANSWER, RECORD_REQUEST_FRAMES, RECORD_RESPONSE, RecordError,
+                                   StreamAdvert, decode_eos, decode_frames, decode_immediate, decode_late_join,
+                                   decode_late_join_answer, decode_response)
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,10 @@ class EgressRecords:
                 self.egress_response(ring, *decode_response(payload))
             elif record_type == RECORD_IMMEDIATE:
                 self.egress_immediate(ring, *decode_immediate(payload))
+            elif record_type == RECORD_LATE_JOIN:
+                self.late_join_request(ring, *decode_late_join(payload))
+            elif record_type == RECORD_LATE_JOIN_ANSWER:
+                self.late_join_answer(ring, *decode_late_join_answer(payload))
             else:
                 raise RecordError(f"unknown ring record type {record_type}")
         except RecordError as err:
@@ -68,6 +74,15 @@ class EgressRecords:
     def egress_immediate(self, ring: int, origin_domain: int, has_topic: bool, frame: bytes) -> None:
         """A multicast immediate message another portal heard (router.portals.immediate)."""
         raise NotImplementedError
+
+    def late_join_request(self, ring: int, stream_id: int, message: bytes) -> None:
+        """Late-join requests a receiver behind portal `ring` sent for a stream this portal feeds
+        (router.portals.late_join_relay). A portal that cannot relay them counts them."""
+        self.counters.add("late_join_requests_not_relayed")
+
+    def late_join_answer(self, ring: int, ipaddr: str, port: int, frames: bytes) -> None:
+        """A source's answers to late-join requests this portal relayed, for a requester in its domain."""
+        self.counters.add("late_join_requests_not_relayed")
 
     def egress_advert(self, ring: int, advert: StreamAdvert) -> None:
         raise NotImplementedError

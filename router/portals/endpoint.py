@@ -20,6 +20,7 @@ from router.portals.forwarding import ForwardingView
 from router.portals.immediate import ImmediateFlood, carried, with_origin
 from router.portals.ingress import Ingress
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings
+from router.portals.late_join_relay import LateJoinRelay
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
@@ -88,6 +89,8 @@ class EndpointPortal(EgressRecords):
         datapath.backlog = self._egress_backlog
         self.streams = StreamTable(self.name, self.view, datapath, counters, log_event)
         self.ingress = Ingress(self, self.context, self.streams, counters)
+        # Late join and OTR of proxy sources that keep nothing: asked of the origin.
+        self.late_join_relay = LateJoinRelay(self.name, self.context, datapath, self.streams, counters)
         # Multicast immediate messages: every one heard here is flooded to the other portals.
         self.immediates = ImmediateFlood(index, portal_indexes, datapath, counters, log_event)
         self.context.add_immediate_listener(self._immediate_in)
@@ -425,7 +428,16 @@ class EndpointPortal(EgressRecords):
         # The ingress addressed it to us from the router-wide interest and routes; when either
         # changes, the ingress re-masks and sends EOS.
         if self.access.stream_out_allowed(ring, advert.stream_id, advert.topic):
-            self.egress.advertise(ring, advert)
+            proxy = self.egress.advertise(ring, advert)
+            if proxy is not None and advert.late_join and self.config.late_join_provide != "never" \
+                    and (proxy.source.late_join is None or self.config.late_join_forward):
+                self.late_join_relay.offer(proxy)
+
+    def late_join_request(self, ring: int, stream_id: int, message: bytes) -> None:
+        self.late_join_relay.request_in(ring, stream_id, message)
+
+    def late_join_answer(self, ring: int, ipaddr: str, port: int, frames: bytes) -> None:
+        self.late_join_relay.answer_out(ipaddr, port, frames)
 
     def egress_eos(self, ring: int, stream_id: int) -> None:
         self.access.stream_ended(ring, stream_id)

@@ -91,7 +91,7 @@ class Ingress:
         candidate = joined.candidate
         origin = candidate.domain_id if candidate.domain_id is not None else self.portal.domain_id
         stream = self.streams.begin(joined.topic, candidate.otid, candidate.cost, candidate.hop_count or 0, origin,
-                                    joined.source, candidate.index, joined.client)
+                                    joined.source, candidate.index, joined.client, candidate.late_join)
         if stream is None:
             return
         self.stream_of_joined[id(joined)] = stream

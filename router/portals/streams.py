@@ -19,10 +19,11 @@ log = logging.getLogger(__name__)
 
 
 class Stream:
-    __slots__ = ("stream_id", "advert", "mask", "client")
+    __slots__ = ("stream_id", "advert", "mask", "client", "late_join")
 
-    def __init__(self, stream_id: int, advert: StreamAdvert, mask: int, client):
+    def __init__(self, stream_id: int, advert: StreamAdvert, mask: int, client, late_join=None):
         self.stream_id, self.advert, self.mask, self.client = stream_id, advert, mask, client
+        self.late_join = late_join          # the origin's LATEJOIN option (router.portals.late_join_relay)
 
 
 class StreamTable:
@@ -36,7 +37,7 @@ class StreamTable:
         self._ids = itertools.count(1)
 
     def begin(self, topic: str, otid: bytes, cost: int, hop_count: int, origin_domain: int, source: str,
-              origin_index: int, client=None) -> Stream | None:
+              origin_index: int, client=None, late_join=None) -> Stream | None:
         """A new source: returns its stream (None if it has crossed too many routers)."""
         if hop_count >= MAX_HOP_COUNT:
             self.counters.add("streams_dropped_hop_count")
@@ -45,8 +46,8 @@ class StreamTable:
             return None
         stream_id = next(self._ids) & 0xFFFFFFFF
         advert = StreamAdvert(stream_id, topic, otid, cost, hop_count, origin_domain, source,
-                              self.portal_name, origin_index)
-        stream = Stream(stream_id, advert, self.view.mask_for(topic, origin_domain), client)
+                              self.portal_name, origin_index, late_join is not None)
+        stream = Stream(stream_id, advert, self.view.mask_for(topic, origin_domain), client, late_join)
         self.streams[stream_id] = stream
         self.counters.add("streams_in")
         if stream.mask:

@@ -123,6 +123,9 @@ class Context:
                              "otr_messages_recovered": 0, "otr_messages_unrecovered": 0,
                              "otr_messages_incomplete": 0, "otr_cache_overflows": 0}
         self.loss_counters = {"unrecoverable_loss_events": 0, "unrecoverable_loss_messages": 0}
+        # A router's hook for the answers to late-join requests it relayed (router.portals.late_join_relay):
+        # frame -> True if taken.
+        self.uim_relay: Callable[[bytes], bool] | None = None
         # Multicast immediate messaging (router.um.immediate): opened on first use.
         self.immediate: ImmediateChannel | None = None
         self.immediate_callbacks: list[OnMessage] = []           # topicless messages
@@ -334,9 +337,32 @@ class Context:
         self.late_join_server.add(session.transport_index, source.index, retention)
         source.late_join = (address, session.transport_index, retention)
 
+    def offer_relayed_late_join(self, source: Source, relay) -> bool:
+        """A router's proxy source that keeps nothing offers late join all the same: requests for
+        it go to `relay(message)`, which asks the originating source (router.portals.late_join_relay);
+        one that retains relays what it no longer has. Loop thread; False if there is no request
+        port to name."""
+        if source.late_join is not None:      # it retains: what it no longer has is asked of the origin
+            self.late_join_server.relay(source.late_join[1], source.index, relay)
+            return True
+        try:
+            address = self._open_request_port().address
+        except RequestPortUnavailable as err:
+            log.warning("source %s: late join not relayed: %s", source.topic, err)
+            return False
+        session = source.session
+        if not hasattr(session, "transport_index"):
+            session.transport_index = self.next_transport_index
+            self.next_transport_index += 1
+        self.late_join_server.relay(session.transport_index, source.index, relay)
+        source.late_join = (address, session.transport_index, None)
+        self.resolver.readvertise(source)
+        return True
+
     def _withdraw_late_join(self, source: Source) -> None:
         if source.late_join is not None:
             self.late_join_server.remove(source.late_join[1], source.index)
+            self.late_join_server.relayed.pop((source.late_join[1], source.index), None)
             source.session.retain(source.index, None)
 
     def _reply_address(self, what: str, candidate: Candidate) -> tuple[str, int] | None:
@@ -396,6 +422,8 @@ class Context:
         """A frame on a UIM connection to our request port that is not a response: late join's
         requests (we are the source) and answers (we are the receiver)."""
         kind = frame[0]
+        if self.uim_relay is not None and self.uim_relay(frame):
+            return                            # an answer to a request a router relayed
         if kind == LBMC_TYPE_RETRANS and len(frame) >= MESSAGE_HEADER.size:
             tidx = int.from_bytes(frame[4:8], "big")
             if any(client.retransmission(frame) for client in connection.late_join.get(tidx, ())):

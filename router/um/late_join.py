@@ -84,6 +84,9 @@ class LateJoinServer:
     def __init__(self, context):
         self.context = context
         self.retained: dict[tuple[int, int], object] = {}     # (transport index, topic index) -> Retention
+        # A router's proxy sources that keep nothing but relay requests to the originating source
+        # (router.portals.late_join_relay): (transport index, topic index) -> relay(message bytes).
+        self.relayed: dict[tuple[int, int], object] = {}
         self.counters = {"lj_info_requests_rcved": 0, "lj_rx_requests_rcved": 0, "lj_retransmissions_sent": 0,
                          "lj_retransmissions_unavailable": 0, "lj_requests_unknown_source": 0}
 
@@ -93,17 +96,32 @@ class LateJoinServer:
     def remove(self, transport_idx: int, topic_idx: int) -> None:
         self.retained.pop((transport_idx, topic_idx), None)
 
+    def relay(self, transport_idx: int, topic_idx: int, relay) -> None:
+        """Requests for this (proxy) source go to `relay(message)` instead of a retention."""
+        self.relayed[(transport_idx, topic_idx)] = relay
+
     def control(self, message: LbmcMessage) -> bool:
-        """Handle the late-join requests in `message`; False if it held none."""
+        """Handle the late-join requests in `message`; False if it held none. A source that both
+        retains and relays (a router's proxy source with `forward`) relays LJI_REQs (what the
+        origin retains is what can be had), answers UME_RXREQs from its retention and relays
+        those it no longer has."""
         handled = False
         retransmissions: dict[tuple[str, int], bytearray] = {}
+        relayed: dict[object, list] = {}
         for header in message.headers:
-            if isinstance(header, LjiRequest):
-                handled = True
+            if not isinstance(header, (LjiRequest, UmeRxReq)):
+                continue
+            handled = True
+            key = (header.transport_idx, header.topic_idx if isinstance(header, LjiRequest) else header.id_2)
+            relay = self.relayed.get(key)
+            if relay is not None and (isinstance(header, LjiRequest) or key not in self.retained):
+                relayed.setdefault(relay, []).append(header)
+            elif isinstance(header, LjiRequest):
                 self._info(header)
-            elif isinstance(header, UmeRxReq):
-                handled = True
-                self._retransmit(header, retransmissions)
+            elif not self._retransmit(header, retransmissions) and relay is not None:
+                relayed.setdefault(relay, []).append(header)
+        for relay, headers in relayed.items():
+            relay(encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, headers)))
         for address, frames in retransmissions.items():
             self.context.responder.send_frames(address, bytes(frames))
         return handled
@@ -119,17 +137,19 @@ class LateJoinServer:
         answer = encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, [UmeLjInfo(low, high, request.request_idx)]))
         self.context.responder.send_frames((request.req_ip, request.req_port), answer)
 
-    def _retransmit(self, request: UmeRxReq, out: dict) -> None:
+    def _retransmit(self, request: UmeRxReq, out: dict) -> bool:
+        """Add the frame asked for to what goes to its requester; False if it is not retained."""
         self.counters["lj_rx_requests_rcved"] += 1
         retention = self.retained.get((request.transport_idx, request.id_2))
         frame = retention.get(request.seqnum) if retention is not None else None
         if frame is None:
             self.counters["lj_retransmissions_unavailable"] += 1
-            return
+            return False
         copy = bytearray(frame)
         copy[0] = LBMC_TYPE_RETRANS
         out.setdefault((request.rx_ip, request.rx_port), bytearray()).extend(copy)
         self.counters["lj_retransmissions_sent"] += 1
+        return True
 
 
 class LateJoinClient:

@@ -49,7 +49,9 @@ class Source:
         if self.late_join is None:
             return self.tir
         (ip, port), transport_idx, retention = self.late_join
-        low, high = retention.bounds() or (1, 0)        # low above high: nothing retained yet
+        # Low above high: nothing retained yet, or (None: a router relays requests to the origin)
+        # not known here; receivers ask (LJI_REQ) in any case.
+        low, high = (retention.bounds() if retention is not None else None) or (1, 0)
         tir = self.tir
         option = LateJoinOption(src_tcp_port=port, src_ip=ip, transport_idx=transport_idx, high_seqnum=high,
                                 low_seqnum=low)
@@ -125,7 +127,7 @@ class Source:
         through `send`: the newest it retains, if it retains."""
         if self.sequence_number:
             return (self.sequence_number - 1) & 0xFFFFFFFF
-        if self.late_join is not None:
+        if self.late_join is not None and self.late_join[2] is not None:
             bounds = self.late_join[2].bounds()
             return bounds[1] if bounds is not None else None
         return None

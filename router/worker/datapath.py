@@ -40,7 +40,8 @@ from router.ipc.ring_producer import RingProducer
 from router.ipc.shm import SharedSegment, segment_name
 from router.ipc.wakeup import EventfdWakeup, RingWakeups
 from router.worker.records import (EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES,
-                                   RECORD_IMMEDIATE, RECORD_RESPONSE, encode_frames, encode_immediate,
+                                   RECORD_IMMEDIATE, RECORD_LATE_JOIN, RECORD_LATE_JOIN_ANSWER, RECORD_RESPONSE,
+                                   encode_frames, encode_immediate, encode_late_join, encode_late_join_answer,
                                    encode_response)
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,14 @@ class DataPath:
     def response(self, portal: int, ipaddr: str, port: int, qidx: int, data) -> None:
         """A response for the requester behind `portal` (the portal its request came in by)."""
         self._write([(RECORD_RESPONSE, encode_response(ipaddr, port, qidx, data), 1 << portal)])
+
+    def late_join(self, portal: int, stream_id: int, message) -> None:
+        """Late-join requests for a stream, to the portal it came in by (its ingress)."""
+        self._write([(RECORD_LATE_JOIN, encode_late_join(stream_id, message), 1 << portal)])
+
+    def late_join_answer(self, portal: int, ipaddr: str, port: int, frames) -> None:
+        """A source's answers to relayed late-join requests, to the portal they came from."""
+        self._write([(RECORD_LATE_JOIN_ANSWER, encode_late_join_answer(ipaddr, port, frames), 1 << portal)])
 
     def immediate(self, mask: int, origin_domain: int, has_topic: bool, frame) -> None:
         """One multicast immediate message for the portals of `mask` (router.portals.immediate)."""

@@ -24,6 +24,14 @@ A frame larger than the egress datagram size is dropped and counted.
     IMMEDIATE >IB   origin domain id, flags (1: has a topic); one multicast immediate message,
                     the LBMC message itself with ODOMAIN and CTXINST first in its header chain
                     (router.portals.immediate). Flooded to every other portal.
+    LATE_JOIN <I    stream_id; an LBMC CONTROL message of late-join requests (LJI_REQ,
+                    UME_RXREQ) a receiver sent a proxy source of that stream, as it sent them.
+                    Written by the egress portal, addressed to the stream's ingress portal, which
+                    asks the originating source (router.portals.late_join_relay).
+    LATE_JOIN_ANSWER >IH  requester ip, port; the source's answers (UME_LJ_INFO, RETRANS frames)
+                    as the requester must get them. Written back by the ingress portal.
+
+The ADVERT's last item says whether the origin offers late join (older writers leave it out).
 """
 from __future__ import annotations
 
@@ -40,12 +48,16 @@ RECORD_EOS = 4
 RECORD_REQUEST_FRAMES = 5
 RECORD_RESPONSE = 6
 RECORD_IMMEDIATE = 7
+RECORD_LATE_JOIN = 8
+RECORD_LATE_JOIN_ANSWER = 9
 
 FRAMES_HEADER = struct.Struct("<III")
 EOS_RECORD = struct.Struct("<I")
 RESPONSE_HEADER = struct.Struct(">4sHI")     # requester ip (network order), port, request index
 IMMEDIATE_HEADER = struct.Struct(">IB")       # origin domain id, flags
 IMMEDIATE_HAS_TOPIC = 0x01
+LATE_JOIN_HEADER = struct.Struct("<I")        # stream id
+ANSWER_HEADER = struct.Struct(">4sH")         # requester ip (network order), port
 
 
 class RecordError(ValueError):
@@ -63,11 +75,12 @@ class StreamAdvert:
     source: str            # the source string seen at the ingress, for logs and monitoring
     origin_portal: str
     origin_index: int      # the topic index in the frames (the one the ingress joined)
+    late_join: bool = False    # the origin offers late join: its ingress relays requests to it
 
     def encode(self) -> bytes:
         return msgpack.packb([self.stream_id, self.topic, self.otid, self.cost, self.hop_count,
-                              self.origin_domain_id, self.source, self.origin_portal, self.origin_index],
-                             use_bin_type=True)
+                              self.origin_domain_id, self.source, self.origin_portal, self.origin_index,
+                              self.late_join], use_bin_type=True)
 
     @classmethod
     def decode(cls, data) -> "StreamAdvert":
@@ -133,3 +146,26 @@ def decode_immediate(payload) -> tuple[int, bool, bytes]:
         raise RecordError(f"immediate record of {len(payload)} bytes is too short for its header and a message")
     origin_domain, flags = IMMEDIATE_HEADER.unpack_from(payload)
     return origin_domain, bool(flags & IMMEDIATE_HAS_TOPIC), bytes(payload[IMMEDIATE_HEADER.size:])
+
+
+def encode_late_join(stream_id: int, message) -> bytes:
+    return LATE_JOIN_HEADER.pack(stream_id) + bytes(message)
+
+
+def decode_late_join(payload) -> tuple[int, bytes]:
+    """(stream id, the LBMC control message of requests) of a LATE_JOIN record."""
+    if len(payload) < LATE_JOIN_HEADER.size + 4:
+        raise RecordError(f"late-join record of {len(payload)} bytes is too short for its header and a message")
+    return LATE_JOIN_HEADER.unpack_from(payload)[0], bytes(payload[LATE_JOIN_HEADER.size:])
+
+
+def encode_late_join_answer(ipaddr: str, port: int, frames) -> bytes:
+    return ANSWER_HEADER.pack(socket.inet_aton(ipaddr), port) + bytes(frames)
+
+
+def decode_late_join_answer(payload) -> tuple[str, int, bytes]:
+    """(requester ip, port, the answer's LBMC frames) of a LATE_JOIN_ANSWER record."""
+    if len(payload) < ANSWER_HEADER.size + 4:
+        raise RecordError(f"late-join answer of {len(payload)} bytes is too short for its header and a frame")
+    raw_ip, port = ANSWER_HEADER.unpack_from(payload)
+    return socket.inet_ntoa(raw_ip), port, bytes(payload[ANSWER_HEADER.size:])

@@ -61,10 +61,11 @@ def test_three_lans_with_eliminated_late_join_warns_loads_and_applies_provide(ca
     assert [p.name for p in config.portals] == ["LAN1", "LAN2", "LAN3"]
     warnings = [r.getMessage() for r in caplog.records]
     assert warnings == [f"{VALID / 'three-lans.xml'}:{line}: <late-join>: element has been deprecated; "
-                        "provide=\"always\": this portal's proxy sources offer late join (source option late_join 1); "
-                        "forward (asking the original source for what a proxy does not retain) is not supported"
+                        "provide=\"always\": this portal's proxy sources keep what they send for late join (source "
+                        "option late_join 1); forward=\"yes\": what a proxy source does not keep is asked of the origin"
                         for line in (24, 30)]
     assert [p.source_um.get("source", "late_join") for p in config.portals] == [False, True, True]
+    assert [p.late_join_forward for p in config.portals] == [True, True, True]
 
 
 def test_each_endpoint_gets_its_lbm_config_options():

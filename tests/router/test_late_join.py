@@ -1,6 +1,8 @@
 """Late join through the router: a domain whose configuration gives its sources `late_join` (the
 router's proxy sources there too) lets a receiver that starts late get, from the proxy source,
-what the proxy forwarded before it came, then the live messages, in order and once each."""
+what the proxy forwarded before it came, then the live messages, in order and once each. Where the
+proxy sources keep nothing (the DRO's way), a late receiver's requests are relayed to the
+originating source, if it offers late join, and its answers back (router.portals.late_join_relay)."""
 import pytest
 
 from tests.support.routers import endpoint_xml
@@ -8,17 +10,22 @@ from tests.support.routers import endpoint_xml
 pytestmark = pytest.mark.integration
 
 
+def _first_run(tools, lan1, lan2, count: int, topic: str) -> dict:
+    """`count` messages from a source in LAN1 to a receiver in LAN2 (its JSON). The source stays
+    (--linger) after them, so its proxy source in LAN2 stays too."""
+    early = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 120, topic)
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", 10000, "-L", 60, "--start-on-stdin",
+                         topic)
+    early.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    return early.result(120)
+
+
 def test_a_late_receiver_gets_what_the_proxy_source_forwarded_before_it(routers, tools, make_domain):
     lan1, lan2 = make_domain(), make_domain("source late_join 1")
     routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
     first, later = 3000, 1000
-    early = tools.umrcv("-c", lan2.config_path, "--json", "-C", first, "--timeout", 120, "lj.routed")
-    # The source stays (--linger) after its first batch, so its proxy source in LAN2 stays too.
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-P", 10000, "-L", 60, "--start-on-stdin",
-                         "lj.routed")
-    early.wait_for_stderr("Beginning of Transport Session", 30)
-    source.send_line()
-    got = early.result(120)
+    got = _first_run(tools, lan1, lan2, first, "lj.routed")
     assert (got["received"], got["gaps"], got["duplicates"], got["retransmitted"]) == (first, 0, 0, 0), got
 
     # A receiver that starts now gets the first messages again, from the proxy's retention.
@@ -40,3 +47,26 @@ def test_a_late_receiver_gets_what_the_proxy_source_forwarded_before_it(routers,
     # source: some, none or all of them): every one arrives, once, in order.
     assert got["received"] == first + later and first <= got["retransmitted"] <= first + later, got
     assert (got["gaps"], got["duplicates"], got["out_of_order"]) == (0, 0, 0), got
+
+
+def test_a_late_receiver_gets_from_the_originating_source_what_came_before_through_a_relay(routers, tools,
+                                                                                           make_domain):
+    lan1, lan2 = make_domain("source late_join 1"), make_domain()     # only the origin retains
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
+                           endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+    first = 2000
+    got = _first_run(tools, lan1, lan2, first, "lj.relayed")
+    # The origin answers for where it is, ahead of the proxy: what it sent before this receiver's
+    # first live message came may come as retransmissions (each message once all the same).
+    assert (got["received"], got["gaps"], got["duplicates"]) == (first, 0, 0), got
+
+    # The proxy source in LAN2 kept nothing: the late receiver's requests go to the origin in LAN1.
+    late = tools.umrcv("-c", lan2.config_path, "--json", "-C", first, "--timeout", 120, "lj.relayed")
+    got = late.result(120)
+    assert (got["received"], got["retransmitted"], got["gaps"], got["duplicates"]) == (first, first, 0, 0), got
+    per_source = next(iter(got["per_source"].values()))
+    assert (per_source["first_seq"], per_source["last_seq"]) == (0, first - 1)
+    lan1_counters, lan2_counters = router.counters()[0], router.counters()[1]
+    assert lan2_counters["late_join_requests_rcvd"] > 0 and lan2_counters["late_join_answers_sent"] > 0
+    assert lan1_counters["late_join_requests_relayed"] > 0 and lan1_counters["late_join_answers_rcvd"] > 0
+    assert lan1_counters["late_join_requests_not_relayed"] == lan2_counters["late_join_requests_not_relayed"] == 0

@@ -1,0 +1,99 @@
+"""The late-join relay's rewriting (router.portals.late_join_relay), with the ring and the request
+port replaced by recorders: a receiver's requests become the ingress portal's own (its request
+index and port, the origin's transport and topic indexes), and the origin's answers become what
+the receiver asked for (its request index, the proxy's topic index), addressed to it."""
+from types import SimpleNamespace
+
+from router.monitor.counters import PortalCounters
+from router.portals.late_join_relay import LateJoinRelay
+from router.um.wire.lbmc import (LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, LBMC_TYPE_RETRANS, LbmcMessage, decode_lbmc,
+                                 encode_lbmc)
+from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
+from router.um.wire.lbmr import LateJoinOption
+
+ORIGIN = LateJoinOption(src_tcp_port=14391, src_ip="10.1.1.1", transport_idx=5, high_seqnum=0, low_seqnum=0)
+OURS = ("10.2.2.2", 14392)                 # the ingress portal's request port
+RECEIVER = ("10.3.3.3", 14393)             # the requester, behind egress portal 2
+
+
+class Recorder:
+    def __init__(self):
+        self.sent = []
+
+    def send_frames(self, address, frames):
+        self.sent.append((address, bytes(frames)))
+
+    def late_join(self, portal, stream_id, message):
+        self.sent.append(("late_join", portal, stream_id, bytes(message)))
+
+    def late_join_answer(self, portal, ip, port, frames):
+        self.sent.append(("answer", portal, ip, port, bytes(frames)))
+
+
+def relay(late_join=ORIGIN):
+    responder, datapath = Recorder(), Recorder()
+    context = SimpleNamespace(responder=responder, request_address=lambda: OURS, uim_relay=None)
+    stream = SimpleNamespace(late_join=late_join, advert=SimpleNamespace(origin_index=11))
+    counters = PortalCounters()
+    return LateJoinRelay("LAN1", context, datapath, SimpleNamespace(streams={4: stream}), counters), \
+        responder, datapath, counters
+
+
+def control(*headers) -> bytes:
+    return encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, list(headers)))
+
+
+def test_requests_go_to_the_origin_as_the_ingress_portals_own_and_answers_come_back_as_asked():
+    lj, responder, datapath, counters = relay()
+    lj.request_in(2, 4, control(LjiRequest(77, 1, 3, *RECEIVER, 0, 0, 200, 4),
+                                UmeRxReq(77, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    [(address, message)] = responder.sent
+    assert address == (ORIGIN.src_ip, ORIGIN.src_tcp_port)
+    info_request, rx_request = decode_lbmc(message)[0].headers
+    assert (info_request.transport_idx, info_request.topic_idx, info_request.req_ip, info_request.req_port,
+            info_request.rx_req_outstanding_max, info_request.flags) == (5, 11, *OURS, 200, 4)
+    assert (rx_request.transport_idx, rx_request.id_2, rx_request.seqnum, rx_request.rx_ip, rx_request.rx_port) == \
+        (5, 11, 42, *OURS)
+    assert counters.get("late_join_requests_relayed") == 1
+
+    # The origin's answers at our request port: back to egress portal 2, for the receiver.
+    assert lj.answer_in(control(UmeLjInfo(10, 50, info_request.request_idx)))
+    retrans = bytearray(encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, [], b"forty-two", 11, 42)))
+    retrans[0] = LBMC_TYPE_RETRANS
+    assert lj.answer_in(bytes(retrans))
+    (_, portal, ip, port, info_frames), (_, portal2, ip2, port2, frame) = datapath.sent
+    assert (portal, ip, port, portal2, ip2, port2) == (2, *RECEIVER, 2, *RECEIVER)
+    [info] = decode_lbmc(info_frames)[0].headers
+    assert (info.low_seqnum, info.high_seqnum, info.qidx) == (10, 50, 77)
+    message = decode_lbmc(frame)[0]
+    assert (message.msg_type, message.tidx, message.sqn, message.payload) == (LBMC_TYPE_RETRANS, 3, 42, b"forty-two")
+    assert counters.get("late_join_answers_rcvd") == 2
+    assert not lj.answer_in(bytes(retrans))            # answered once: a second copy is nobody's
+
+
+def test_requests_for_a_stream_whose_origin_offers_no_late_join_are_counted_not_relayed():
+    lj, responder, _, counters = relay(late_join=None)
+    lj.request_in(2, 4, control(UmeRxReq(77, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    lj.request_in(2, 99, control(UmeRxReq(77, 1, 3, 42, RECEIVER[1], RECEIVER[0])))     # an unknown stream
+    assert responder.sent == [] and counters.get("late_join_requests_not_relayed") == 2
+
+
+def test_frames_that_answer_nothing_relayed_are_left_to_the_context():
+    lj, _, datapath, _ = relay()
+    assert not lj.answer_in(control(UmeLjInfo(1, 2, 12345)))
+    retrans = bytearray(encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, [], b"x", 11, 1)))
+    retrans[0] = LBMC_TYPE_RETRANS
+    assert not lj.answer_in(bytes(retrans)) and datapath.sent == []
+    assert lj.counters.get("late_join_answers_unknown") == 2
+
+
+def test_two_receivers_asking_for_one_message_each_get_it():
+    lj, responder, datapath, _ = relay()
+    other = ("10.4.4.4", 14394)
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    lj.request_in(3, 4, control(UmeRxReq(1, 1, 8, 42, other[1], other[0])))
+    retrans = bytearray(encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, [], b"x", 11, 42)))
+    retrans[0] = LBMC_TYPE_RETRANS
+    assert lj.answer_in(bytes(retrans))
+    answers = {(portal, ip, port): decode_lbmc(frame)[0].tidx for _, portal, ip, port, frame in datapath.sent}
+    assert answers == {(2, *RECEIVER): 3, (3, *other): 8}
