@@ -23,6 +23,7 @@ import glob
 import json
 import os
 import re
+import random
 import socket
 import statistics
 import subprocess
@@ -63,11 +64,19 @@ def hop_count(case) -> int:
 
 def free_ports(count: int, kind: int = socket.SOCK_STREAM) -> list[int]:
     """`count` distinct ports of `kind` (TCP: for peer acceptors; UDP: for peer links' UDP paths)
-    nobody uses now (the kernel's choice)."""
+    nobody uses now. TCP ones above the kernel's ephemeral range (61000 up, past Linux's default
+    32768-60999): an initiator retrying a connection to an ephemeral port may be given that very
+    port as its own and connect to itself, and the acceptor could never listen on it."""
     socks = [socket.socket(socket.AF_INET, kind) for _ in range(count)]
+    candidates = iter(random.sample(range(61000, 65536), 4536)) if kind == socket.SOCK_STREAM else None
     try:
         for sock in socks:
-            sock.bind(("127.0.0.1", 0))
+            while True:
+                try:
+                    sock.bind(("127.0.0.1", next(candidates) if candidates is not None else 0))
+                    break
+                except OSError:
+                    continue
         return [sock.getsockname()[1] for sock in socks]
     finally:
         for sock in socks:

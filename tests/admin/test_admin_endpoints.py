@@ -6,8 +6,8 @@ import stat
 import pytest
 
 from tests.support.processes import wait_for
-from tests.support.routerctl import free_tcp_port, routerctl
-from tests.support.routers import endpoint_xml
+from tests.support.routerctl import routerctl
+from tests.support.routers import endpoint_xml, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +17,7 @@ def portals(lan1, lan2) -> str:
 
 
 def test_tcp_admin_endpoint_on_loopback(runtime_dir, routers, make_domain):
-    port = free_tcp_port()
+    port = free_port()
     router = routers.start(portals(make_domain(), make_domain()),
                            daemon_extra=f"    <admin>tcp://127.0.0.1:{port}</admin>\n").wait_ready()
     status = routerctl("-s", f"tcp://127.0.0.1:{port}", "--json", "status").json()

@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.chromium import render
 from tests.support.processes import wait_for
-from tests.support.routerctl import cross_traffic, free_tcp_port, routerctl, two_lan_router
+from tests.support.routerctl import cross_traffic, routerctl, two_lan_router
+from tests.support.routers import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,7 @@ def counter_cells(dom: str) -> dict[str, int]:
 
 def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, routers, tools, make_domain, tmp_path):
     lan1, lan2 = make_domain(), make_domain()
-    port = free_tcp_port()
+    port = free_port()
     router = two_lan_router(routers, lan1, lan2, costs=(2, 5),
                             daemon_extra=f"    <web-monitor>127.0.0.1:{port}</web-monitor>\n")
     base = f"http://127.0.0.1:{port}"
@@ -111,7 +112,7 @@ def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, rou
 
 
 def test_slow_clients_do_not_block_and_the_server_listens_where_configured(runtime_dir, routers, make_domain):
-    port = free_tcp_port()
+    port = free_port()
     two_lan_router(routers, make_domain(), make_domain(),
                    daemon_extra=f"    <web-monitor>127.0.0.1:{port}</web-monitor>\n")
     silent = socket.create_connection(("127.0.0.1", port))
@@ -131,6 +132,6 @@ def test_slow_clients_do_not_block_and_the_server_listens_where_configured(runti
 
 
 def test_star_means_every_interface(runtime_dir, routers, make_domain):
-    port = free_tcp_port()
+    port = free_port()
     two_lan_router(routers, make_domain(), make_domain(), daemon_extra=f"    <web-monitor>*:{port}</web-monitor>\n")
     assert fetch(f"http://127.0.0.2:{port}/")[0] == 200

@@ -21,6 +21,7 @@ from router.routing.topology import Adjacency, Topology
 from router.um.loop import EventLoop
 from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, LbmcMessage, RouteInfo, encode_lbmc
 from tests.support.processes import ROOT
+from tests.support.routers import free_port
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
@@ -137,10 +138,7 @@ def test_a_silent_companion_is_dropped_and_the_initiator_reconnects_when_it_retu
 
 
 def test_connect_failures_are_counted_and_retried_until_the_acceptor_appears(harness, caplog):
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = free_port()          # not an ephemeral port: the retrying initiator could connect to itself
     initiator = harness.side(config("PA", connect_to=port, reconnect=100), "router-A", 0xA1)
     with caplog.at_level("WARNING", logger="router.portals.peer_link"):
         initiator.link.start()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,13 +49,6 @@ def runtime_dir(monkeypatch):
     monkeypatch.setenv("RUNTIME_DIRECTORY", directory)
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
-
-
-def free_tcp_port() -> int:
-    """A loopback port nobody listens on right now (the router binds it a moment later)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def two_lan_router(routers, lan1, lan2, costs=(1, 1), daemon_extra: str = ""):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import itertools
 import os
+import random
 import signal
 import socket
 from pathlib import Path
@@ -34,11 +35,24 @@ FAST_ROUTING = ('    <route-info propagation-interval="200" check-interval="100"
                 '    <route-recalculation backoff-interval="300" warning-interval="5000"/>\n')
 
 
+# Above the kernel's ephemeral ports (32768-60999 here) and every domain's ranges: an initiator
+# retrying a connection to a port in the ephemeral range may be given that very port as its own
+# and connect to itself (TCP simultaneous open), and the acceptor can then never listen on it.
+_FREE_PORTS = range(61000, 65536)
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on now (the kernel's choice), for a peer link's acceptor."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port nobody listens on now, for a peer link's acceptor (never an ephemeral one)."""
+    low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    candidates = [p for p in _FREE_PORTS if not low <= p <= high] or list(range(1024, low))
+    for port in random.sample(candidates, len(candidates)):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free TCP port outside the ephemeral range")
 
 
 def peer_xml(name: str, *, connect: int | None = None, listen: int | None = None, cost: int = 1,
