@@ -123,6 +123,7 @@ class FrameStream:
         raw_spans: dict[int, list] = {}
         requested: set[int] | None = None       # topic indexes whose batch holds a request
         offset = frames = 0
+        run_tidx, run_next, run_batch = -1, 0, None
         if raw_indexes and end >= MIN_RUN * _MESSAGE_SIZE:
             frames, offset = self._uniform_run(data, end, view)
         while end - offset >= 4:
@@ -158,18 +159,29 @@ class FrameStream:
                         if is_request:
                             run[5] = True
                 else:
-                    if next_sqns.get(tidx) == sqn:
-                        next_sqns[tidx] = sqn + 1
-                    elif not self._in_sequence(tidx, sqn, batches):
-                        offset += msglen          # an old frame again: delivered already
-                        frames += 1
-                        continue
+                    # A run of frames of one topic in sequence is followed in locals, its batch
+                    # too (the common case, cheap); next_sqns holds the rest, and the run when it
+                    # ends. run_batch: None until looked up, False if nobody here subscribes.
+                    if tidx != run_tidx or sqn != run_next:
+                        if run_tidx >= 0:
+                            next_sqns[run_tidx] = run_next
+                        if next_sqns.get(tidx) != sqn and not self._in_sequence(tidx, sqn, batches):
+                            run_tidx = -1
+                            offset += msglen      # an old frame again: delivered already
+                            frames += 1
+                            continue
+                        run_tidx = tidx
+                        run_batch = None
+                    run_next = sqn + 1
                     if next_hdr == NHDR_DATA:
-                        if tidx in subscriptions:
-                            batch = batches.get(tidx)
-                            if batch is None:
-                                batch = batches[tidx] = []
-                            batch.append((sqn, data[offset + _MESSAGE_SIZE:offset + msglen]))
+                        if run_batch is None:
+                            run_batch = False
+                            if tidx in subscriptions:
+                                run_batch = batches.get(tidx)
+                                if run_batch is None:
+                                    run_batch = batches[tidx] = []
+                        if run_batch is not False:
+                            run_batch.append((sqn, data[offset + _MESSAGE_SIZE:offset + msglen]))
                     elif next_hdr == NHDR_FRAG:
                         whole = self._fragment(data, offset + _MESSAGE_SIZE, offset + msglen, tidx,
                                                subscriptions.get(tidx))
@@ -186,6 +198,9 @@ class FrameStream:
                         self.counters["unknown_frames"] += 1
             elif ver_type == LBMC_TYPE_CONTROL:
                 self.counters["control_frames"] += 1
+                if run_tidx >= 0:                 # what a TSNI is compared with
+                    next_sqns[run_tidx] = run_next
+                    run_tidx = -1
                 if next_hdr == NHDR_TSNI:
                     self._sequence_info(data, offset + _CONTROL_SIZE, offset + msglen, batches)
                 elif not self._control(data, offset, msglen, next_hdr):
@@ -194,6 +209,8 @@ class FrameStream:
                 self.counters["unknown_frames"] += 1
             offset += msglen
             frames += 1
+        if run_tidx >= 0:
+            next_sqns[run_tidx] = run_next
         self.counters["frames"] += frames
         for tidx, batch in batches.items():
             if requested is not None and tidx in requested:
