@@ -15,6 +15,7 @@ import zmq
 
 from router.cli import payload
 from router.cli.receive_stats import ReceiveStats
+from router.gc_tuning import tune_for_message_rates
 from router.um.messages import Message
 
 TOPIC = b"bench"
@@ -36,6 +37,7 @@ def publish(frontend: str, count: int, length: int, rate: float) -> None:
     pub = context.socket(zmq.PUB)
     pub.setsockopt(zmq.SNDHWM, 0)
     pub.connect(frontend)
+    tune_for_message_rates()     # as umsrc and umrcv: the same application on another transport
     time.sleep(1.0)          # PUB/SUB has no join handshake: give the subscription time to arrive
     buffer = payload.make_buffer(length)
     interval = 1.0 / rate if rate else 0.0
@@ -60,6 +62,7 @@ def subscribe(backend: str, count: int, timeout: float) -> None:
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.connect(backend)
     stats = ReceiveStats()
+    tune_for_message_rates()
     deadline = time.monotonic() + timeout
     poller = zmq.Poller()
     poller.register(sub, zmq.POLLIN)

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+from router.gc_tuning import tune_for_message_rates
 from router.um.config import ConfigError
 from router.um.context import Context
 from router.um.source_cache import JOIN_SETTLE_LIMIT
@@ -64,7 +65,9 @@ def open_context(args: argparse.Namespace) -> Context:
     try:
         for path in args.config:
             config = load_file(path, into=config)
-        return Context(config=config)
+        context = Context(config=config)
+        tune_for_message_rates()        # the example applications run at message rates
+        return context
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

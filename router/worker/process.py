@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import zmq
 
 from router.eventlog import configure_logging, event, portal_logger
+from router.gc_tuning import tune_for_message_rates
 from router.ipc.bus import BusClient
 from router.ipc import bus_messages as bm
 from router.monitor.counters import SEGMENT_BYTES, PortalCounters
@@ -115,6 +116,7 @@ def _run(specs: list[WorkerSpec]) -> int:
         one.bus.hello(one.spec.generation, os.getpid())
         event("portal-up", f"{one.spec.portal.kind} portal started (pid {os.getpid()}, "
               f"generation {one.spec.generation})", one.spec.portal.name)
+    tune_for_message_rates()
     try:
         loop.run_forever()
     finally:

@@ -1,0 +1,82 @@
+"""The example receivers' delivery statistics: whatever the batching, the same counts as taking
+the messages one at a time in the plain way (runs in sequence are followed in locals)."""
+from hypothesis import given
+from hypothesis import strategies as st
+
+from router.cli import payload
+from router.cli.receive_stats import ReceiveStats
+from router.um.messages import Message
+
+TOPICS = ("a", "b")
+
+
+def _message(source_id: int, seq: int, topic: str) -> Message:
+    buffer = payload.make_buffer(32)
+    payload.pack_into(buffer, 0, source_id, seq, 0)
+    return Message(topic, f"src{source_id}", seq, bytes(buffer))
+
+
+def _plain(messages) -> dict:
+    """Each message on its own: received, unique, duplicates, out of order, missing, last, topics."""
+    sources = {}
+    for m in messages:
+        source_id, seq, _ = payload.HEADER.unpack_from(m.data)
+        s = sources.setdefault(source_id, {"received": 0, "unique": 0, "duplicates": 0, "out_of_order": 0,
+                                           "gap_events": 0, "next": seq, "missing": set(), "first": seq,
+                                           "last": seq, "topics": set()})
+        s["received"] += 1
+        s["topics"].add(m.topic)
+        if seq >= s["next"]:
+            if seq > s["next"]:
+                s["gap_events"] += 1
+                s["missing"].update(range(s["next"], seq))
+            s["unique"] += 1
+            s["next"], s["last"] = seq + 1, seq
+        elif seq in s["missing"]:
+            s["missing"].discard(seq)
+            s["unique"] += 1
+            s["out_of_order"] += 1
+        else:
+            s["duplicates"] += 1
+    return {f"{source_id:08x}": {"received": s["received"], "unique": s["unique"], "duplicates": s["duplicates"],
+                                 "gaps": len(s["missing"]), "gap_events": s["gap_events"],
+                                 "out_of_order": s["out_of_order"], "first_seq": s["first"], "last_seq": s["last"],
+                                 "topics": sorted(s["topics"])}
+            for source_id, s in sources.items()}
+
+
+# Mostly runs in sequence (the case followed in locals), with jumps back and forth, repeats,
+# other sources and other topics mixed in.
+steps = st.lists(st.tuples(st.sampled_from([1, 1, 1, 2]), st.sampled_from([1, 1, 1, 1, 0, 2, -3, 5]),
+                           st.sampled_from(TOPICS + ("a",) * 4)), max_size=150)
+
+
+@given(steps, st.lists(st.integers(1, 20), min_size=1, max_size=10))
+def test_counts_do_not_depend_on_batching_and_match_the_plain_way(steps, cuts):
+    seqs = {1: 100, 2: 0}
+    messages = []
+    for source_id, step, topic in steps:
+        seqs[source_id] = max(0, seqs[source_id] + step)
+        messages.append(_message(source_id, seqs[source_id], topic))
+    stats = ReceiveStats()
+    position, turn = 0, 0
+    while position < len(messages):
+        size = cuts[turn % len(cuts)]
+        stats.on_batch(messages[position:position + size])
+        position, turn = position + size, turn + 1
+    summary = stats.summary()
+    assert summary["per_source"] == _plain(messages)
+    assert summary["received"] == len(messages)
+    assert summary["unique"] == sum(s["unique"] for s in summary["per_source"].values())
+    assert len(stats.latencies_ns) == len(messages)
+
+
+def test_a_short_payload_is_counted_malformed_and_the_run_around_it_is_whole():
+    stats = ReceiveStats()
+    batch = [_message(1, 0, "a"), _message(1, 1, "a"), Message("a", "src1", 2, b"short"),
+             _message(1, 2, "a"), _message(1, 3, "a")]
+    stats.on_batch(batch)
+    summary = stats.summary()
+    assert summary["malformed"] == 1
+    assert summary["per_source"]["00000001"]["unique"] == 4 and summary["gaps"] == 0
+    assert summary["per_source"]["00000001"]["last_seq"] == 3
