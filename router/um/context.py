@@ -618,9 +618,13 @@ class Context:
                 if isinstance(info, TcpInfo):
                     client = TcpSessionClient(self.loop, info.ip, info.port, info.session_id or 0,
                                               self._client_closed)
+                    client.loss_recovery_timeout = self.config.get(
+                        "receiver", "transport_tcp_dro_loss_recovery_timeout") / 1000
                 elif isinstance(info, LbtipcInfo):
                     client = LbtipcSessionClient(self.loop, info.host_id, info.session_id, info.xport_id,
                                                  self._client_closed)
+                    client.loss_recovery_timeout = self.config.get(
+                        "receiver", "transport_lbtipc_dro_loss_recovery_timeout") / 1000
                 elif isinstance(info, LbtrmInfo):
                     client = self._lbtrm_client(info)
                 elif isinstance(info, LbtruInfo):

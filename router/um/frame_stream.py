@@ -15,6 +15,7 @@ import time
 from typing import Callable, Protocol
 
 from router.um.frame_runs import MIN_RUN, equal_frames
+from router.um.reorder_window import MAX_WAITED, ReorderWindow
 from router.um.requests import REQUEST_FRAME_MIN, REQUEST_HEADER_OFFSET, read_request, request_frame_problem
 from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER,
                                  NHDR_DATA, NHDR_FRAG, NHDR_REQUEST, NHDR_TSNI)
@@ -69,10 +70,14 @@ class FrameStream:
         self.fragments: dict[tuple[int, int], list] = {}
         self.counters = {"frames": 0, "bytes": 0, "unknown_frames": 0, "malformed": 0,
                          "fragments": 0, "reassembled": 0, "control_frames": 0, "fragments_expired": 0,
-                         "sequence_gaps": 0, "frames_missing": 0}
+                         "sequence_gaps": 0, "frames_missing": 0, "gaps_waited": 0, "frames_late": 0}
         # topic index -> the sequence number its next frame should carry: a frame past it means
         # the ones between were lost (a router dropped them, or LBT-RM gave them up).
         self.next_sqns: dict[int, int] = {}
+        # How long (s) a gap is waited for before it is declared (router.um.reorder_window):
+        # TCP and LBT-IPC streams take it from transport_*_dro_loss_recovery_timeout; 0 = at once.
+        self.loss_recovery_timeout = 0.0
+        self.windows: dict[int, ReorderWindow] = {}     # topic index -> its open gap
         self.paused = False
         self.closed = False
 
@@ -88,6 +93,9 @@ class FrameStream:
         if not subs:
             self.subscriptions.pop(tidx, None)
             self.raw_indexes.discard(tidx)
+            window = self.windows.pop(tidx, None)
+            if window is not None and window.timer is not None:
+                window.timer.cancel()
         if not self.subscriptions:
             self.close(notify=False)
 
@@ -170,7 +178,8 @@ class FrameStream:
                             offset += msglen      # an old frame again: delivered already
                             frames += 1
                             continue
-                        run_tidx = tidx
+                        # A topic waiting out a gap has every frame looked at (no run).
+                        run_tidx = tidx if tidx not in self.windows else -1
                         run_batch = None
                     run_next = sqn + 1
                     if next_hdr == NHDR_DATA:
@@ -212,6 +221,8 @@ class FrameStream:
         if run_tidx >= 0:
             next_sqns[run_tidx] = run_next
         self.counters["frames"] += frames
+        if self.windows:
+            self._settle_windows(batches)
         for tidx, batch in batches.items():
             if requested is not None and tidx in requested:
                 self._deliver_with_requests(batch, subscriptions.get(tidx, ()))
@@ -246,9 +257,12 @@ class FrameStream:
 
     def _in_sequence(self, tidx: int, sqn: int, batches: dict) -> bool:
         """A frame whose sequence number is not the next one of its topic index: the first one
-        seen (or past the 32-bit wrap), a jump forward (what lies between is reported lost), or an
-        old one (False: already delivered, dropped). A jump back of more than _OLD_FRAME_WINDOW
-        is a new source on a reused index: followed from there."""
+        seen (or past the 32-bit wrap), a jump forward (what lies between is reported lost, or
+        waited for), or an old one (False: already delivered, dropped). A jump back of more than
+        _OLD_FRAME_WINDOW is a new source on a reused index: followed from there."""
+        window = self.windows.get(tidx)
+        if window is not None:
+            return window.admit(sqn)
         expected = self.next_sqns.get(tidx)
         ahead = (sqn - expected) & 0xFFFFFFFF if expected is not None else 0
         if 0x80000000 <= ahead < 0x100000000 - _OLD_FRAME_WINDOW:
@@ -258,6 +272,9 @@ class FrameStream:
         self.next_sqns[tidx] = (sqn + 1) & 0xFFFFFFFF
         if ahead:
             self._gap(tidx, expected, ahead, batches)
+            window = self.windows.get(tidx)
+            if window is not None:
+                window.admit(sqn)
         return True
 
     def _sequence_info(self, data, header: int, end: int, batches: dict) -> None:
@@ -272,6 +289,10 @@ class FrameStream:
             return
         for n in range(count):
             tidx, sqn = _TSNI_RECORD.unpack_from(data, header + 4 + n * _TSNI_RECORD.size)
+            window = self.windows.get(tidx)
+            if window is not None:
+                window.missing_before((sqn + 1) & 0xFFFFFFFF)   # a lost tail is waited for too
+                continue
             expected = self.next_sqns.get(tidx)
             if expected is None or tidx in self.raw_indexes or tidx not in self.subscriptions:
                 continue
@@ -281,16 +302,62 @@ class FrameStream:
                 self._gap(tidx, expected, ahead, batches)
 
     def _gap(self, tidx: int, first: int, count: int, batches: dict) -> None:
-        """Messages `first`.. (`count`) of a topic will not come: what came before them in this
-        read is delivered first, then the subscriptions are told."""
-        self.counters["sequence_gaps"] += 1
-        self.counters["frames_missing"] += count
+        """Messages `first`.. (`count`) of a topic did not come in their place: what came before
+        them in this read is delivered first; then they are waited for (loss_recovery_timeout)
+        or the subscriptions are told at once."""
         subs = self.subscriptions.get(tidx, ())
         batch = batches.pop(tidx, None)
         if batch:
             self._deliver_with_requests(batch, subs)
+        if self.loss_recovery_timeout > 0 and subs and tidx not in self.raw_indexes and count <= MAX_WAITED:
+            window = self.windows[tidx] = ReorderWindow(first, count)
+            window.timer = self.loop.call_later(self.loss_recovery_timeout, self._window_expired, tidx, window)
+            self.next_sqns[tidx] = -1            # never matches: every frame goes to the window
+            self.counters["gaps_waited"] += 1
+            return
+        self._declare_lost(tidx, first, count, subs)
+
+    def _declare_lost(self, tidx: int, first: int, count: int, subs) -> None:
+        self.counters["sequence_gaps"] += 1
+        self.counters["frames_missing"] += count
         for sub in subs:
             sub.on_gap(first, count)
+
+    def _settle_windows(self, batches: dict) -> None:
+        """After a read: what the topics waiting out a gap got joins their held messages; what is
+        now in sequence is delivered; a window whose gap filled closes."""
+        for tidx, window in list(self.windows.items()):
+            batch = batches.pop(tidx, None)
+            if window.too_wide():
+                self._close_window(tidx, window, batch or [])
+                continue
+            if batch is None:
+                continue
+            ready = window.take(batch)
+            if ready:
+                self._deliver_with_requests(ready, self.subscriptions.get(tidx, ()))
+            if not window.missing:
+                self._close_window(tidx, window, [])
+
+    def _window_expired(self, tidx: int, window: ReorderWindow) -> None:
+        if self.windows.get(tidx) is window:
+            self._close_window(tidx, window, [])
+
+    def _close_window(self, tidx: int, window: ReorderWindow, entries: list) -> None:
+        """End a wait: held messages delivered and what is still missing declared lost, in
+        sequence order; the topic is followed from past the last one seen."""
+        del self.windows[tidx]
+        if window.timer is not None:
+            window.timer.cancel()
+        self.counters["frames_late"] += window.filled
+        window.held.extend(entries)
+        subs = self.subscriptions.get(tidx, ())
+        for kind, step in window.closing():
+            if kind == "batch":
+                self._deliver_with_requests(step, subs)
+            else:
+                self._declare_lost(tidx, *step, subs)
+        self.next_sqns[tidx] = window.next
 
     def _valid_request(self, data, offset: int, msglen: int) -> bool:
         problem = request_frame_problem(data, offset, msglen)
@@ -388,6 +455,12 @@ class FrameStream:
             return
         self.closed = True
         self._close_transport()
+        for tidx, window in list(self.windows.items()):
+            if notify:                  # what was held comes before the end, the loss told in place
+                self._close_window(tidx, window, [])
+            elif window.timer is not None:
+                window.timer.cancel()
+        self.windows.clear()
         subscriptions, self.subscriptions = self.subscriptions, {}
         if notify:
             for subs in subscriptions.values():
