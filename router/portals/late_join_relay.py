@@ -13,8 +13,9 @@ index, the proxy's topic index), and the egress portal sends them to the request
 numbers cross unchanged: a proxy source sends the origin's.
 
 A portal whose proxy sources retain (`source late_join 1`, `<late-join provide="always">`)
-answers from its own retention instead. Over a peer link nothing is relayed (counted as not
-relayed): a proxy source beyond one offers late join only if it retains.
+answers from its own retention instead. When the stream's ingress is a peer portal the requests
+go on over the link, towards the origin, and the answers come back the same way
+(router.portals.peer_late_join).
 """
 from __future__ import annotations
 

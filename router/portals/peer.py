@@ -21,6 +21,9 @@ connection (spec/wire.md §3 b):
 - **Requests and responses** — a request goes as data with its index replaced by one of this
   portal's proxy requests (router.portals.proxy_requests); its responses come back as unicast
   data messages (router.portals.peer_responses) and go to the portal the request came in by.
+- **Late join and OTR** — a stream whose origin offers late join is advertised with the LJ flag;
+  receivers' requests for it cross towards the origin and the answers come back
+  (router.portals.peer_late_join).
 
 A stream's frames go into the far router's rings as they arrive; a full ring stops reading the
 link, so TCP pushes back instead of anything being dropped inside the router.
@@ -37,6 +40,7 @@ from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
 from router.portals.immediate import ImmediateFlood, carried, is_immediate
 from router.portals.peer_dual_link import DualPeerLink
+from router.portals.peer_late_join import PeerLateJoinRelay, is_late_join_answer, is_late_join_request
 from router.portals.peer_link import PeerLink
 from router.portals.peer_responses import is_response, response_message
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
@@ -44,7 +48,8 @@ from router.portals.streams import StreamTable
 from router.routing.route_info import is_route_info
 from router.um.batching_session import with_topic_index
 from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LbmcMessage, WireError, encode_lbmc
-from router.um.wire.lbmc_constants import ADV_EOS, INTEREST_CANCEL, NHDR_REQUEST, PATTERN_INTEREST_CANCEL
+from router.um.wire.lbmc_constants import (ADV_EOS, AD_FLAG_LJ, INTEREST_CANCEL, NHDR_REQUEST,
+                                           PATTERN_INTEREST_CANCEL)
 from router.um.wire.lbmc_gateway import Advertisement, PatternInterest, TopicInterest
 from router.um.wire.lbmc_headers import Otid, TopicName
 from router.um.wire.lbmr_constants import PATTERN_PCRE, PATTERN_REGEX
@@ -104,7 +109,7 @@ class PeerPortal(EgressRecords):
         datapath.backlog = self.link.backlog
         self.reader = _LinkReader(self.link)
         self.outbound: dict[tuple[int, int], _Outbound] = {}      # (ring, stream id) -> stream on the link
-        self.link_indexes: set[int] = set()
+        self.link_indexes: dict[int, tuple[int, int]] = {}         # link topic index -> (ring, stream id)
         self._spare_indexes = itertools.count(0x40000000)
         self.inbound: dict[int, object] = {}                       # link topic index -> Stream
         self._arrived: dict[int, list] = {}     # link index -> [frames, count, longest, holds a request]
@@ -114,6 +119,7 @@ class PeerPortal(EgressRecords):
         self.heard_interest: set[tuple[int, str, int]] = set()
         self.peer_name, self.peer_node_id = "", 0
         self._withdraw_pending = False
+        self.late_join = PeerLateJoinRelay(self.name, self.link, datapath, counters, log_event)
         self.counters.set("data_bytes_enqueued_limit", config.max_queue)
         self.link.start()
 
@@ -193,6 +199,10 @@ class PeerPortal(EgressRecords):
         head = message.headers[0]
         if is_immediate(message):
             self._immediate_in(message)
+        elif is_late_join_answer(message):
+            self.late_join.answer_in(message)
+        elif is_late_join_request(message):
+            self.late_join.request_in(message, self.link_indexes.get)
         elif is_response(message):
             self._response_in(message)
         elif isinstance(head, (TopicInterest, PatternInterest)):
@@ -227,7 +237,9 @@ class PeerPortal(EgressRecords):
             return
         stream = self.streams.begin(topics[0], otids[0], advert.cost, advert.hop_count, advert.domain_id,
                                     f"{self.peer_name or 'peer'} via {self.name} #{advert.topic_idx}",
-                                    advert.topic_idx, self.reader)
+                                    advert.topic_idx, self.reader,
+                                    # its requests go back over the link (router.portals.peer_late_join)
+                                    late_join=True if advert.ad_flags & AD_FLAG_LJ else None)
         if stream is not None:
             self.inbound[advert.topic_idx] = stream
 
@@ -325,6 +337,14 @@ class PeerPortal(EgressRecords):
         if sent:                          # the link counts what it could not take
             self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(data))
 
+    def late_join_request(self, ring: int, stream_id: int, message: bytes) -> None:
+        """Requests a receiver behind portal `ring` sent for a stream we bring in: over the link."""
+        self.late_join.request_out(ring, self.streams.streams.get(stream_id), message)
+
+    def late_join_answer(self, ring: int, ipaddr: str, port: int, frames: bytes) -> None:
+        """An answer to a request that came over the link: back over it."""
+        self.late_join.answer_out(ipaddr, port, frames)
+
     def egress_advert(self, ring: int, advert: StreamAdvert) -> None:
         if self.access.stream_out_allowed(ring, advert.stream_id, advert.topic):
             self._stream_out(ring, advert)
@@ -339,7 +359,7 @@ class PeerPortal(EgressRecords):
             index = advert.origin_index
             while index in self.link_indexes:
                 index = next(self._spare_indexes) & 0xFFFFFFFF
-            self.link_indexes.add(index)
+            self.link_indexes[index] = (ring, advert.stream_id)
             outbound = self.outbound[(ring, advert.stream_id)] = _Outbound(advert, index)
             self.counters.add("streams_out")
         self._send_advert(outbound)
@@ -348,12 +368,13 @@ class PeerPortal(EgressRecords):
         outbound = self.outbound.pop((ring, stream_id), None)
         if outbound is None:
             return
-        self.link_indexes.discard(outbound.link_index)
+        self.link_indexes.pop(outbound.link_index, None)
         self._send_advert(outbound, eos=True)
 
     def _send_advert(self, outbound: _Outbound, eos: bool = False) -> None:
         advert = outbound.advert
-        header = Advertisement(flags=ADV_EOS if eos else 0, hop_count=min(advert.hop_count + 1, 255), ad_flags=0,
+        header = Advertisement(flags=ADV_EOS if eos else 0, hop_count=min(advert.hop_count + 1, 255),
+                               ad_flags=AD_FLAG_LJ if advert.late_join else 0,
                                cost=min(advert.cost + self.cost, 0x7FFFFFFF), transport_idx=0,
                                topic_idx=outbound.link_index, low_seqno=0, high_seqno=0,
                                domain_id=advert.origin_domain_id, pat_idx=_NO_INDEX, ctxinst=_NO_INDEX)
