@@ -20,6 +20,7 @@ go on over the link, towards the origin, and the answers come back the same way
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import OrderedDict
 
 from router.um.requests import RequestPortUnavailable
@@ -43,12 +44,18 @@ class LateJoinRelay:
         self.datapath = datapath
         self.streams = streams                     # router.portals.streams.StreamTable (ingress)
         self.counters = counters
-        # Ingress: our request index -> (egress portal, requester ip, port, its request index).
-        self.infos: OrderedDict[int, tuple[int, str, int, int]] = OrderedDict()
-        self.info_indexes: dict[tuple[int, str, int, int], int] = {}
+        # Ingress: our request index -> (egress portal, requester ip, port, its request index, origin);
+        # egress None: our own LJI_REQ, asked only so its answer binds the origin's connection.
+        # An origin is its context's request port (ip, port): one connection brings its answers.
+        self.infos: OrderedDict[int, tuple] = OrderedDict()
+        self.info_indexes: dict[tuple, int] = {}
         self.next_index = 1
-        # Ingress: (origin topic index, sequence number) -> [(egress portal, requester ip, port, proxy topic index)].
-        self.retransmissions: OrderedDict[tuple[int, int], list] = OrderedDict()
+        # Ingress: (origin, origin topic index, sequence number) -> [(egress portal, requester ip,
+        # port, proxy topic index)]. A RETRANS names only a topic index and a sequence number, and
+        # two origins may use the same index (each context numbers its own from 1): the connection
+        # an answer comes on tells whose it is, bound by the LJ_INFO that came first on it.
+        self.retransmissions: OrderedDict[tuple, list] = OrderedDict()
+        self.bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # connection -> origin
         context.uim_relay = self.answer_in
 
     # -- egress: a receiver asked one of our proxy sources -----------------------------------------
@@ -84,27 +91,33 @@ class LateJoinRelay:
             self.counters.add("late_join_requests_not_relayed")
             return
         origin_tidx = stream.advert.origin_index
-        out = []
+        origin = (option.src_ip, option.src_tcp_port)
+        out, asks_info = [], False
         for header in headers:
             if isinstance(header, LjiRequest):
-                index = self._info_index(egress, header.req_ip, header.req_port, header.request_idx)
+                index = self._info_index((egress, header.req_ip, header.req_port, header.request_idx, origin))
                 out.append(LjiRequest(index, option.transport_idx, origin_tidx, reply_ip, reply_port,
                                       header.tx_low_sqn, header.rx_req_max, header.rx_req_outstanding_max,
                                       header.flags))
+                asks_info = True
             elif isinstance(header, UmeRxReq):
-                waiting = self.retransmissions.setdefault((origin_tidx, header.seqnum), [])
+                waiting = self.retransmissions.setdefault((origin, origin_tidx, header.seqnum), [])
                 entry = (egress, header.rx_ip, header.rx_port, header.id_2)
                 if entry not in waiting:
                     waiting.append(entry)
                 self._trim(self.retransmissions)
                 out.append(UmeRxReq(0, option.transport_idx, origin_tidx, header.seqnum, reply_port, reply_ip))
+        if out and not asks_info:
+            # The origin answers in order on one connection: this LJ_INFO comes before the RETRANS
+            # frames and binds that connection to it (the connection may be new each time).
+            index = self._info_index((None, reply_ip, reply_port, 0, origin))
+            out.insert(0, LjiRequest(index, option.transport_idx, origin_tidx, reply_ip, reply_port))
         if out:
             self.context.responder.send_frames((option.src_ip, option.src_tcp_port),
                                                encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, out)))
             self.counters.add("late_join_requests_relayed")
 
-    def _info_index(self, egress: int, ip: str, port: int, request_idx: int) -> int:
-        key = (egress, ip, port, request_idx)
+    def _info_index(self, key: tuple) -> int:
         index = self.info_indexes.get(key)
         if index is None:
             index = self.info_indexes[key] = self.next_index
@@ -120,12 +133,16 @@ class LateJoinRelay:
         while len(table) > MAX_RELAYED:
             table.popitem(last=False)
 
-    def answer_in(self, frame: bytes) -> bool:
-        """A frame at our request port (the context's hook): an origin's answer to a request we
-        relayed goes back to its egress portal; False if it is none of ours."""
+    def answer_in(self, frame: bytes, connection) -> bool:
+        """A frame at our request port on `connection` (the context's hook): an origin's answer to
+        a request we relayed goes back to its egress portal; False if it is none of ours."""
         if frame[0] == LBMC_TYPE_RETRANS and len(frame) >= MESSAGE_HEADER.size:
             _, _, length, tidx, sqn = MESSAGE_HEADER.unpack_from(frame)
-            waiting = self.retransmissions.pop((tidx, sqn), None)
+            origin = self.bound.get(connection)
+            if origin is None:          # no LJ_INFO on it yet: only if one origin waits for it
+                origins = [key[0] for key in self.retransmissions if key[1] == tidx and key[2] == sqn]
+                origin = origins[0] if len(origins) == 1 else None
+            waiting = self.retransmissions.pop((origin, tidx, sqn), None)
             if waiting is None:
                 self.counters.add("late_join_answers_unknown")    # already answered, or forgotten
                 return False
@@ -148,7 +165,10 @@ class LateJoinRelay:
             return False
         for info in infos:
             self.counters.add("late_join_answers_rcvd")
-            egress, ip, port, request_idx = self.infos[info.qidx]
+            egress, ip, port, request_idx, origin = self.infos[info.qidx]
+            self.bound[connection] = origin
+            if egress is None:          # asked only to bind the connection
+                continue
             answer = UmeLjInfo(info.low_seqnum, info.high_seqnum, request_idx, info.flags)
             self.datapath.late_join_answer(egress, ip, port, encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, [answer])))
         return True

@@ -125,7 +125,7 @@ class Context:
         self.loss_counters = {"unrecoverable_loss_events": 0, "unrecoverable_loss_messages": 0}
         # A router's hook for the answers to late-join requests it relayed (router.portals.late_join_relay):
         # frame -> True if taken.
-        self.uim_relay: Callable[[bytes], bool] | None = None
+        self.uim_relay: Callable[[bytes, object], bool] | None = None
         # Multicast immediate messaging (router.um.immediate): opened on first use.
         self.immediate: ImmediateChannel | None = None
         self.immediate_callbacks: list[OnMessage] = []           # topicless messages
@@ -422,7 +422,7 @@ class Context:
         """A frame on a UIM connection to our request port that is not a response: late join's
         requests (we are the source) and answers (we are the receiver)."""
         kind = frame[0]
-        if self.uim_relay is not None and self.uim_relay(frame):
+        if self.uim_relay is not None and self.uim_relay(frame, connection):
             return                            # an answer to a request a router relayed
         if kind == LBMC_TYPE_RETRANS and len(frame) >= MESSAGE_HEADER.size:
             tidx = int.from_bytes(frame[4:8], "big")

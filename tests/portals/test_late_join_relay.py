@@ -30,13 +30,26 @@ class Recorder:
         self.sent.append(("answer", portal, ip, port, bytes(frames)))
 
 
-def relay(late_join=ORIGIN):
+class Connection:
+    """A connection to our request port (what the context passes with each frame)."""
+
+
+CONNECTION = Connection()
+
+
+def relay(late_join=ORIGIN, others=None):
     responder, datapath = Recorder(), Recorder()
     context = SimpleNamespace(responder=responder, request_address=lambda: OURS, uim_relay=None)
-    stream = SimpleNamespace(late_join=late_join, advert=SimpleNamespace(origin_index=11))
+    streams = {4: SimpleNamespace(late_join=late_join, advert=SimpleNamespace(origin_index=11)), **(others or {})}
     counters = PortalCounters()
-    return LateJoinRelay("LAN1", context, datapath, SimpleNamespace(streams={4: stream}), counters), \
+    return LateJoinRelay("LAN1", context, datapath, SimpleNamespace(streams=streams), counters), \
         responder, datapath, counters
+
+
+def retrans_frame(tidx: int, sqn: int, payload: bytes) -> bytes:
+    frame = bytearray(encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, [], payload, tidx, sqn)))
+    frame[0] = LBMC_TYPE_RETRANS
+    return bytes(frame)
 
 
 def control(*headers) -> bytes:
@@ -57,10 +70,10 @@ def test_requests_go_to_the_origin_as_the_ingress_portals_own_and_answers_come_b
     assert counters.get("late_join_requests_relayed") == 1
 
     # The origin's answers at our request port: back to egress portal 2, for the receiver.
-    assert lj.answer_in(control(UmeLjInfo(10, 50, info_request.request_idx)))
+    assert lj.answer_in(control(UmeLjInfo(10, 50, info_request.request_idx)), CONNECTION)
     retrans = bytearray(encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, [], b"forty-two", 11, 42)))
     retrans[0] = LBMC_TYPE_RETRANS
-    assert lj.answer_in(bytes(retrans))
+    assert lj.answer_in(bytes(retrans), CONNECTION)
     (_, portal, ip, port, info_frames), (_, portal2, ip2, port2, frame) = datapath.sent
     assert (portal, ip, port, portal2, ip2, port2) == (2, *RECEIVER, 2, *RECEIVER)
     [info] = decode_lbmc(info_frames)[0].headers
@@ -68,7 +81,7 @@ def test_requests_go_to_the_origin_as_the_ingress_portals_own_and_answers_come_b
     message = decode_lbmc(frame)[0]
     assert (message.msg_type, message.tidx, message.sqn, message.payload) == (LBMC_TYPE_RETRANS, 3, 42, b"forty-two")
     assert counters.get("late_join_answers_rcvd") == 2
-    assert not lj.answer_in(bytes(retrans))            # answered once: a second copy is nobody's
+    assert not lj.answer_in(bytes(retrans), CONNECTION)            # answered once: a second copy is nobody's
 
 
 def test_requests_for_a_stream_whose_origin_offers_no_late_join_are_counted_not_relayed():
@@ -80,10 +93,10 @@ def test_requests_for_a_stream_whose_origin_offers_no_late_join_are_counted_not_
 
 def test_frames_that_answer_nothing_relayed_are_left_to_the_context():
     lj, _, datapath, _ = relay()
-    assert not lj.answer_in(control(UmeLjInfo(1, 2, 12345)))
+    assert not lj.answer_in(control(UmeLjInfo(1, 2, 12345)), CONNECTION)
     retrans = bytearray(encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, [], b"x", 11, 1)))
     retrans[0] = LBMC_TYPE_RETRANS
-    assert not lj.answer_in(bytes(retrans)) and datapath.sent == []
+    assert not lj.answer_in(bytes(retrans), CONNECTION) and datapath.sent == []
     assert lj.counters.get("late_join_answers_unknown") == 2
 
 
@@ -94,6 +107,49 @@ def test_two_receivers_asking_for_one_message_each_get_it():
     lj.request_in(3, 4, control(UmeRxReq(1, 1, 8, 42, other[1], other[0])))
     retrans = bytearray(encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, [], b"x", 11, 42)))
     retrans[0] = LBMC_TYPE_RETRANS
-    assert lj.answer_in(bytes(retrans))
+    assert lj.answer_in(bytes(retrans), CONNECTION)
     answers = {(portal, ip, port): decode_lbmc(frame)[0].tidx for _, portal, ip, port, frame in datapath.sent}
     assert answers == {(2, *RECEIVER): 3, (3, *other): 8}
+
+
+def test_rxreqs_alone_go_behind_an_lji_req_of_the_relays_own_whose_answer_is_not_passed_on():
+    lj, responder, datapath, counters = relay()
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    [(_, message)] = responder.sent
+    probe, rx_request = decode_lbmc(message)[0].headers
+    assert isinstance(probe, LjiRequest) and (probe.transport_idx, probe.topic_idx, probe.req_ip, probe.req_port) \
+        == (5, 11, *OURS)
+    assert lj.answer_in(control(UmeLjInfo(0, 50, probe.request_idx)), CONNECTION)
+    assert datapath.sent == []                          # ours: it only binds the connection
+    assert lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
+    assert [(kind, portal) for kind, portal, *_ in datapath.sent] == [("answer", 2)]
+
+
+def test_two_origins_using_one_topic_index_get_their_answers_told_apart_by_connection():
+    other_origin = LateJoinOption(src_tcp_port=14391, src_ip="10.1.1.9", transport_idx=5, high_seqnum=0,
+                                  low_seqnum=0)
+    other_stream = SimpleNamespace(late_join=other_origin, advert=SimpleNamespace(origin_index=11))
+    lj, responder, datapath, _ = relay(others={6: other_stream})
+    other = ("10.4.4.4", 14394)
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))     # origin 10.1.1.1
+    lj.request_in(3, 6, control(UmeRxReq(1, 1, 8, 42, other[1], other[0])))           # origin 10.1.1.9
+    probes = {address[0]: decode_lbmc(message)[0].headers[0].request_idx for address, message in responder.sent}
+    first, second = Connection(), Connection()
+    # The second origin answers first, on its own connection; then the first.
+    assert lj.answer_in(control(UmeLjInfo(0, 50, probes["10.1.1.9"])), second)
+    assert lj.answer_in(retrans_frame(11, 42, b"nine"), second)
+    assert lj.answer_in(control(UmeLjInfo(0, 50, probes["10.1.1.1"])), first)
+    assert lj.answer_in(retrans_frame(11, 42, b"one"), first)
+    answers = [(portal, ip, decode_lbmc(frame)[0].payload) for _, portal, ip, _, frame in datapath.sent]
+    assert answers == [(3, other[0], b"nine"), (2, RECEIVER[0], b"one")]
+
+
+def test_an_answer_on_an_unbound_connection_that_two_origins_wait_for_is_nobodys():
+    other_origin = LateJoinOption(src_tcp_port=14391, src_ip="10.1.1.9", transport_idx=5, high_seqnum=0,
+                                  low_seqnum=0)
+    lj, _, datapath, counters = relay(others={6: SimpleNamespace(late_join=other_origin,
+                                                                advert=SimpleNamespace(origin_index=11))})
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    lj.request_in(3, 6, control(UmeRxReq(1, 1, 8, 42, 14394, "10.4.4.4")))
+    assert not lj.answer_in(retrans_frame(11, 42, b"whose?"), CONNECTION)
+    assert datapath.sent == [] and counters.get("late_join_answers_unknown") == 1

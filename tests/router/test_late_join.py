@@ -70,3 +70,37 @@ def test_a_late_receiver_gets_from_the_originating_source_what_came_before_throu
     assert lan2_counters["late_join_requests_rcvd"] > 0 and lan2_counters["late_join_answers_sent"] > 0
     assert lan1_counters["late_join_requests_relayed"] > 0 and lan1_counters["late_join_answers_rcvd"] > 0
     assert lan1_counters["late_join_requests_not_relayed"] == lan2_counters["late_join_requests_not_relayed"] == 0
+
+
+def test_two_origins_with_the_same_topic_index_each_answer_only_their_own_late_receivers(routers, tools,
+                                                                                        make_domain):
+    """Two sources, each the only one of its context (so both topic index 1 on their sessions),
+    relayed for two late receivers at once: a RETRANS names only a topic index and a sequence
+    number, so the relay tells the origins apart by the connection their answers come on."""
+    lan1, lan2 = make_domain("source late_join 1"), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
+                           endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+    first = 20000            # enough that the two late joins overlap
+    early = [tools.umrcv("-c", lan2.config_path, "--json", "-C", first, "--timeout", 120, f"lj.two.{n}")
+             for n in (1, 2)]
+    sources = [tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-P", 40000, "-L", 60,
+                           "--start-on-stdin", f"lj.two.{n}") for n in (1, 2)]
+    for receiver in early:
+        receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    for source in sources:
+        source.send_line()
+    ids = []
+    for receiver in early:
+        got = receiver.result(120)
+        assert (got["received"], got["gaps"], got["duplicates"]) == (first, 0, 0), got
+        ids.append(set(got["per_source"]))
+    assert len(ids[0] | ids[1]) == 2
+
+    late = [tools.umrcv("-c", lan2.config_path, "--json", "-C", first, "--timeout", 120, f"lj.two.{n}")
+            for n in (1, 2)]
+    for n, receiver in enumerate(late):
+        got = receiver.result(120)
+        assert set(got["per_source"]) == ids[n], got            # only its own source's messages
+        assert (got["received"], got["retransmitted"], got["gaps"], got["duplicates"]) == \
+            (first, first, 0, 0), got
+    assert router.counters()[0]["late_join_answers_unknown"] == 0
