@@ -61,6 +61,8 @@ class RequestMessage(NamedTuple):
     data: bytes
     origin: RequestOrigin
     context: Any                # the Context that received it (it sends the responses)
+    otr: bool = False           # recovered off the transport (a lost request, asked of its source)
+    retransmit = False
 
     def respond(self, data) -> None:
         self.context.respond(self.origin, data)

@@ -376,7 +376,7 @@ class OtrRecovery:
                 else:
                     if kind == _RECOVERED:
                         self.counters["otr_messages_recovered"] += 1
-                    joined.deliver_request(*entry)
+                    joined.deliver_request(*entry, otr=kind == _RECOVERED)
                 continue
             if kind != run_kind and run:
                 self._deliver_run(run, run_kind)

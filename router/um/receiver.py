@@ -119,8 +119,8 @@ class JoinedSource:
             return
         self.deliver_request(sqn, payload, origin)
 
-    def deliver_request(self, sqn: int, payload: bytes, origin) -> None:
-        request = RequestMessage(self.topic, self.source, sqn, payload, origin, self.receiver.context)
+    def deliver_request(self, sqn: int, payload: bytes, origin, otr: bool = False) -> None:
+        request = RequestMessage(self.topic, self.source, sqn, payload, origin, self.receiver.context, otr)
         if self._on_batch is not None:
             self._on_batch([request])
         else:

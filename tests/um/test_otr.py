@@ -405,7 +405,8 @@ def test_requests_are_held_behind_a_loss_and_a_lost_request_is_recovered_and_can
         second.close()
     assert got.sqns == list(range(20))
     assert [m.sequence_number for m in requests] == [10, 15]
-    assert got.recovered == [5]                               # (a RequestMessage has no otr flag)
+    assert got.recovered == [5, 15]                           # the lost request is flagged too
+    assert [m.otr for m in requests] == [False, True] and not any(m.retransmit for m in requests)
     assert sorted(responses) == [b"re:000010", b"re:000015"]
 
 

@@ -151,8 +151,8 @@ class Joined:
         assert all(m.topic == self.topic and m.source == self.source for m in messages)
         self.log.append(("otr", [(m.sequence_number, bytes(m.data)) for m in messages]))
 
-    def deliver_request(self, sqn, payload, origin) -> None:
-        self.log.append(("request", sqn, bytes(payload), origin))
+    def deliver_request(self, sqn, payload, origin, otr=False) -> None:
+        self.log.append(("otr request" if otr else "request", sqn, bytes(payload), origin))
 
     def report_loss(self, first, count) -> None:
         self.log.append(("loss", first, count))
@@ -444,7 +444,7 @@ def test_a_recovered_request_is_delivered_as_a_request_in_its_place(h):
     h.otr.hold(live(5))
     [frame] = request_frames(4, b"please answer")
     assert h.retrans(frame)
-    assert h.joined.take() == [("request", 4, b"please answer", ORIGIN), ("live", live(5))]
+    assert h.joined.take() == [("otr request", 4, b"please answer", ORIGIN), ("live", live(5))]
 
 
 def test_what_was_given_up_is_reported_in_its_place_after_what_comes_before_it(monkeypatch):
@@ -601,7 +601,7 @@ def test_a_recovered_fragment_of_a_request_brings_the_whole_request(h):
     h.loop.advance(0.001)
     for sqn in h.responder.take():                         # (the other fragments, if asked)
         h.retrans(frames[sqn - 10])
-    assert h.joined.take() == [("request", 10, payload, ORIGIN), ("live", live(13))]
+    assert h.joined.take() == [("otr request", 10, payload, ORIGIN), ("live", live(13))]
 
 
 # -- OTR: the 32-bit wrap -----------------------------------------------------------------------------------------
