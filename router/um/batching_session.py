@@ -125,7 +125,7 @@ class BatchingSession:
                 self.batch += payload
                 if self.retained:
                     self._retain(self.batch, start, len(self.batch))
-                sqn += 1
+                sqn = (sqn + 1) & 0xFFFFFFFF    # topic sequence numbers wrap
             else:
                 sqn = self._append_fragments(tidx, sqn, payload)
             if flush:
@@ -145,7 +145,7 @@ class BatchingSession:
                 self.batch += piece
                 if self.retained:
                     self._retain(self.batch, start, len(self.batch))
-                sqn += 1
+                sqn = (sqn + 1) & 0xFFFFFFFF    # topic sequence numbers wrap
                 if len(self.batch) >= self.batching_minimum_length:
                     self._flush_locked()
             self._flush_locked()
@@ -181,7 +181,7 @@ class BatchingSession:
             self.batch += chunk
             if self.retained:
                 self._retain(self.batch, len(self.batch) - len(chunk) - _FRAGMENT_OVERHEAD, len(self.batch))
-            sqn += 1
+            sqn = (sqn + 1) & 0xFFFFFFFF
             if len(self.batch) >= self.batching_minimum_length:
                 self._flush_locked()
         return sqn

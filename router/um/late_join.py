@@ -30,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from router.um.messages import RetransmittedMessage
+from router.um.sequence_numbers import MASK, distance
 from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER, NHDR_DATA,
                                  NHDR_FRAG, LbmcMessage, encode_lbmc)
 from router.um.wire.lbmc_late_join import (LJI_RX_REQ_MAX, LJI_RX_REQ_OUTSTANDING_MAX, LjiRequest, UmeLjInfo,
@@ -169,6 +170,7 @@ class LateJoinClient:
         self.asked_at: dict[int, float] = {}      # sqn -> when last asked
         self.to_ask: deque[int] = deque()
         self.frames: dict[int, bytes] = {}        # sqn -> the RETRANS frame
+        self.base = 0                             # the first sequence number asked for (order is from it)
         self.done = False
         self.counters = context.late_join_counters
         self.timer = None
@@ -218,19 +220,23 @@ class LateJoinClient:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        if info.low_seqnum > info.high_seqnum:
-            self._finish()                        # nothing retained
+        # Sequence numbers wrap (router.um.sequence_numbers): all is measured from what is retained.
+        start, end = info.low_seqnum, info.high_seqnum
+        if distance(start, end) < 0:
+            self._finish()                        # nothing retained (low past high: UM's 1, 0)
             return
         # What came before the first live message (none if that was the first ever sent).
-        end = info.high_seqnum if self.first_live is None else min(info.high_seqnum, self.first_live - 1)
-        start = info.low_seqnum
-        if self.settings.request_maximum:
-            start = max(start, end - self.settings.request_maximum + 1)
-        if end < start:
+        if self.first_live is not None and distance(self.first_live, end) >= 0:
+            end = (self.first_live - 1) & MASK
+        count = distance(start, end) + 1
+        if self.settings.request_maximum and count > self.settings.request_maximum:
+            start, count = (end - self.settings.request_maximum + 1) & MASK, self.settings.request_maximum
+        if count <= 0:
             self._finish()
             return
-        self.to_ask.extend(range(start, end + 1))
-        self.counters["lj_retransmissions_requested"] += end - start + 1
+        self.base = start
+        self.to_ask.extend((start + n) & MASK for n in range(count))
+        self.counters["lj_retransmissions_requested"] += count
         self._ask()
         self.timer = self.context.loop.call_later(self.settings.request_interval, self._tick)
 
@@ -309,12 +315,12 @@ class LateJoinClient:
         joined = self.joined
         joined.late_join = None
         messages = self._messages()
-        last = messages[-1][0] if messages else None
         self.counters["lj_messages_delivered"] += len(messages)
         if messages and not joined.ended:
             batch = [RetransmittedMessage(joined.topic, joined.source, sqn, payload) for sqn, payload in messages]
             joined.deliver_ready(batch)
-        highest = max(self.frames) if self.frames else last
+        base = self.base
+        highest = max(self.frames, key=lambda sqn: (sqn - base) & MASK) if self.frames else None
         if joined.otr is not None:
             joined.otr.pause()            # what it recovered meanwhile goes in place among them, after
         # Live messages at or below what was retransmitted are not delivered twice: those held
@@ -325,10 +331,10 @@ class LateJoinClient:
             if joined.ended:
                 break
             if kind == "batch":
-                fresh = [m for m in item if highest is None or m[0] > highest]
+                fresh = [m for m in item if highest is None or distance(highest, m[0]) > 0]
                 if fresh:
                     joined.on_batch(fresh)
-            elif highest is None or item[0] > highest:
+            elif highest is None or distance(highest, item[0]) > 0:
                 joined.on_request(*item)
         self.held.clear()
         self.frames.clear()
@@ -340,7 +346,11 @@ class LateJoinClient:
         one is given up)."""
         messages: list[tuple[int, bytes]] = []
         partial: dict[int, list] = {}
-        for sqn in sorted(self.frames):
+        base = self.base
+
+        def in_order(sqn: int) -> int:            # wrap-safe: the order from the first one asked
+            return (sqn - base) & MASK
+        for sqn in sorted(self.frames, key=in_order):
             frame = self.frames[sqn]
             _, next_hdr, length, _, _ = MESSAGE_HEADER.unpack_from(frame)
             if next_hdr == NHDR_DATA:
@@ -357,7 +367,7 @@ class LateJoinClient:
                     del partial[first]
         if partial:
             self.counters["lj_messages_incomplete"] += len(partial)
-        messages.sort()
+        messages.sort(key=lambda message: in_order(message[0]))
         return messages
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ import re
 from typing import TYPE_CHECKING, Callable
 
 from router.um.messages import BOS, EOS, UNRECOVERABLE_LOSS, Message, ReceiverEvent, RequestMessage
+from router.um.sequence_numbers import distance
 from router.um.source_cache import Candidate
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class JoinedSource:
     def _above(self, messages: list[tuple], floor: int) -> list[tuple]:
         """The messages past what late join delivered; the floor goes once one is past it (the
         transport delivers in order)."""
-        fresh = [m for m in messages if m[0] > floor]
+        fresh = [m for m in messages if distance(floor, m[0]) > 0]
         if fresh:
             self.late_join_floor = None
         return fresh

@@ -13,15 +13,9 @@ comparison is made as a distance from the window's base.
 """
 from __future__ import annotations
 
-MASK = 0xFFFFFFFF
-HALF = 0x80000000
+from router.um.sequence_numbers import MASK, distance
+
 MAX_WAITED = 1 << 16          # a jump of more messages than this is declared lost at once, not waited for
-
-
-def distance(start: int, sqn: int) -> int:
-    """How far `sqn` is past `start` on the 32-bit circle (negative when behind)."""
-    ahead = (sqn - start) & MASK
-    return ahead - (1 << 32) if ahead >= HALF else ahead
 
 
 class ReorderWindow:

@@ -144,7 +144,8 @@ def message_frames(tidx: int, sqn: int, payload, datagram_max_size: int,
         first_header = NHDR_FRAG
     for number, start in enumerate(range(0, total, piece)):
         chunk = view[start:start + piece]
-        yield (_pack_message(LBMC_TYPE_MESSAGE, first_header, overhead + len(chunk), tidx, sqn + number)
+        yield (_pack_message(LBMC_TYPE_MESSAGE, first_header, overhead + len(chunk), tidx,
+                             (sqn + number) & 0xFFFFFFFF)
                + request(NHDR_FRAG) + _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, sqn, start, total)), chunk
 
 

@@ -92,7 +92,7 @@ class ResponseSender:
         parts = []
         for headers, piece in message_frames(qidx, sqn, data, self.datagram_max_size):
             parts += (headers, piece)
-            sqn += 1
+            sqn = (sqn + 1) & 0xFFFFFFFF
         return b"".join(parts), sqn
 
     def _connect(self, address: tuple[str, int]) -> _Outgoing | None:

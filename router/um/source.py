@@ -122,9 +122,10 @@ class Source:
         self.session.flush()
 
     def last_sequence_number(self) -> int | None:
-        """The sequence number of the last frame sent (None before the first): what its session's
-        TSNIs say (router.um.sequence_info). A router's proxy source sends frames as they came, not
-        through `send`: the newest it retains, if it retains."""
+        """The sequence number of the last frame sent (None before the first, and for the moment
+        after exactly 2^32 frames, when the next number is 0 again): what its session's TSNIs say
+        (router.um.sequence_info). A router's proxy source sends frames as they came, not through
+        `send`: the newest it retains, if it retains."""
         if self.sequence_number:
             return (self.sequence_number - 1) & 0xFFFFFFFF
         if self.late_join is not None and self.late_join[2] is not None:
