@@ -16,6 +16,7 @@ from typing import Callable, Protocol
 
 from router.um.frame_runs import MIN_RUN, equal_frames
 from router.um.reorder_window import MAX_WAITED, ReorderWindow
+from router.um.sequence_numbers import MASK, distance
 from router.um.requests import REQUEST_FRAME_MIN, REQUEST_HEADER_OFFSET, read_request, request_frame_problem
 from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER,
                                  NHDR_DATA, NHDR_FRAG, NHDR_REQUEST, NHDR_TSNI)
@@ -93,6 +94,7 @@ class FrameStream:
         if not subs:
             self.subscriptions.pop(tidx, None)
             self.raw_indexes.discard(tidx)
+            self.next_sqns.pop(tidx, None)       # whoever subscribes next starts where it joins
             window = self.windows.pop(tidx, None)
             if window is not None and window.timer is not None:
                 window.timer.cancel()
@@ -262,8 +264,14 @@ class FrameStream:
         _OLD_FRAME_WINDOW is a new source on a reused index: followed from there."""
         window = self.windows.get(tidx)
         if window is not None:
-            return window.admit(sqn)
+            if distance(window.next, sqn) >= -_OLD_FRAME_WINDOW:
+                return window.admit(sqn)
+            # Far behind what is waited for: a new source on a reused index. The wait ends (what
+            # came is delivered, the rest told lost) and the new source is followed, as without it.
+            self._close_window(tidx, window, batches.pop(tidx, None) or [])
         expected = self.next_sqns.get(tidx)
+        if expected is not None:
+            expected &= MASK                    # a run's next number is kept unmasked (2^32 at the wrap)
         ahead = (sqn - expected) & 0xFFFFFFFF if expected is not None else 0
         if 0x80000000 <= ahead < 0x100000000 - _OLD_FRAME_WINDOW:
             ahead = 0                               # far back: start over from this one
@@ -296,6 +304,7 @@ class FrameStream:
             expected = self.next_sqns.get(tidx)
             if expected is None or tidx in self.raw_indexes or tidx not in self.subscriptions:
                 continue
+            expected &= MASK
             ahead = (sqn + 1 - expected) & 0xFFFFFFFF
             if 0 < ahead < 0x80000000:
                 self.next_sqns[tidx] = (sqn + 1) & 0xFFFFFFFF
@@ -327,6 +336,8 @@ class FrameStream:
         """After a read: what the topics waiting out a gap got joins their held messages; what is
         now in sequence is delivered; a window whose gap filled closes."""
         for tidx, window in list(self.windows.items()):
+            if self.windows.get(tidx) is not window:
+                continue                        # an application callback ended it meanwhile
             batch = batches.pop(tidx, None)
             if window.too_wide():
                 self._close_window(tidx, window, batch or [])
@@ -345,19 +356,21 @@ class FrameStream:
 
     def _close_window(self, tidx: int, window: ReorderWindow, entries: list) -> None:
         """End a wait: held messages delivered and what is still missing declared lost, in
-        sequence order; the topic is followed from past the last one seen."""
+        sequence order; the topic is followed from past the last one seen. Application callbacks
+        run here and may end subscriptions (this one too): each step looks them up again."""
+        if self.windows.get(tidx) is not window:
+            return                              # ended already (its subscription went)
         del self.windows[tidx]
         if window.timer is not None:
             window.timer.cancel()
         self.counters["frames_late"] += window.filled
-        window.held.extend(entries)
-        subs = self.subscriptions.get(tidx, ())
-        for kind, step in window.closing():
+        self.next_sqns[tidx] = window.next
+        for kind, step in window.closing(entries):
+            subs = self.subscriptions.get(tidx, ())
             if kind == "batch":
                 self._deliver_with_requests(step, subs)
             else:
                 self._declare_lost(tidx, *step, subs)
-        self.next_sqns[tidx] = window.next
 
     def _valid_request(self, data, offset: int, msglen: int) -> bool:
         problem = request_frame_problem(data, offset, msglen)
