@@ -193,14 +193,15 @@ class PeerPortal(EgressRecords):
 
     # -- messages from the companion -----------------------------------------------------------------
     def _control(self, message: LbmcMessage) -> None:
+        if is_late_join_answer(message):       # a RETRANS may have no header but DATA
+            self.late_join.answer_in(message)
+            return
         if not message.headers:
             self._malformed("control message without headers")
             return
         head = message.headers[0]
         if is_immediate(message):
             self._immediate_in(message)
-        elif is_late_join_answer(message):
-            self.late_join.answer_in(message)
         elif is_late_join_request(message):
             self.late_join.request_in(message, self.link_indexes.get)
         elif is_response(message):

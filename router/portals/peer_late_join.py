@@ -5,24 +5,29 @@ origin offers late join, so the far router's proxy sources offer it too (spec/dr
 Join / OTR: supported end-to-end; proxies don't retain"). What a receiver there asks of such a
 proxy source reaches this router's peer portal as the stream's ingress (router.portals.late_join_relay,
 a LATE_JOIN ring record), and crosses the link as a CONTROL message of the requester's own
-headers, each with its transport index set to the stream's topic index on the link:
+headers, each with its transport index set to the stream's topic index on the link and its
+address replaced by one this portal gives the requester (0.x.y.z, its port kept):
 
-    CONTROL -> LJI_REQ(transport_idx = link topic index, the requester's index, address, ...)
-    CONTROL -> UME_RXREQ(transport_idx = link topic index, the requester's topic index, sqn, address)
+    CONTROL -> LJI_REQ(transport_idx = link topic index, the requester's index, its link address, ...)
+    CONTROL -> UME_RXREQ(transport_idx = link topic index, the requester's topic index, sqn, link address)
+
+Two LANs may use one private address: behind two portals of this router, two requesters can have
+the same ip and port, so the answers find theirs by the link address, never by the real one.
 
 The far peer portal finds the stream by that index and hands the request to the stream's ingress
 portal there (a peer portal again, or the endpoint portal in the origin's domain, which asks the
 origin and remembers for whom). The answers come back the way the request went; across each link
-they are addressed to the requester with a DESTINATION header (as responses are, router.portals.
-peer_responses):
+they are addressed to the requester's link address with a DESTINATION header (as responses are,
+router.portals.peer_responses):
 
-    CONTROL -> DESTINATION(requester ip, port) -> UME_LJ_INFO
-    RETRANS(topic index, sqn) -> DESTINATION(requester ip, port) -> [FRAG ->] DATA
+    CONTROL -> DESTINATION(link address) -> UME_LJ_INFO
+    CONTROL -> DESTINATION(link address), then the origin's RETRANS frame as it is
 
-and the portal that sent the request on finds the portal it came from by that address (a
-requester is a context's request port, behind one portal of this router). Nothing in the
-requests changes on the way but the transport index; the requester's topic index, which the
-RETRANS frames carry back, stays its own.
+A RETRANS frame may be as long as an LBMC message can be (a fragment at LBT-TCP's 65,535-byte
+datagram size), so its address goes in a message of its own just ahead of it: the two are queued
+as one piece, and the link keeps their order. The portal that sent the request on finds the
+requester (its portal, address) by the link address. Nothing else in the requests changes on the
+way; the requester's topic index, which the RETRANS frames carry back, stays its own.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
 log = logging.getLogger(__name__)
 
 MAX_REQUESTERS = 65_536          # requester addresses remembered (oldest forgotten first)
+_ADDRESS_SPACE = 1 << 24         # link addresses 0.0.0.1 .. 0.255.255.255 ("this network": no host's)
 
 
 def is_late_join_request(message: LbmcMessage) -> bool:
@@ -46,12 +52,12 @@ def is_late_join_request(message: LbmcMessage) -> bool:
 
 
 def is_late_join_answer(message: LbmcMessage) -> bool:
-    """An answer addressed to a requester across the link (never a stream's data)."""
-    if len(message.headers) < 1 or not isinstance(message.headers[0], Destination):
-        return False
+    """An answer across the link: a RETRANS (never a stream's data), or its address, or an
+    addressed UME_LJ_INFO."""
     if message.msg_type == LBMC_TYPE_RETRANS:
         return True
-    return message.msg_type == LBMC_TYPE_CONTROL and len(message.headers) > 1 \
+    return message.msg_type == LBMC_TYPE_CONTROL and bool(message.headers) \
+        and isinstance(message.headers[0], Destination) \
         and all(isinstance(h, UmeLjInfo) for h in message.headers[1:])
 
 
@@ -59,6 +65,13 @@ def _requester(header) -> tuple[str, int]:
     if isinstance(header, LjiRequest):
         return header.req_ip, header.req_port
     return header.rx_ip, header.rx_port
+
+
+def _readdress(header, ip: str) -> None:
+    if isinstance(header, LjiRequest):
+        header.req_ip = ip
+    else:
+        header.rx_ip = ip
 
 
 class PeerLateJoinRelay:
@@ -71,7 +84,11 @@ class PeerLateJoinRelay:
         self.datapath = datapath
         self.counters = counters
         self.log_event = log_event
-        self.requesters: OrderedDict[tuple[str, int], int] = OrderedDict()    # (ip, port) -> portal index
+        # link address (ip, port) -> (portal index, requester ip, port); and back.
+        self.requesters: OrderedDict[tuple[str, int], tuple[int, str, int]] = OrderedDict()
+        self.link_addresses: dict[tuple[int, str, int], tuple[str, int]] = {}
+        self._next_address = 0
+        self._retrans_for: tuple[str, int] | None = None    # the address of the RETRANS next on the link
 
     # -- a stream we bring in over the link: its requests go out ------------------------------------
     def request_out(self, egress: int, stream, message: bytes) -> None:
@@ -89,29 +106,49 @@ class PeerLateJoinRelay:
         link_index = stream.advert.origin_index
         for header in requests:
             header.transport_idx = link_index
-            self._remember(_requester(header), egress)
+            _readdress(header, self._link_address(egress, *_requester(header))[0])
         if self.link.send_control(LbmcMessage(LBMC_TYPE_CONTROL, requests)):
             self.counters.add("late_join_requests_relayed")
         else:
             self.counters.add("late_join_requests_not_relayed")
 
-    def _remember(self, requester: tuple[str, int], egress: int) -> None:
-        self.requesters[requester] = egress
-        self.requesters.move_to_end(requester)
+    def _link_address(self, egress: int, ip: str, port: int) -> tuple[str, int]:
+        """The address a requester behind portal `egress` has on the link (kept while in use)."""
+        key = (egress, ip, port)
+        address = self.link_addresses.get(key)
+        if address is None:
+            self._next_address = self._next_address % (_ADDRESS_SPACE - 1) + 1
+            n = self._next_address
+            address = (f"0.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}", port)
+            forgotten = self.requesters.pop(address, None)      # after 16 million: the oldest goes
+            if forgotten is not None:
+                self.link_addresses.pop(forgotten, None)
+            self.link_addresses[key] = address
+        self.requesters[address] = key
+        self.requesters.move_to_end(address)
         while len(self.requesters) > MAX_REQUESTERS:
-            self.requesters.popitem(last=False)
+            _, old = self.requesters.popitem(last=False)
+            self.link_addresses.pop(old, None)
+        return address
 
     def answer_in(self, message: LbmcMessage) -> None:
-        """An answer from the far side: to the portal its request came in by."""
-        destination = message.headers[0]
-        egress = self.requesters.get((destination.ipaddr, destination.port))
-        if egress is None:
+        """An answer from the far side: to the requester, by the portal its request came in by."""
+        if message.msg_type == LBMC_TYPE_RETRANS:
+            address, self._retrans_for = self._retrans_for, None
+            frames = encode_lbmc(message)
+        else:
+            destination = message.headers[0]
+            address = (destination.ipaddr, destination.port)
+            if len(message.headers) == 1:         # the address of the RETRANS that follows
+                self._retrans_for = address
+                return
+            frames = encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, message.headers[1:]))
+        requester = self.requesters.get(address) if address is not None else None
+        if requester is None:
             self.counters.add("late_join_answers_unknown")
             return
         self.counters.add("late_join_answers_rcvd")
-        inner = LbmcMessage(message.msg_type, message.headers[1:], message.payload, message.tidx, message.sqn,
-                            message.has_data)
-        self.datapath.late_join_answer(egress, destination.ipaddr, destination.port, encode_lbmc(inner))
+        self.datapath.late_join_answer(*requester, frames)
 
     # -- a stream we send over the link: the far side's requests come in -----------------------------
     def request_in(self, message: LbmcMessage, stream_for_link_index) -> None:
@@ -128,15 +165,17 @@ class PeerLateJoinRelay:
 
     def answer_out(self, ipaddr: str, port: int, frames: bytes) -> None:
         """An answer to a request that came over the link: back over it, addressed."""
-        try:
-            message = decode_lbmc(frames)[0]
-            destination = Destination(0, ipaddr, port, 1, 0, "0.0.0.0", 0)
-            data = encode_lbmc(LbmcMessage(message.msg_type, [destination, *message.headers], message.payload,
-                                           message.tidx, message.sqn, message.has_data))
-        except WireError as err:
-            self.counters.add("late_join_requests_not_relayed")
-            log.info("portal %s: a late-join answer cannot cross the link: %s", self.name, err)
-            return
-        sent = self.link.send_control(data) if message.msg_type == LBMC_TYPE_CONTROL else self.link.send_data(data, 1)
+        destination = Destination(0, ipaddr, port, 1, 0, "0.0.0.0", 0)
+        if frames[0] == LBMC_TYPE_RETRANS:
+            # Its address just ahead of it, one piece in the link's queue: nothing comes between.
+            address = encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, [destination]))
+            sent = self.link.send_data(address + bytes(frames), 2)
+        else:
+            try:
+                message = decode_lbmc(frames)[0]
+                sent = self.link.send_control(LbmcMessage(LBMC_TYPE_CONTROL, [destination, *message.headers]))
+            except WireError as err:
+                log.info("portal %s: a late-join answer cannot cross the link: %s", self.name, err)
+                sent = False
         if sent:
             self.counters.add("late_join_answers_sent")

@@ -36,7 +36,7 @@ from router.portals.peer_late_join import is_late_join_answer
 from router.portals.peer_responses import is_response
 from router.um.frame_runs import MIN_RUN, equal_frames
 from router.um.wire.lbmc_constants import NHDR_DESTINATION, NHDR_ODOMAIN, NHDR_REQUEST
-from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_HDR_SIZE_DATA, LBMC_TYPE_CONTROL, LbmcMessage,
+from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, LbmcMessage,
                                  WireError, check_message_start, decode_lbmc, encode_lbmc)
 
 log = logging.getLogger(__name__)
@@ -445,11 +445,12 @@ class PeerLink:
         run_count = run_longest = 0
         while end - offset >= 4:
             msglen = (buf[offset + 2] << 8) | buf[offset + 3]
-            base = check_message_start(buf, offset)
+            check_message_start(buf, offset)      # a bad version ends the link (WireError)
             if offset + msglen > end:
                 break
-            # Requests, responses and immediate messages leave the fast path: the owner decodes them.
-            if fast and base == LBMC_HDR_SIZE_DATA and buf[offset + 1] not in _NOT_STREAM_DATA:
+            # Requests, responses, immediate messages and late join's RETRANS answers (not MESSAGE)
+            # leave the fast path: the owner decodes them.
+            if fast and buf[offset] == LBMC_TYPE_MESSAGE and buf[offset + 1] not in _NOT_STREAM_DATA:
                 tidx = int.from_bytes(buf[offset + 4:offset + 8], "big")
                 if run_start is not None and tidx != run_tidx:
                     self._data_run(buf, run_start, offset, run_tidx, run_count, run_longest)

@@ -60,6 +60,7 @@ def test_a_late_receiver_beyond_links_gets_what_came_before_from_the_origin(rout
     for router in chain:
         for portal in router.counters().values():
             assert portal["late_join_requests_not_relayed"] == portal["late_join_answers_unknown"] == 0, portal
+            assert portal["link_malformed"] == 0, portal
 
 
 def test_what_a_far_portal_dropped_is_recovered_from_the_origin_across_the_link(routers, tools, make_domain):
