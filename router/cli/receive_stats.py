@@ -14,11 +14,14 @@ from router.um.messages import UNRECOVERABLE_LOSS
 
 _unpack = HEADER.unpack_from
 _MAX_LATENCY_SAMPLES = 5_000_000
+# A jump longer than this is counted, not listed number by number: a payload that umsrc did not
+# make can say any sequence number, and a set of billions of missing ones would take all memory.
+_MAX_LISTED_GAP = 1_000_000
 
 
 class _PerSource:
     __slots__ = ("received", "unique", "duplicates", "out_of_order", "next_expected", "missing",
-                 "first_seq", "last_seq", "topics", "gap_events")
+                 "missing_unlisted", "first_seq", "last_seq", "topics", "gap_events")
 
     def __init__(self, seq: int):
         self.received = self.unique = self.duplicates = self.out_of_order = self.gap_events = 0
@@ -26,6 +29,7 @@ class _PerSource:
         self.first_seq = seq
         self.last_seq = seq
         self.missing: set[int] = set()
+        self.missing_unlisted = 0               # in jumps too long to list (never filled later)
         self.topics: set[str] = set()
 
 
@@ -121,7 +125,10 @@ class ReceiveStats:
         if seq > expected:
             state.unique += 1
             state.gap_events += 1
-            state.missing.update(range(expected, seq))
+            if seq - expected > _MAX_LISTED_GAP:
+                state.missing_unlisted += seq - expected
+            else:
+                state.missing.update(range(expected, seq))
             state.next_expected = seq + 1
             state.last_seq = seq
         elif seq in state.missing:
@@ -150,7 +157,7 @@ class ReceiveStats:
         rate = (self.received - 1) / elapsed if elapsed > 0 and self.received > 1 else 0.0
         per_source = {
             f"{source_id:08x}": {"received": s.received, "unique": s.unique, "duplicates": s.duplicates,
-                                 "gaps": len(s.missing), "gap_events": s.gap_events,
+                                 "gaps": len(s.missing) + s.missing_unlisted, "gap_events": s.gap_events,
                                  "out_of_order": s.out_of_order, "first_seq": s.first_seq,
                                  "last_seq": s.last_seq, "topics": sorted(s.topics)}
             for source_id, s in self.sources.items()}
@@ -161,7 +168,7 @@ class ReceiveStats:
             "unrecoverable_loss": self.unrecoverable,
             "unique": self.unique,
             "duplicates": sum(s.duplicates for s in self.sources.values()),
-            "gaps": sum(len(s.missing) for s in self.sources.values()),
+            "gaps": sum(len(s.missing) + s.missing_unlisted for s in self.sources.values()),
             "out_of_order": sum(s.out_of_order for s in self.sources.values()),
             "malformed": self.malformed,
             "rate_msgs_per_s": round(rate, 1),

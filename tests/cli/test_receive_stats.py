@@ -80,3 +80,15 @@ def test_a_short_payload_is_counted_malformed_and_the_run_around_it_is_whole():
     assert summary["malformed"] == 1
     assert summary["per_source"]["00000001"]["unique"] == 4 and summary["gaps"] == 0
     assert summary["per_source"]["00000001"]["last_seq"] == 3
+
+
+def test_a_payload_saying_a_sequence_number_billions_ahead_is_counted_not_listed():
+    """A payload umsrc did not make can claim any number: the jump is counted as missing without
+    a set of billions of numbers (which would take all memory)."""
+    stats = ReceiveStats()
+    stats.on_batch([_message(1, 0, "a"), _message(1, 2**40, "a"), _message(1, 2**40 + 1, "a"), _message(1, 5, "a")])
+    summary = stats.summary()
+    per_source = summary["per_source"]["00000001"]
+    assert summary["gaps"] == 2**40 - 1 and per_source["gap_events"] == 1
+    assert per_source["unique"] == 3 and per_source["duplicates"] == 1       # 5: given up with the jump
+    assert len(stats.sources[1].missing) == 0
