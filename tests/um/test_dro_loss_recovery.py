@@ -23,11 +23,12 @@ OPTION = {"tcp": "transport_tcp_dro_loss_recovery_timeout", "lbtipc": "transport
 
 
 class Late:
-    """Frames of topic index `tidx` with a sequence number in `late` come after the frame
-    `after` instead of in their place (`after` None: never)."""
+    """At the receiving stream: frames of `tidx` with sequence numbers in `late` are taken out of
+    the reads and put back just after the frame `release` (topic index, sequence number) passes
+    (None: never)."""
 
-    def __init__(self, stream, tidx: int, late, after: int | None):
-        self.tidx, self.late, self.after = tidx, set(late), after
+    def __init__(self, stream, tidx: int, late, release: tuple[int, int] | None):
+        self.tidx, self.late, self.release = tidx, set(late), release
         self.held: list[bytes] = []
         self.original = stream._parse
         stream._parse = self._parse             # the stream calls its own _parse for every read
@@ -47,7 +48,7 @@ class Late:
                     self.held.append(frame)
                     continue
                 out += frame
-                if tidx == self.tidx and sqn == self.after:
+                if (tidx, sqn) == self.release:
                     out += b"".join(self.held)
                     self.held.clear()
                 continue
@@ -67,7 +68,7 @@ def _run(tmp_path, transport: str, timeout_ms: int | None, late, after, count: i
                  message="the receiver joined, and the source knows it")
         [joined] = got.receiver.joined.values()
         stream = joined.client
-        Late(stream, source.index, late, after)
+        Late(stream, source.index, late, None if after is None else (source.index, after))
         for n in range(count):
             source.send(b"%06d" % n, flush=True)      # a read each, mostly: the late ones cross reads
         expected = count - (len(late) if after is None or timeout_ms is None else 0)
