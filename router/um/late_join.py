@@ -171,6 +171,7 @@ class LateJoinClient:
         self.to_ask: deque[int] = deque()
         self.frames: dict[int, bytes] = {}        # sqn -> the RETRANS frame
         self.base = 0                             # the first sequence number asked for (order is from it)
+        self.lost: list[int] = []                 # asked for and given up: told as lost, in their place
         self.done = False
         self.counters = context.late_join_counters
         self.timer = None
@@ -269,9 +270,8 @@ class LateJoinClient:
         for sqn in given_up:
             del self.requested[sqn]
         if given_up:
-            self.counters["lj_retransmissions_given_up"] += len(given_up)
             # What the source no longer has will not come: nor will the rest asked of it.
-            self.counters["lj_retransmissions_given_up"] += len(self.to_ask)
+            self._lose(given_up + list(self.to_ask))
             self.to_ask.clear()
         again = [sqn for sqn in self.requested if now - self.asked_at.get(sqn, 0) >= settings.request_interval]
         self._request(again, now)
@@ -298,10 +298,16 @@ class LateJoinClient:
         """Stop fetching (the source ended first, or too much is held back): deliver what came,
         then what was held back."""
         if not self.done:
-            self.counters["lj_retransmissions_given_up"] += len(self.requested) + len(self.to_ask)
+            self._lose(list(self.requested) + list(self.to_ask))
             self.requested.clear()
             self.to_ask.clear()
             self._finish()
+
+    def _lose(self, sqns: list[int]) -> None:
+        """Given up: counted, and told to the application as UNRECOVERABLE_LOSS where they were
+        (UM reports a late-join retransmission that does not come as lost)."""
+        self.counters["lj_retransmissions_given_up"] += len(sqns)
+        self.lost += sqns
 
     # -- the end ---------------------------------------------------------------------------------
     def _finish(self) -> None:
@@ -316,9 +322,8 @@ class LateJoinClient:
         joined.late_join = None
         messages = self._messages()
         self.counters["lj_messages_delivered"] += len(messages)
-        if messages and not joined.ended:
-            batch = [RetransmittedMessage(joined.topic, joined.source, sqn, payload) for sqn, payload in messages]
-            joined.deliver_ready(batch)
+        if not joined.ended:
+            self._deliver(messages)
         base = self.base
         highest = max(self.frames, key=lambda sqn: (sqn - base) & MASK) if self.frames else None
         if joined.otr is not None:
@@ -340,6 +345,28 @@ class LateJoinClient:
         self.frames.clear()
         if joined.otr is not None and not joined.ended:
             joined.otr.resume()
+
+    def _deliver(self, messages: list[tuple[int, bytes]]) -> None:
+        """The retransmitted messages and the runs of those given up, in sequence order."""
+        joined, base = self.joined, self.base
+        runs: list[list[int]] = []
+        for offset in sorted((sqn - base) & MASK for sqn in self.lost):
+            if runs and runs[-1][0] + runs[-1][1] == offset:
+                runs[-1][1] += 1
+            else:
+                runs.append([offset, 1])
+        self.lost.clear()
+        position = 0
+        for offset, count in runs + [[1 << 32, 0]]:
+            before = []
+            while position < len(messages) and (messages[position][0] - base) & MASK < offset:
+                before.append(messages[position])
+                position += 1
+            if before:
+                joined.deliver_ready([RetransmittedMessage(joined.topic, joined.source, sqn, payload)
+                                      for sqn, payload in before])
+            if count:
+                joined.report_loss((base + offset) & MASK, count)
 
     def _messages(self) -> list[tuple[int, bytes]]:
         """The retransmitted frames as messages, in order; fragments put together (an incomplete

@@ -16,6 +16,7 @@ import pytest
 from router.cli.payload import HEADER
 
 from router.um.context import Context
+from router.um.messages import UNRECOVERABLE_LOSS
 
 from router.portals.peer_late_join import is_late_join_answer
 from router.um.wire.lbmc import LbmcMessage, decode_lbmc, encode_lbmc
@@ -228,9 +229,8 @@ def test_an_origin_that_does_not_retain_is_not_offered_late_join_beyond_the_link
 def test_a_late_join_cut_by_the_link_failing_ends_and_counts_what_it_could_not_get(routers, tools, make_domain):
     """Router A (the origin's, with its portals' workers) freezes in the middle of a late join:
     the link's keepalive times out, the far proxy source ends; the late receiver must not wait
-    for good: it ends, with what it got in order and once, and what it did not get counted as
-    given up (lj_retransmissions_given_up: the application itself is told nothing, by design,
-    README "Late join")."""
+    for good: it ends, with what it got in order and once, and what it did not get told as
+    unrecoverable loss in its place (and counted as given up)."""
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
     chain, _ = _chain(routers, lan1, lan_far, 1, "ljad")
     origin_router, far = chain
@@ -240,11 +240,12 @@ def test_a_late_join_cut_by_the_link_failing_ends_and_counts_what_it_could_not_g
     messages, events = [], []
     with Context(**lan_far.overrides(), late_join_info_request_interval=500, late_join_info_request_maximum=3,
                  retransmit_request_interval=300, retransmit_request_message_timeout=3000) as receiving:
-        receiving.receiver("lja.down", on_batch=messages.extend, on_event=lambda e: events.append(e.kind))
+        receiving.receiver("lja.down", on_batch=messages.extend,
+                           on_event=lambda e: events.append((e.kind, e.sequence_number, e.count, len(messages))))
         wait_for(lambda: far.counters()[1]["late_join_answers_sent"] >= 2000, 60, message="the late join under way")
         with _frozen(origin_router):             # the link's keepalive times out (800 ms)
             wait_for(lambda: far.counters()[0]["link_disconnects"] >= 1, 20, message="the link down")
-            wait_for(lambda: "EOS" in events, 60, message="the late receiver's source ending")
+            wait_for(lambda: any(kind == "EOS" for kind, *_ in events), 60, message="the late receiver's source ending")
         wait_for(lambda: receiving.counters()["lj_messages_delivered"] == len(messages), 10,
                  message="what was fetched delivered")
         counters = receiving.counters()
@@ -252,8 +253,14 @@ def test_a_late_join_cut_by_the_link_failing_ends_and_counts_what_it_could_not_g
     assert 2000 <= len(sqns) < first
     assert sqns == sorted(set(sqns)) and sqns[0] == 0                  # in order, once each
     assert all(m.retransmit for m in messages)
-    # Nothing is lost without a trace: each message it did not get was asked for and given up.
-    assert counters["lj_retransmissions_given_up"] + len(sqns) >= first, counters
+    # Nothing is lost without a trace: each message it did not get was asked for, given up and told,
+    # after the messages before it and before the end.
+    losses = [(sqn, count, before) for kind, sqn, count, before in events if kind == UNRECOVERABLE_LOSS]
+    told = {sqn + n for sqn, count, _ in losses for n in range(count)}
+    assert told.isdisjoint(sqns) and told | set(sqns) == set(range(first)), (losses, len(sqns))
+    assert all(before == sum(1 for s in sqns if s < sqn) for sqn, _, before in losses), losses
+    assert [kind for kind, *_ in events][-1] == "EOS"
+    assert counters["lj_retransmissions_given_up"] == len(told) == counters["unrecoverable_loss_messages"], counters
 
 
 

@@ -20,6 +20,7 @@ import pytest
 from router.cli.payload import HEADER
 from router.um import late_join
 from router.um.context import Context
+from router.um.messages import UNRECOVERABLE_LOSS
 from router.um.wire.lbmc import (CONTROL_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER,
                                  NHDR_DATA, NHDR_NONE, LbmcMessage, LjiRequest, UmeRxReq, encode_lbmc)
 from tests.support.domains import new_domain
@@ -729,3 +730,31 @@ def test_a_source_sends_on_across_the_wrap_and_a_live_receiver_sees_no_gap(tmp_p
     numbers = [_number(m) for m in got.messages]
     assert numbers == list(range(8)) and [kind for kind, _ in got.events] == ["BOS"]
     assert receiving.counters()["unrecoverable_loss_events"] == 0
+
+
+def test_retransmissions_that_do_not_come_are_told_as_unrecoverable_loss_in_their_place(domain):
+    """The source says it retains 0..29 but no longer has 10..12 when asked: the receiver gives
+    them up after retransmit_request_message_timeout and the application is told, between 9 and
+    13, then the live messages follow."""
+    events = []
+    with Context(**domain.overrides(), late_join=True) as sending, \
+            Context(**domain.overrides(), retransmit_request_interval=100,
+                    retransmit_request_message_timeout=400) as receiving:
+        source = sending.source("lj.lost")
+        payloads = [_payload(n) for n in range(30)]
+        _send(source, payloads)
+        retention = source.late_join[2]
+        with retention.lock:
+            for sqn in (10, 11, 12):
+                del retention.frames[sqn]
+        messages = []
+        receiving.receiver("lj.lost", on_batch=messages.extend,
+                           on_event=lambda e: events.append((e.kind, e.sequence_number, e.count, len(messages))))
+        wait_for(lambda: len(messages) >= 27, 10, message="what the source still had")
+        _send(source, [_payload(30)])
+        wait_for(lambda: len(messages) >= 28, 10, message="the live message")
+        rcv = _lj(receiving)
+    assert [_number(m) for m in messages] == [n for n in range(31) if n not in (10, 11, 12)]
+    assert [m.retransmit for m in messages] == [True] * 27 + [False]
+    assert [e for e in events if e[0] == UNRECOVERABLE_LOSS] == [(UNRECOVERABLE_LOSS, 10, 3, 10)]
+    assert rcv["lj_retransmissions_given_up"] == 3 and rcv["lj_messages_delivered"] == 27
