@@ -19,13 +19,13 @@ from router.um.context import Context
 from router.um.messages import UNRECOVERABLE_LOSS
 
 from router.portals.peer_late_join import is_late_join_answer
-from router.um.wire.lbmc import LbmcMessage, decode_lbmc, encode_lbmc
+from router.um.wire.lbmc import LbmcMessage, encode_lbmc
 from router.um.wire.lbmc_constants import LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS
 from router.um.wire.lbmc_headers import Destination
 from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
 from tests.router.test_late_join import _first_run
 from tests.router.test_multi_hop import converged
-from tests.portals.test_peer_late_join import _Stream, relay
+from tests.portals.test_peer_late_join import _crossing, _Stream, relay
 from tests.router.test_peer_udp import free_udp_port, udp_xml
 from tests.support.processes import wait_for
 from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
@@ -88,63 +88,31 @@ def _quiet(chain) -> None:
 
 
 # -- message sizes ---------------------------------------------------------------------------------------
+# 20,000-byte messages, one LBT-TCP frame each (TCP's datagram max is 65,535); 70,000-byte messages, a
+# 65,535-byte fragment and the rest (regression: at 62527fc, fixed in c509028, such a RETRANS could not
+# take the DESTINATION header across a link and was dropped); 20,000-byte messages in three fragments
+# each (the origin's datagram max at 8,192).
 @pytest.mark.integration
-def test_large_unfragmented_messages_are_late_joined_across_a_link(routers, tools, make_domain):
-    """20,000-byte messages: one LBT-TCP frame each (TCP's datagram max is 65,535)."""
-    lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljab")
-    first = 300
-    early = tools.umrcv("-c", lan_far.config_path, "--json", "-C", first, "--timeout", 90, "lja.big")
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-l", 20000, "-P", 2000, "-L", 60,
-                         "--start-on-stdin", "lja.big")
+@pytest.mark.parametrize("count, length, origin_extra, far_extra", [
+    (300, 20000, (), ()),
+    (40, 70000, (), _GIVES_UP_SOON),
+    (300, 20000, ("context transport_tcp_datagram_max_size 8192",), ()),
+], ids=["whole", "fragments-at-65535", "fragments-at-8192"])
+def test_large_messages_are_late_joined_across_a_link(routers, tools, make_domain, count, length, origin_extra,
+                                                      far_extra):
+    lan1, lan_far = make_domain(*_ORIGIN_RETAINS, *origin_extra), make_domain(*far_extra)
+    chain, _ = _chain(routers, lan1, lan_far, 1, f"ljs{length}{len(origin_extra)}")
+    topic = f"lja.size.{length}.{len(origin_extra)}"
+    early = tools.umrcv("-c", lan_far.config_path, "--json", "-C", count, "--timeout", 90, topic)
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "-P", 2000, "-L", 60,
+                         "--start-on-stdin", topic)
     early.wait_for_stderr("Beginning of Transport Session", 30)
     source.send_line()
     got = early.result(90)
-    assert (got["received"], got["gaps"], got["duplicates"]) == (first, 0, 0), got
-    got = _late(tools, lan_far, first, "lja.big").result(90)
+    assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
+    got = _late(tools, lan_far, count, topic).result(90)
     assert (got["received"], got["retransmitted"], got["gaps"], got["duplicates"], got["out_of_order"]) == \
-        (first, first, 0, 0, 0), got
-    _quiet(chain)
-
-
-# Regression: a bug at 62527fc (fixed in c509028): a RETRANS frame of 65,535 bytes (a fragment at LBT-TCP's
-#   datagram max) cannot take the DESTINATION header across a link: answer dropped (encode_lbmc WireError in
-#   PeerLateJoinRelay.answer_out)
-@pytest.mark.integration
-def test_fragmented_messages_at_the_tcp_datagram_max_are_late_joined_across_a_link(routers, tools, make_domain):
-    """70,000-byte messages: a 65,535-byte fragment and the rest, each a frame."""
-    lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain(*_GIVES_UP_SOON)
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljaf")
-    first = 40
-    early = tools.umrcv("-c", lan_far.config_path, "--json", "-C", first, "--timeout", 90, "lja.frag")
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-l", 70000, "-P", 200, "-L", 60,
-                         "--start-on-stdin", "lja.frag")
-    early.wait_for_stderr("Beginning of Transport Session", 30)
-    source.send_line()
-    got = early.result(90)
-    assert (got["received"], got["gaps"], got["duplicates"]) == (first, 0, 0), got      # live: fine
-    got = _late(tools, lan_far, first, "lja.frag", 30).result(60)
-    assert (got["received"], got["retransmitted"], got["gaps"], got["duplicates"]) == (first, first, 0, 0), got
-    _quiet(chain)
-
-
-@pytest.mark.integration
-def test_fragmented_messages_below_the_datagram_max_are_late_joined_across_a_link(routers, tools, make_domain):
-    """The origin's TCP datagram max at 8,192: 20,000-byte messages in three fragments each."""
-    lan1 = make_domain(*_ORIGIN_RETAINS, "context transport_tcp_datagram_max_size 8192")
-    lan_far = make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljag")
-    first = 300
-    early = tools.umrcv("-c", lan_far.config_path, "--json", "-C", first, "--timeout", 90, "lja.frag8k")
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-l", 20000, "-P", 2000, "-L", 60,
-                         "--start-on-stdin", "lja.frag8k")
-    early.wait_for_stderr("Beginning of Transport Session", 30)
-    source.send_line()
-    got = early.result(90)
-    assert (got["received"], got["gaps"], got["duplicates"]) == (first, 0, 0), got
-    got = _late(tools, lan_far, first, "lja.frag8k").result(90)
-    assert (got["received"], got["retransmitted"], got["gaps"], got["duplicates"], got["out_of_order"]) == \
-        (first, first, 0, 0, 0), got
+        (count, count, 0, 0, 0), got
     _quiet(chain)
 
 
@@ -384,17 +352,6 @@ def test_an_answer_for_an_unknown_requester_is_counted_and_dropped():
     near, _, datapath, counters = relay()
     near.answer_in(_answer("127.0.0.9", 15009, 1))
     assert datapath.records == [] and counters["late_join_answers_unknown"] == 1
-
-
-def _crossing(link) -> list[LbmcMessage]:
-    """Every LBMC message the relay put on the link, in order."""
-    out = []
-    for data in link.sent:
-        offset = 0
-        while offset < len(data):
-            message, offset = decode_lbmc(data, offset)
-            out.append(message)
-    return out
 
 
 def _requester_on_link(message: LbmcMessage) -> tuple[str, int]:
