@@ -113,10 +113,12 @@ UDP_PEER_COUNTERS = (
 # Added with late join and OTR relayed to the originating source (router/portals/late_join_relay.py):
 # requests a receiver sent a proxy source (egress), relayed on to the origin (ingress), answers
 # (UME_LJ_INFO, RETRANS frames) back from it and sent on to the requester, requests that could not
-# be relayed (the stream or its origin gone, or a peer link between), answers nobody waited for.
+# be relayed (the stream or its origin gone, or a peer link between), answers nobody waited for;
+# retransmission requests joined to one already asked of the origin (its answer serves both).
 LATE_JOIN_COUNTERS = (
     "late_join_requests_rcvd", "late_join_requests_relayed", "late_join_answers_rcvd",
     "late_join_answers_sent", "late_join_requests_not_relayed", "late_join_answers_unknown",
+    "late_join_requests_joined",
 )
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)

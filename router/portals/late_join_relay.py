@@ -20,6 +20,7 @@ go on over the link, towards the origin, and the answers come back the same way
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from collections import OrderedDict
 
@@ -32,6 +33,11 @@ from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
 log = logging.getLogger(__name__)
 
 MAX_RELAYED = 262_144          # requests remembered at once (oldest forgotten first, answers then unknown)
+# A retransmission asked of an origin in the last quarter second is not asked again: several late
+# receivers of one topic ask for the same messages at once, and each answer serves them all. A
+# requester asking again later (UM's retransmit_request_interval, 500 ms by default) is asked for
+# again: the first request or its answer may have been lost.
+REASK_AFTER = 0.25
 
 
 class LateJoinRelay:
@@ -50,10 +56,11 @@ class LateJoinRelay:
         self.infos: OrderedDict[int, tuple] = OrderedDict()
         self.info_indexes: dict[tuple, int] = {}
         self.next_index = 1
-        # Ingress: (origin, origin topic index, sequence number) -> [(egress portal, requester ip,
-        # port, proxy topic index)]. A RETRANS names only a topic index and a sequence number, and
-        # two origins may use the same index (each context numbers its own from 1): the connection
-        # an answer comes on tells whose it is, bound by the LJ_INFO that came first on it.
+        # Ingress: (origin, origin topic index, sequence number) -> [when last asked, (egress portal,
+        # requester ip, port, proxy topic index)...]. A RETRANS names only a topic index and a
+        # sequence number, and two origins may use the same index (each context numbers its own
+        # from 1): the connection an answer comes on tells whose it is, bound by the LJ_INFO that
+        # came first on it.
         self.retransmissions: OrderedDict[tuple, list] = OrderedDict()
         self.bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # connection -> origin
         context.uim_relay = self.answer_in
@@ -92,6 +99,7 @@ class LateJoinRelay:
             return
         origin_tidx = stream.advert.origin_index
         origin = (option.src_ip, option.src_tcp_port)
+        now = time.monotonic()
         out, asks_info = [], False
         for header in headers:
             if isinstance(header, LjiRequest):
@@ -101,11 +109,17 @@ class LateJoinRelay:
                                       header.flags))
                 asks_info = True
             elif isinstance(header, UmeRxReq):
-                waiting = self.retransmissions.setdefault((origin, origin_tidx, header.seqnum), [])
+                waiting = self.retransmissions.get((origin, origin_tidx, header.seqnum))
+                if waiting is None:
+                    waiting = self.retransmissions[(origin, origin_tidx, header.seqnum)] = [now - REASK_AFTER]
+                    self._trim(self.retransmissions)
                 entry = (egress, header.rx_ip, header.rx_port, header.id_2)
                 if entry not in waiting:
                     waiting.append(entry)
-                self._trim(self.retransmissions)
+                if now - waiting[0] < REASK_AFTER:
+                    self.counters.add("late_join_requests_joined")   # one answer will serve both
+                    continue
+                waiting[0] = now
                 out.append(UmeRxReq(0, option.transport_idx, origin_tidx, header.seqnum, reply_port, reply_ip))
         if out and not asks_info:
             # The origin answers in order on one connection: this LJ_INFO comes before the RETRANS
@@ -147,7 +161,7 @@ class LateJoinRelay:
                 self.counters.add("late_join_answers_unknown")    # already answered, or forgotten
                 return False
             self.counters.add("late_join_answers_rcvd")
-            for egress, ip, port, proxy_tidx in waiting:
+            for egress, ip, port, proxy_tidx in waiting[1:]:
                 copy = bytearray(frame[:length])
                 copy[4:8] = proxy_tidx.to_bytes(4, "big")
                 self.datapath.late_join_answer(egress, ip, port, copy)

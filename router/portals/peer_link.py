@@ -164,7 +164,7 @@ class PeerLink:
             fragments -= too_large
             if not data:
                 return False
-        if self.udp_path.send(data):
+        if not self.udp_path.send(data):
             counters.add_pair("data_fragments_dropped_would_block", "data_fragment_bytes_dropped_would_block",
                               fragments, len(data))
             if not self.dropping:

@@ -91,6 +91,18 @@ class PeerUdpSender(LbtruSourceSession):
             self.loop.add_reader(self.sock.fileno(), self._readable)
             self.loop.call_later(0, self._readable)
 
+    def send_control_now(self, data: bytes) -> None:
+        """Append `data` and send the batch now, within the rate but beyond `max_queue` if it
+        must: the path's control messages are few and small, and losing one loses the link's
+        order (an EOS, an advertisement), which data drops never do."""
+        with self.lock:
+            self.batch += data
+            limit, self.max_queue = self.max_queue, 1 << 62
+            try:
+                self._flush_locked()
+            finally:
+                self.max_queue = limit
+
     def close_now(self) -> None:
         """Close at once (the TCP link is gone, and the port is bound again by the next one)."""
         with self.lock:
@@ -224,17 +236,22 @@ class PeerUdpPath:
             offset += length
         return bytes(kept), dropped, dropped_bytes
 
-    def send(self, data: bytes) -> int:
-        """Queue whole LBMC messages for the companion; the bytes dropped (the rate's queue full)."""
-        counters = self.sender.counters
-        before = counters["dropped_would_block_bytes"]
-        self.sender.send_raw(data)
-        return counters["dropped_would_block_bytes"] - before
+    def send(self, data: bytes) -> bool:
+        """Queue whole LBMC messages of data for the companion; False, and nothing queued, when
+        the rate's queue has no room for them beside the batch being built (the caller counts
+        them dropped). Taken or refused whole here, so the sender never drops a batch later:
+        what the portal counts sent is sent."""
+        sender = self.sender
+        with sender.lock:
+            if sender.pending_bytes + len(sender.batch) + len(data) > sender.max_queue:
+                return False
+            sender.send_raw(data)
+        return True
 
-    def send_now(self, data: bytes) -> int:
-        dropped = self.send(data)
-        self.sender.flush()
-        return dropped
+    def send_now(self, data: bytes) -> None:
+        """Send a control message (advertisement, EOS, interest, route info) after what is
+        batched, never dropped: it is small, and the link's order depends on it."""
+        self.sender.send_control_now(data)
 
     def flush(self) -> None:
         self.sender.flush()

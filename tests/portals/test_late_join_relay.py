@@ -153,3 +153,45 @@ def test_an_answer_on_an_unbound_connection_that_two_origins_wait_for_is_nobodys
     lj.request_in(3, 6, control(UmeRxReq(1, 1, 8, 42, 14394, "10.4.4.4")))
     assert not lj.answer_in(retrans_frame(11, 42, b"whose?"), CONNECTION)
     assert datapath.sent == [] and counters.get("late_join_answers_unknown") == 1
+
+
+def _rxreqs_sent(responder) -> list[int]:
+    return [h.seqnum for _, message in responder.sent for h in decode_lbmc(message)[0].headers
+            if isinstance(h, UmeRxReq)]
+
+
+def test_a_second_receiver_asking_for_a_message_already_asked_for_joins_the_request(monkeypatch):
+    """Several late receivers of one topic ask for the same messages at once: the origin is asked
+    once and its one answer goes to each of them (no duplicate answers from the origin)."""
+    import router.portals.late_join_relay as module
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    lj, responder, datapath, counters = relay()
+    other = ("10.4.4.4", 14394)
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0]),
+                                UmeRxReq(1, 1, 3, 43, RECEIVER[1], RECEIVER[0])))
+    now[0] += 0.01
+    lj.request_in(3, 4, control(UmeRxReq(1, 1, 8, 42, other[1], other[0]),
+                                UmeRxReq(1, 1, 8, 44, other[1], other[0])))
+    assert _rxreqs_sent(responder) == [42, 43, 44]
+    assert counters.get("late_join_requests_joined") == 1
+    assert lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
+    assert {(portal, decode_lbmc(frame)[0].tidx) for _, portal, _, _, frame in datapath.sent} == {(2, 3), (3, 8)}
+    assert counters.get("late_join_answers_unknown") == 0
+
+
+def test_a_request_repeated_after_the_reask_interval_goes_to_the_origin_again(monkeypatch):
+    """The first request or its answer may have been lost: a requester asking again later (its
+    retransmit_request_interval) is asked for again, and the answer still reaches it once."""
+    import router.portals.late_join_relay as module
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    lj, responder, datapath, counters = relay()
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    now[0] += module.REASK_AFTER / 2
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    now[0] += module.REASK_AFTER
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    assert _rxreqs_sent(responder) == [42, 42]
+    assert lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
+    assert len(datapath.sent) == 1

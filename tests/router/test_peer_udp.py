@@ -115,3 +115,35 @@ def test_the_udp_path_on_the_wire(routers, tools, make_domain, tmp_path):
     assert not [row for row in on_tcp if row.get("lbmc.sqn")], "no data on the TCP link"
     assert {int(p) for row in on_tcp for p in row.get("lbmc.ctxinfo.port", [])} == {udp_a, udp_b}
     assert not expert_info(pcap, link, min_severity="warn")
+
+
+def test_what_the_udp_path_drops_when_its_queue_is_full_is_counted_exactly(routers, tools, make_domain):
+    """A burst faster than the path's rate and larger than <max-queue>: the sending portal drops
+    what does not fit, whole messages, counted once each; what it counts sent is what the far
+    receiver gets (the path used to count a whole call dropped when a batch flushed in it was)."""
+    lan1, lan2 = make_domain(), make_domain()
+    port, udp_a, udp_b = free_port(), free_udp_port(), free_udp_port()
+    slow = (f"      <udp><port>{udp_a}</port>"
+            f'<peer-rate-limit data="16000000" retransmit="1000000" interval="10"/></udp>\n'
+            "      <max-queue>100000</max-queue>\n")
+    a = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port, extra=slow),
+                      FAST_ROUTING, name="puqa")
+    b = routers.start(peer_xml("TO_A", listen=port, extra=udp_xml(udp_b)) + endpoint_xml("LAN2", 2, lan2.config_path),
+                      FAST_ROUTING, name="puqb")
+    a.wait_ready(), b.wait_ready()
+    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
+    count = 3000
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--idle-timeout", 3, "--timeout", 120,
+                           "udp.queue")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", 1000, "--start-on-stdin", "udp.queue")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    assert source.result(120)["sent"] == count
+    got = receiver.result(120)
+    peer = a.counters()[1]
+    assert peer["data_fragments_forwarded"] == count, peer
+    assert 0 < peer["data_fragments_dropped_would_block"] < count, peer
+    assert peer["data_fragments_sent"] + peer["data_fragments_dropped_would_block"] == count, peer
+    assert got["received"] == got["unique"] == peer["data_fragments_sent"], (got, peer)
+    assert got["duplicates"] == 0, got
+    assert "UDP path queue full" in a.log()
