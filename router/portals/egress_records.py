@@ -3,7 +3,8 @@
 Both portal kinds take the same records from the rings — a stream's ADVERT, its FRAMES (plain,
 or holding requests), its EOS, RESPONSEs to requests that came in by this portal, the
 IMMEDIATE messages other portals flood, and late-join requests and answers relayed between an
-endpoint's proxy source and the stream's ingress — and differ
+endpoint's proxy source and the stream's ingress, and the origin's last sequence number (its
+TSNI) behind a stream's frames — and differ
 only in where they send them (proxy sources in a domain, or a peer link). `EgressRecords.on_record`
 decodes and checks each record once, counts what is malformed or meant for a stream this portal
 does not know, and calls the portal's `egress_advert`, `egress_frames`, `egress_request_frames`,
@@ -14,9 +15,10 @@ from __future__ import annotations
 import logging
 
 from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RECORD_IMMEDIATE, RECORD_LATE_JOIN,
-                                   RECORD_LATE_JOIN_ANSWER, RECORD_REQUEST_FRAMES, RECORD_RESPONSE, RecordError,
-                                   StreamAdvert, decode_eos, decode_frames, decode_immediate, decode_late_join,
-                                   decode_late_join_answer, decode_response)
+                                   RECORD_LATE_JOIN_ANSWER, RECORD_REQUEST_FRAMES, RECORD_RESPONSE,
+                                   RECORD_SEQUENCE_INFO, RecordError, StreamAdvert, decode_eos, decode_frames,
+                                   decode_immediate, decode_late_join, decode_late_join_answer, decode_response,
+                                   decode_sequence_info)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ class EgressRecords:
                 self.late_join_request(ring, *decode_late_join(payload))
             elif record_type == RECORD_LATE_JOIN_ANSWER:
                 self.late_join_answer(ring, *decode_late_join_answer(payload))
+            elif record_type == RECORD_SEQUENCE_INFO:
+                self.egress_sequence_info(ring, *decode_sequence_info(payload))
             else:
                 raise RecordError(f"unknown ring record type {record_type}")
         except RecordError as err:
@@ -83,6 +87,11 @@ class EgressRecords:
     def late_join_answer(self, ring: int, ipaddr: str, port: int, frames: bytes) -> None:
         """A source's answers to late-join requests this portal relayed, for a requester in its domain."""
         self.counters.add("late_join_requests_not_relayed")
+
+    def egress_sequence_info(self, ring: int, stream_id: int, sqn: int) -> None:
+        """The stream's origin said (TSNI) `sqn` is the last it sent: what this portal sends the
+        stream to says it on, so a tail lost before here is told beyond."""
+        raise NotImplementedError
 
     def egress_advert(self, ring: int, advert: StreamAdvert) -> None:
         raise NotImplementedError

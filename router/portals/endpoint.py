@@ -31,6 +31,7 @@ from router.um.immediate import ImmediateMessage
 from router.um.wire.errors import WireError
 from router.um.wire.lbmc import decode_lbmc
 from router.um.requests import RequestOrigin
+from router.um.sequence_info import later
 from router.worker.records import RecordError, frame_offsets
 from router.um.wire.lbmr import (SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE, TMR_FLAG_WILDCARD_PCRE,
                                  TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC, TMR_TOPIC_USE,
@@ -442,6 +443,13 @@ class EndpointPortal(EgressRecords):
     def egress_eos(self, ring: int, stream_id: int) -> None:
         self.access.stream_ended(ring, stream_id)
         self.egress.end_stream(ring, stream_id)
+
+    def egress_sequence_info(self, ring: int, stream_id: int, sqn: int) -> None:
+        """The origin's last sequence number: the proxy source's TSNIs say it (router.um.sequence_info)."""
+        entry = self.egress.by_stream.get((ring, stream_id))
+        if entry is not None:
+            source = entry[0].source
+            source.upstream_last = later(source.upstream_last, sqn)
 
     def _egress_backlog(self) -> float | None:
         """None while the proxy sources' sends go through; else the time their receivers last

@@ -84,6 +84,7 @@ class Ingress:
         standing.append(joined)
         if len(standing) > 1:
             joined.forward = joined.forward_requests = _ignore   # a second copy of a source already streaming
+            joined.forward_sequence_info = None
             return
         self._stream(joined)
 
@@ -102,6 +103,7 @@ class Ingress:
         egress can make proxy requests of them (router.portals.proxy_requests)."""
         joined.forward = functools.partial(self.streams.forward, stream)
         joined.forward_requests = functools.partial(self.streams.forward_requests, stream)
+        joined.forward_sequence_info = functools.partial(self.streams.sequence_info, stream)
 
     def _end(self, joined) -> None:
         standing = self.joined_of_otid.get(joined.candidate.otid, [])

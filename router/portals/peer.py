@@ -21,6 +21,9 @@ connection (spec/wire.md §3 b):
 - **Requests and responses** — a request goes as data with its index replaced by one of this
   portal's proxy requests (router.portals.proxy_requests); its responses come back as unicast
   data messages (router.portals.peer_responses) and go to the portal the request came in by.
+- **Sequence info** — an origin's TSNI (its last sequence number, said when it is idle) crosses as
+  ``TSNI(topic_idx on the link, sqn)`` behind the stream's data, so the far router's proxy
+  sources tell their receivers of a tail lost on the way, the link's own drops included.
 - **Late join and OTR** — a stream whose origin offers late join is advertised with the LJ flag;
   receivers' requests for it cross towards the origin and the answers come back
   (router.portals.peer_late_join).
@@ -52,6 +55,7 @@ from router.um.wire.lbmc_constants import (ADV_EOS, AD_FLAG_LJ, INTEREST_CANCEL,
                                            PATTERN_INTEREST_CANCEL)
 from router.um.wire.lbmc_gateway import Advertisement, PatternInterest, TopicInterest
 from router.um.wire.lbmc_headers import Otid, TopicName
+from router.um.wire.lbmc_tsni import Tsni
 from router.um.wire.lbmr_constants import PATTERN_PCRE, PATTERN_REGEX
 from router.worker.records import StreamAdvert
 
@@ -210,6 +214,8 @@ class PeerPortal(EgressRecords):
             self._heard_interest(message)
         elif isinstance(head, Advertisement):
             self._heard_advert(message)
+        elif isinstance(head, Tsni):
+            self._sequence_info_in(head)
         elif is_route_info(message):
             self.counters.add("route_info_msgs_rcvd")
             self.bus.send(bm.RouteInfoMessage(self.name, encode_lbmc(message)))
@@ -277,6 +283,15 @@ class PeerPortal(EgressRecords):
             self.streams.forward_requests(stream, frames, pending[1], pending[2])
         else:
             self.streams.forward(stream, frames, pending[1], pending[2])
+
+    def _sequence_info_in(self, tsni: Tsni) -> None:
+        """The origins' last sequence numbers of streams we bring in (their TSNIs, passed on by
+        the far router): behind the frames that came before them, to the same portals."""
+        for link_index, sqn in tsni.records:
+            stream = self.inbound.get(link_index)
+            if stream is not None:
+                self._deliver(link_index)
+                self.streams.sequence_info(stream, sqn)
 
     def _immediate_in(self, message: LbmcMessage) -> None:
         """A MIM the far router flooded to us: on to this router's other portals, once."""
@@ -349,6 +364,13 @@ class PeerPortal(EgressRecords):
     def egress_advert(self, ring: int, advert: StreamAdvert) -> None:
         if self.access.stream_out_allowed(ring, advert.stream_id, advert.topic):
             self._stream_out(ring, advert)
+
+    def egress_sequence_info(self, ring: int, stream_id: int, sqn: int) -> None:
+        """The origin's last sequence number: over the link as a TSNI of the stream's link index,
+        in order behind its data (what the link itself dropped is told beyond it too)."""
+        outbound = self.outbound.get((ring, stream_id))
+        if outbound is not None:
+            self.link.send_control(LbmcMessage(LBMC_TYPE_CONTROL, [Tsni([(outbound.link_index, sqn)])]))
 
     def egress_eos(self, ring: int, stream_id: int) -> None:
         self.access.stream_ended(ring, stream_id)

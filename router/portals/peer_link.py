@@ -34,7 +34,7 @@ from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRA
 from router.portals.immediate import is_immediate
 from router.portals.peer_late_join import is_late_join_answer
 from router.portals.peer_responses import is_response
-from router.um.frame_runs import MIN_RUN, equal_frames
+from router.um.frame_runs import MIN_RUN, equal_frames, frames_and_last_sequence_numbers
 from router.um.wire.lbmc_constants import NHDR_DESTINATION, NHDR_ODOMAIN, NHDR_REQUEST
 from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, LbmcMessage,
                                  WireError, check_message_start, decode_lbmc, encode_lbmc)
@@ -164,17 +164,29 @@ class PeerLink:
             fragments -= too_large
             if not data:
                 return False
-        if not self.udp_path.send(data):
+        taken = self.udp_path.send(data)
+        if taken < len(data):
+            refused, _ = frames_and_last_sequence_numbers(memoryview(data)[taken:])
             counters.add_pair("data_fragments_dropped_would_block", "data_fragment_bytes_dropped_would_block",
-                              fragments, len(data))
+                              refused, len(data) - taken)
             if not self.dropping:
                 self.dropping = True
                 self._log_event("drops-would-block", f"UDP path queue full ({self.config.max_queue} bytes at "
                                                      f"the peer rate limit): dropping data until it drains")
+            if taken:
+                counters.add_pair("data_fragments_sent", "data_fragment_bytes_sent", fragments - refused, taken)
             return False
-        self.dropping = False
+        if self.dropping:
+            self._udp_episode_over()
         counters.add_pair("data_fragments_sent", "data_fragment_bytes_sent", fragments, len(data))
         return True
+
+    def _udp_episode_over(self) -> None:
+        """A drop episode on the UDP path ends when the rate's queue has drained (not at the
+        first message taken between refusals: that would log each refusal)."""
+        if self.udp_path is not None and not self.udp_path.queued_bytes():
+            self.dropping = False
+            log.info("peer %s: UDP path queue drained, no longer dropping", self.name)
 
     def backlog(self) -> float | None:
         """None while the link takes data (or is down: then data is dropped, not held); else, the
@@ -569,6 +581,8 @@ class PeerLink:
         self._set_timer("tick", self.keepalive.check_interval_s() * 1000, self._tick)
         if self.udp_path is not None:
             self._count_udp()
+            if self.dropping:
+                self._udp_episode_over()
         if self.state is not S.UP:
             return
         if self.keepalive.is_dead():

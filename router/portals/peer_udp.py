@@ -113,6 +113,17 @@ class PeerUdpSender(LbtruSourceSession):
         self._close_socket()
 
 
+def _whole_messages_within(data: bytes, room: int) -> int:
+    """The length of the longest run of whole LBMC messages at the start of `data` within `room` bytes."""
+    offset = 0
+    while offset + 4 <= len(data):
+        length = (data[offset + 2] << 8) | data[offset + 3]
+        if length < 4 or offset + length > room:
+            break
+        offset += length
+    return offset
+
+
 class _SharedSocket:
     """What an LBT-RU receiver needs of its socket, served by the sender's."""
 
@@ -236,17 +247,18 @@ class PeerUdpPath:
             offset += length
         return bytes(kept), dropped, dropped_bytes
 
-    def send(self, data: bytes) -> bool:
-        """Queue whole LBMC messages of data for the companion; False, and nothing queued, when
-        the rate's queue has no room for them beside the batch being built (the caller counts
-        them dropped). Taken or refused whole here, so the sender never drops a batch later:
-        what the portal counts sent is sent."""
+    def send(self, data: bytes) -> int:
+        """Queue the whole LBMC messages of data that the rate's queue has room for beside the
+        batch being built; returns how many bytes, a prefix of `data` ending at a message's end
+        (the caller counts the rest dropped). Taken or refused here, so the sender never drops
+        a batch later: what the portal counts sent is sent."""
         sender = self.sender
         with sender.lock:
-            if sender.pending_bytes + len(sender.batch) + len(data) > sender.max_queue:
-                return False
-            sender.send_raw(data)
-        return True
+            room = sender.max_queue - sender.pending_bytes - len(sender.batch)
+            taken = len(data) if len(data) <= room else _whole_messages_within(data, room)
+            if taken:
+                sender.send_raw(data if taken == len(data) else data[:taken])
+        return taken
 
     def send_now(self, data: bytes) -> None:
         """Send a control message (advertisement, EOS, interest, route info) after what is
@@ -255,6 +267,11 @@ class PeerUdpPath:
 
     def flush(self) -> None:
         self.sender.flush()
+
+    def queued_bytes(self) -> int:
+        """What waits for the rate (the batch being built included)."""
+        sender = self.sender
+        return sender.pending_bytes + len(sender.batch)
 
     def pause(self, paused: bool) -> None:
         self.sender.pause_reading(paused)

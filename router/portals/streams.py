@@ -74,6 +74,11 @@ class StreamTable:
         self.counters.add_pair("transport_topic_fragments_forwarded", "transport_topic_fragment_bytes_forwarded",
                                count, size)
 
+    def sequence_info(self, stream: Stream, sqn: int) -> None:
+        """The origin's TSNI for the stream: behind its frames, to the portals that get them."""
+        if stream.mask:
+            self.datapath.sequence_info(stream.mask, stream.stream_id, sqn)
+
     def forward_requests(self, stream: Stream, frames: bytes, count: int, longest: int) -> None:
         """Frames of one read that hold requests: the egress makes each a proxy request."""
         requests, size = count_requests(frames)

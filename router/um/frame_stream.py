@@ -42,13 +42,15 @@ class Subscription(Protocol):
     def on_request_frames(self, frames: bytes, count: int, longest: int) -> None: ...
     def on_eos(self) -> None: ...
     def on_gap(self, first: int, count: int) -> None: ...
+    def on_sequence_info(self, sqn: int) -> None: ...
 
 # A subscription with `raw = True` (a router's proxy receiver) gets the LBMC frames themselves,
 # fragments as they came: `on_frames(frames, count, longest)`, the bytes of `count` whole frames
 # of its topic index from one read. The router forwards frames; it does not reassemble them. A
 # run of frames holding at least one request goes to `on_request_frames` instead (same arguments):
-# the router rewrites those requests' REQUEST headers. A topic index is either raw or not within
-# one stream (a router's context holds only proxy receivers).
+# the router rewrites those requests' REQUEST headers. A TSNI's record for a raw topic index goes
+# to `on_sequence_info(last sqn)`, after the frames of the read it came in. A topic index is
+# either raw or not within one stream (a router's context holds only proxy receivers).
 #
 # Other subscriptions get `on_batch([(sqn, payload), ...])` per read and, for a request,
 # `on_request(sqn, payload, origin)` after the batch of the messages before it. A jump in their
@@ -132,6 +134,7 @@ class FrameStream:
         batches: dict[int, list] = {}
         raw_spans: dict[int, list] = {}
         requested: set[int] | None = None       # topic indexes whose batch holds a request
+        raw_told: list | None = None            # (tidx, sqn) a TSNI told of a raw topic, in order
         offset = frames = 0
         run_tidx, run_next, run_batch = -1, 0, None
         if raw_indexes and end >= MIN_RUN * _MESSAGE_SIZE:
@@ -213,7 +216,9 @@ class FrameStream:
                     next_sqns[run_tidx] = run_next
                     run_tidx = -1
                 if next_hdr == NHDR_TSNI:
-                    self._sequence_info(data, offset + _CONTROL_SIZE, offset + msglen, batches)
+                    told = self._sequence_info(data, offset + _CONTROL_SIZE, offset + msglen, batches)
+                    if told:
+                        raw_told = told if raw_told is None else raw_told + told
                 elif not self._control(data, offset, msglen, next_hdr):
                     return end
             else:
@@ -238,6 +243,10 @@ class FrameStream:
                     sub.on_request_frames(frames, count, longest)
                 else:
                     sub.on_frames(frames, count, longest)
+        if raw_told is not None:                # after the frames of this read they follow
+            for tidx, sqn in raw_told:
+                for sub in subscriptions.get(tidx, ()):
+                    sub.on_sequence_info(sqn)
         return offset
 
     @staticmethod
@@ -285,30 +294,38 @@ class FrameStream:
                 window.admit(sqn)
         return True
 
-    def _sequence_info(self, data, header: int, end: int, batches: dict) -> None:
+    def _sequence_info(self, data, header: int, end: int, batches: dict) -> list | None:
         """A TSNI (router.um.wire.lbmc_tsni): each topic's last sequence number; a subscribed topic
-        expecting an earlier one lost the rest."""
+        expecting an earlier one lost the rest. Returns what it says of raw (router) topics: the
+        router passes it on, so receivers beyond it hear of a tail lost anywhere on the way."""
         if end - header < 4 or data[header + 1] < 4 or header + data[header + 1] > end:
             self._malformed("TSNI header shorter than its length says", close=False)
-            return
+            return None
         count = ((data[header + 2] << 8) | data[header + 3]) & 0x7FFF
         if 4 + count * _TSNI_RECORD.size > data[header + 1]:
             self._malformed(f"TSNI of {count} records in {data[header + 1]} bytes", close=False)
-            return
+            return None
+        raw_told = None
         for n in range(count):
             tidx, sqn = _TSNI_RECORD.unpack_from(data, header + 4 + n * _TSNI_RECORD.size)
+            if tidx in self.raw_indexes:
+                if raw_told is None:
+                    raw_told = []
+                raw_told.append((tidx, sqn))
+                continue
             window = self.windows.get(tidx)
             if window is not None:
                 window.missing_before((sqn + 1) & 0xFFFFFFFF)   # a lost tail is waited for too
                 continue
             expected = self.next_sqns.get(tidx)
-            if expected is None or tidx in self.raw_indexes or tidx not in self.subscriptions:
+            if expected is None or tidx not in self.subscriptions:
                 continue
             expected &= MASK
             ahead = (sqn + 1 - expected) & 0xFFFFFFFF
             if 0 < ahead < 0x80000000:
                 self.next_sqns[tidx] = (sqn + 1) & 0xFFFFFFFF
                 self._gap(tidx, expected, ahead, batches)
+        return raw_told
 
     def _gap(self, tidx: int, first: int, count: int, batches: dict) -> None:
         """Messages `first`.. (`count`) of a topic did not come in their place: what came before

@@ -28,7 +28,7 @@ class JoinedSource:
     """One joined source of one receiver; the transport delivers into it."""
 
     __slots__ = ("receiver", "candidate", "source", "topic", "ended", "raw", "forward", "forward_requests",
-                 "client", "late_join", "late_join_floor", "otr", "_on_message", "_on_batch")
+                 "forward_sequence_info", "client", "late_join", "late_join_floor", "otr", "_on_message", "_on_batch")
 
     def __init__(self, receiver: "Receiver", candidate: Candidate):
         self.receiver = receiver
@@ -39,6 +39,7 @@ class JoinedSource:
         self.raw = receiver.raw           # a router's proxy receiver: frames, fragments unassembled
         self.forward = None               # where a raw source's frames go (set by the router)
         self.forward_requests = None      # where its frames holding requests go (None: to forward)
+        self.forward_sequence_info = None  # where what its TSNIs say goes (the source's last sqn)
         self.client = None                # the transport connection delivering it (pause/resume)
         self.late_join = None             # a LateJoinClient while what came before is fetched
         self.late_join_floor = None       # then: the highest sequence number it delivered
@@ -57,6 +58,11 @@ class JoinedSource:
         forward = self.forward_requests if self.forward_requests is not None else self.forward
         if forward is not None:
             forward(frames, count, longest)
+
+    def on_sequence_info(self, sqn: int) -> None:
+        """A raw source's TSNI: the last sequence number it sent, passed on behind its frames."""
+        if self.forward_sequence_info is not None:
+            self.forward_sequence_info(sqn)
 
     def on_batch(self, messages: list[tuple]) -> None:
         if self.late_join is not None:    # live messages wait for the retransmitted ones before them

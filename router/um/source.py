@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from router.um.requests import PendingRequest, RequestOrigin, Response
+from router.um.sequence_info import later
 from router.um.source_cache import source_string
 from router.um.wire.lbmr import COST_INFINITE, CostOption, DomainIdOption, LateJoinOption, OtidOption, Tir
 
@@ -33,6 +34,10 @@ class Source:
         self.hop_count = hop_count
         self.domain_id = domain_id
         self.late_join = None            # (request port address, transport index, Retention) if offered
+        # A router's proxy source: the last sequence number the origin's own TSNIs told (passed
+        # on by the router, behind the frames they follow). What the way here dropped at the
+        # end of a burst, its TSNIs tell the receivers too.
+        self.upstream_last: int | None = None
         self.tir = self._build_tir(cost)
 
     def _build_tir(self, cost: int | None) -> Tir:
@@ -125,13 +130,14 @@ class Source:
         """The sequence number of the last frame sent (None before the first, and for the moment
         after exactly 2^32 frames, when the next number is 0 again): what its session's TSNIs say
         (router.um.sequence_info). A router's proxy source sends frames as they came, not through
-        `send`: the newest it retains, if it retains."""
+        `send`: the later of the newest it retains, if it retains, and the origin's last."""
         if self.sequence_number:
             return (self.sequence_number - 1) & 0xFFFFFFFF
+        retained = None
         if self.late_join is not None and self.late_join[2] is not None:
             bounds = self.late_join[2].bounds()
-            return bounds[1] if bounds is not None else None
-        return None
+            retained = bounds[1] if bounds is not None else None
+        return later(retained, self.upstream_last)
 
     def close(self, final_advertisements: int | None = None) -> None:
         """Flush, stop advertising, send final advertisements if asked, release the session."""

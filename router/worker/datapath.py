@@ -41,7 +41,7 @@ from router.ipc.shm import SharedSegment, segment_name
 from router.ipc.wakeup import EventfdWakeup, RingWakeups
 from router.worker.records import (EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES,
                                    RECORD_IMMEDIATE, RECORD_LATE_JOIN, RECORD_LATE_JOIN_ANSWER, RECORD_RESPONSE,
-                                   encode_frames, encode_immediate, encode_late_join, encode_late_join_answer,
+                                   RECORD_SEQUENCE_INFO, SEQUENCE_INFO_RECORD, encode_frames, encode_immediate, encode_late_join, encode_late_join_answer,
                                    encode_response)
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,10 @@ class DataPath:
 
     def eos(self, mask: int, stream_id: int) -> None:
         self._write([(RECORD_EOS, EOS_RECORD.pack(stream_id), mask)])
+
+    def sequence_info(self, mask: int, stream_id: int, sqn: int) -> None:
+        """The origin's last sequence number (its TSNI), in order behind the stream's frames."""
+        self._write([(RECORD_SEQUENCE_INFO, SEQUENCE_INFO_RECORD.pack(stream_id, sqn), mask)])
 
     def response(self, portal: int, ipaddr: str, port: int, qidx: int, data) -> None:
         """A response for the requester behind `portal` (the portal its request came in by)."""

@@ -30,6 +30,9 @@ A frame larger than the egress datagram size is dropped and counted.
                     asks the originating source (router.portals.late_join_relay).
     LATE_JOIN_ANSWER >IH  requester ip, port; the source's answers (UME_LJ_INFO, RETRANS frames)
                     as the requester must get them. Written back by the ingress portal.
+    SEQUENCE_INFO <II  stream_id, sequence number: the origin's TSNI said this is the last it
+                    sent (behind the frames before it). Egress proxy sources say it on in their
+                    own TSNIs, so a tail lost anywhere on the way is told to the receivers.
 
 The ADVERT's last item says whether the origin offers late join (older writers leave it out).
 """
@@ -50,6 +53,7 @@ RECORD_RESPONSE = 6
 RECORD_IMMEDIATE = 7
 RECORD_LATE_JOIN = 8
 RECORD_LATE_JOIN_ANSWER = 9
+RECORD_SEQUENCE_INFO = 10
 
 FRAMES_HEADER = struct.Struct("<III")
 EOS_RECORD = struct.Struct("<I")
@@ -58,6 +62,7 @@ IMMEDIATE_HEADER = struct.Struct(">IB")       # origin domain id, flags
 IMMEDIATE_HAS_TOPIC = 0x01
 LATE_JOIN_HEADER = struct.Struct("<I")        # stream id
 ANSWER_HEADER = struct.Struct(">4sH")         # requester ip (network order), port
+SEQUENCE_INFO_RECORD = struct.Struct("<II")   # stream id, the origin's last sequence number
 
 
 class RecordError(ValueError):
@@ -169,3 +174,10 @@ def decode_late_join_answer(payload) -> tuple[str, int, bytes]:
         raise RecordError(f"late-join answer of {len(payload)} bytes is too short for its header and a frame")
     raw_ip, port = ANSWER_HEADER.unpack_from(payload)
     return socket.inet_ntoa(raw_ip), port, bytes(payload[ANSWER_HEADER.size:])
+
+
+def decode_sequence_info(payload) -> tuple[int, int]:
+    """(stream id, the origin's last sequence number) of a SEQUENCE_INFO record."""
+    if len(payload) < SEQUENCE_INFO_RECORD.size:
+        raise RecordError(f"sequence-info record of {len(payload)} bytes is shorter than {SEQUENCE_INFO_RECORD.size}")
+    return SEQUENCE_INFO_RECORD.unpack_from(payload)

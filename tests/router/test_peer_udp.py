@@ -146,4 +146,5 @@ def test_what_the_udp_path_drops_when_its_queue_is_full_is_counted_exactly(route
     assert peer["data_fragments_sent"] + peer["data_fragments_dropped_would_block"] == count, peer
     assert got["received"] == got["unique"] == peer["data_fragments_sent"], (got, peer)
     assert got["duplicates"] == 0, got
-    assert "UDP path queue full" in a.log()
+    # Logged once per episode (a burst), not once per refusal between the messages it takes.
+    assert 1 <= a.log().count("UDP path queue full") <= 2, a.log()

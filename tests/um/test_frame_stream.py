@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from router.um.frame_stream import FrameStream
-from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
+from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA,
+                                 NHDR_FRAG, LbmcMessage, Tsni, encode_lbmc)
 
 
 class _Raw:
@@ -16,10 +17,14 @@ class _Raw:
     def __init__(self):
         self.frames = bytearray()
         self.count = 0
+        self.told: list[tuple[int, int]] = []         # (frames received by then, last sqn)
 
     def on_frames(self, frames, count, longest):
         self.frames += frames
         self.count += count
+
+    def on_sequence_info(self, sqn):
+        self.told.append((self.count, sqn))
 
 
 class _Stream(FrameStream):
@@ -61,6 +66,21 @@ def test_a_read_of_equal_frames_is_one_run_and_what_follows_it_still_arrives():
     assert consumed == 64 * 101 + 80
     assert got[1] == (b"".join(run) + after[1], 101)
     assert got[2] == (after[0], 1)
+
+
+def test_a_tsni_for_a_raw_topic_is_passed_on_after_the_frames_of_its_read():
+    """A router passes the origin's TSNI on behind the stream's frames: the raw subscription is
+    told after it got every frame of the read, and only for its own topic; a TSNI for a topic
+    nobody subscribes to is nobody's."""
+    tsni = encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, [Tsni([(1, 41), (2, 7), (9, 3)])]))
+    stream = _Stream(None, ("test",), lambda s: None)
+    subs = {tidx: _Raw() for tidx in (1, 2)}
+    for tidx, sub in subs.items():
+        stream.subscribe(tidx, sub)
+    data = bytearray(frame(1, 40, 64) + tsni + frame(1, 41, 64) + frame(2, 7, 64))
+    assert stream._parse(data, len(data), memoryview(data)) == len(data)
+    assert subs[1].told == [(2, 41)] and subs[2].told == [(1, 7)]
+    assert stream.counters["sequence_gaps"] == 0
 
 
 class _Messages:

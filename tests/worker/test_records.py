@@ -28,8 +28,13 @@ def test_responses_round_trip(ip, port, qidx, data):
     assert r.decode_response(r.encode_response(ip, port, qidx, data)) == (ip, port, qidx, data)
 
 
+@given(U32, U32)
+def test_sequence_info_round_trips(stream_id, sqn):
+    assert r.decode_sequence_info(r.SEQUENCE_INFO_RECORD.pack(stream_id, sqn)) == (stream_id, sqn)
+
+
 @pytest.mark.parametrize("decode, size", [(r.decode_late_join, 7), (r.decode_late_join_answer, 9),
-                                          (r.decode_response, 9)])
+                                          (r.decode_response, 9), (r.decode_sequence_info, 7)])
 def test_a_record_shorter_than_its_header_and_a_frame_is_an_error(decode, size):
     with pytest.raises(r.RecordError):
         decode(bytes(size))
