@@ -46,6 +46,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "drops-immediate-error": ("UMR-3001-5", logging.WARNING),
     "ring-full": ("UMR-3002-1", logging.WARNING),
     "malformed-input": ("UMR-3003-1", logging.WARNING),
+    "pattern-invalid": ("UMR-3003-2", logging.WARNING),
     "request-port-unavailable": ("UMR-3004-1", logging.WARNING),
     "proxy-requests-evicted": ("UMR-3004-2", logging.WARNING),
     "response-no-proxy-request": ("UMR-3004-3", logging.WARNING),

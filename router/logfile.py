@@ -22,7 +22,9 @@ PERIOD_FORMATS = {"daily": "%Y-%m-%d", "hourly": "%Y-%m-%d %H", "test": "%Y-%m-%
 
 class RollingLogFile(logging.handlers.WatchedFileHandler):
     def __init__(self, path: str, frequency: str = "disable", size_millions: int = 0):
-        super().__init__(path)
+        # Topic names are any bytes on the wire (router.um.wire._codec): a line naming one is
+        # written with those escaped, never lost to an encoding error.
+        super().__init__(path, encoding="utf-8", errors="backslashreplace")
         self.path = path
         self.period_format = PERIOD_FORMATS.get(frequency)
         self.max_bytes = size_millions * 1_000_000

@@ -14,6 +14,8 @@ from enum import IntEnum
 
 import msgpack
 
+from router.um.wire._codec import TEXT_ERRORS
+
 # Commands are small; anything bigger is a mistake or an attack, answered without being parsed.
 MAX_REQUEST_BYTES = 64 * 1024
 # Longer than this and an id is not an id: it is echoed in every reply, so it is bounded too.
@@ -48,7 +50,8 @@ class Request:
 
 
 def encode_request(request_id, command: str, props: dict | None = None) -> bytes:
-    return msgpack.packb({"id": request_id, "command": command, "props": props or {}}, use_bin_type=True)
+    return msgpack.packb({"id": request_id, "command": command, "props": props or {}}, use_bin_type=True,
+                         unicode_errors=TEXT_ERRORS)
 
 
 def decode_request(payload: bytes) -> Request:
@@ -57,7 +60,7 @@ def decode_request(payload: bytes) -> Request:
         raise AdminError(Errno.REQUEST_TOO_LARGE,
                          f"request of {len(payload)} bytes; the limit is {MAX_REQUEST_BYTES}")
     try:
-        message = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        message = msgpack.unpackb(payload, raw=False, strict_map_key=False, unicode_errors=TEXT_ERRORS)
     except Exception as err:        # msgpack raises many types for garbage; all mean the same
         raise AdminError(Errno.MALFORMED_REQUEST, f"not a msgpack message: {type(err).__name__}") from None
     if not isinstance(message, dict):
@@ -89,11 +92,11 @@ def encode_reply(request_id, data=None, errno: Errno = Errno.OK, reason: str = "
     reply = {"id": request_id if valid_id(request_id) else None,
              "status": "ok" if errno == Errno.OK else "error",
              "errno": int(errno), "reason": reason, "data": data}
-    return msgpack.packb(reply, use_bin_type=True)
+    return msgpack.packb(reply, use_bin_type=True, unicode_errors=TEXT_ERRORS)
 
 
 def decode_reply(payload: bytes) -> dict:
-    reply = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    reply = msgpack.unpackb(payload, raw=False, strict_map_key=False, unicode_errors=TEXT_ERRORS)
     if not isinstance(reply, dict) or "status" not in reply:
         raise ValueError("not an admin reply")
     return reply

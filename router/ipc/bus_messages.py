@@ -9,6 +9,8 @@ from dataclasses import astuple, dataclass, fields
 
 import msgpack
 
+from router.um.wire._codec import TEXT_ERRORS
+
 
 class BusError(ValueError):
     """A bus message that does not decode."""
@@ -157,7 +159,7 @@ def encode(message) -> bytes:
     if kind is None:
         raise BusError(f"not a bus message: {message!r}")
     values = [_plain(getattr(message, f.name)) for f in fields(message)]
-    return msgpack.packb([kind, *values], use_bin_type=True)
+    return msgpack.packb([kind, *values], use_bin_type=True, unicode_errors=TEXT_ERRORS)
 
 
 def _plain(value):
@@ -171,7 +173,7 @@ _TYPES = {"str": str, "int": int, "float": (int, float), "tuple": (list, tuple),
 
 def decode(data: bytes):
     try:
-        items = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        items = msgpack.unpackb(data, raw=False, strict_map_key=False, unicode_errors=TEXT_ERRORS)
     except Exception as err:   # msgpack raises several unrelated types for bad input
         raise BusError(f"undecodable bus message: {err}") from None
     if not isinstance(items, list) or not items or not isinstance(items[0], int) \

@@ -121,9 +121,15 @@ LATE_JOIN_COUNTERS = (
     "late_join_requests_joined",
 )
 
+# Added with hostile-input tests: bad input a portal met and dropped, so none goes unseen. Wildcard
+# patterns (from queries, use-query responses, other routers' interest) that do not compile; LBMC
+# frames from a source's transport that do not parse; peer connections refused at the handshake.
+BAD_INPUT_COUNTERS = ("patterns_invalid", "transport_malformed", "link_handshakes_rejected")
+
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
-                 + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS)
+                 + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS
+                 + BAD_INPUT_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

@@ -32,7 +32,7 @@ def page(title: str, router: str, body: str) -> bytes:
                 f"<title>{escape(title)} - {escape(router)}</title><style>{STYLE}</style></head>"
                 f"<body><nav>{nav}</nav><h1>{escape(title)}</h1>\n{body}\n"
                 f"<p class=\"muted\">umrouter web monitor (read-only) - router {escape(router)}</p></body></html>\n")
-    return document.encode()
+    return document.encode("utf-8", "backslashreplace")    # a topic of any bytes shows escaped
 
 
 def _number(counter: str | None, value) -> str:

@@ -112,7 +112,11 @@ class _Connection:
         if method not in METHODS:
             self.respond(405, "text/plain", b"read-only: GET and HEAD only\n")
             return
-        url = urlsplit(target)
+        try:
+            url = urlsplit(target)
+        except ValueError:                  # e.g. "//[x": an unbalanced IPv6 bracket
+            self.respond(400, "text/plain", b"bad request target\n")
+            return
         request = HttpRequest(method, unquote(url.path) or "/", url.query)
         try:
             self.server.handler(request, self.respond)

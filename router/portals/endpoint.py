@@ -19,7 +19,7 @@ from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
 from router.portals.immediate import ImmediateFlood, carried, with_origin
 from router.portals.ingress import Ingress
-from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings
+from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings, pattern_problem
 from router.portals.late_join_relay import LateJoinRelay
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.rate_limit import RateLimiter
@@ -152,6 +152,8 @@ class EndpointPortal(EgressRecords):
     def _heard(self, kind: int, symbol: str, now: float) -> None:
         if not self.access.interest_allowed(kind == bm.INTEREST_TOPIC, symbol):
             return
+        if kind != bm.INTEREST_TOPIC and self._invalid_pattern(symbol, "a wildcard receiver in this domain"):
+            return
         if self.interest.heard(kind, symbol, now):
             self.log_event("interest-added", f"{_COUNT_NAMES[kind][:-1]} {symbol}")
             self.bus.send(bm.Interest(self.name, self.domain_id, kind, symbol, bm.OP_ADD))
@@ -187,6 +189,8 @@ class EndpointPortal(EgressRecords):
                 kind = bm.INTEREST_TOPIC
             if not self.access.interest_allowed(kind == bm.INTEREST_TOPIC, record.symbol):
                 continue
+            if kind != bm.INTEREST_TOPIC and self._invalid_pattern(record.symbol, "another router"):
+                continue
             item = (kind, record.symbol, record.domain_id)
             if record.flags & INTEREST_CANCEL:
                 if self.remote.cancel(item):
@@ -195,6 +199,16 @@ class EndpointPortal(EgressRecords):
                 self.log_event("interest-added", f"{_COUNT_NAMES[kind][:-1]} {record.symbol} for domain "
                                                  f"{record.domain_id} (from another router)")
                 self.bus.send(bm.Interest(self.name, record.domain_id, kind, record.symbol, bm.OP_ADD))
+
+    def _invalid_pattern(self, pattern: str, heard_from: str) -> bool:
+        """A pattern that does not compile: counted, logged (rate-limited), never interest."""
+        problem = pattern_problem(pattern)
+        if problem is None:
+            return False
+        self.counters.add("patterns_invalid")
+        self._rate_limited("pattern-invalid", f"pattern {pattern!r} from {heard_from} is not a valid regular "
+                                              f"expression ({problem}); ignored")
+        return True
 
     def _expire_remote(self) -> None:
         for kind, symbol, domain in self.remote.expire(time.monotonic()):
@@ -213,7 +227,7 @@ class EndpointPortal(EgressRecords):
 
     def _allow_interest(self, item) -> bool:
         kind, symbol, _ = item
-        return self.interest_limits[kind].take(_INTEREST_RECORD_SIZE + len(symbol.encode()), time.monotonic())
+        return self.interest_limits[kind].take(_INTEREST_RECORD_SIZE + len(symbol.encode("utf-8", "surrogateescape")), time.monotonic())
 
     def _emit_interest(self) -> None:
         """Interest this domain's other routers must hear on behalf of our other portals."""
@@ -225,7 +239,7 @@ class EndpointPortal(EgressRecords):
         budget = self.context.channel.max_datagram - 64
         batch, used = [], 0
         for record in records:
-            size = _INTEREST_RECORD_SIZE + len(record.symbol.encode())
+            size = _INTEREST_RECORD_SIZE + len(record.symbol.encode("utf-8", "surrogateescape"))
             if batch and used + size > budget:
                 self.context.channel.send_packet(LbmrPacket(GatewayInterest(batch)))
                 batch, used = [], 0
@@ -253,7 +267,7 @@ class EndpointPortal(EgressRecords):
         self._interest_timer = _rearm(self.loop, self._interest_timer, delay, self._check_interest)
 
     def _allow_use_query(self, kind: int, symbol: str) -> bool:
-        return self.use_query_limits[kind].take(_TMR_SIZE + len(symbol.encode()), time.monotonic())
+        return self.use_query_limits[kind].take(_TMR_SIZE + len(symbol.encode("utf-8", "surrogateescape")), time.monotonic())
 
     def _check_interest(self) -> None:
         self._interest_timer = None
@@ -496,6 +510,7 @@ class EndpointPortal(EgressRecords):
         channel = self.context.channel.counters       # the resolver channel counts what it sends
         self.counters.set("lbmr_packets_sent", channel["packets_sent"])
         self.counters.set("lbmr_malformed", channel["malformed"])
+        self.counters.set("transport_malformed", self.context.stream_counters["transport_malformed"])
         enqueued = 0
         dropped_bytes = dropped_frames = 0
         for session in self.egress.sessions():

@@ -27,6 +27,7 @@ class Ingress:
         # One stream per originating source: a topic receiver and a matching wildcard receiver
         # both join it, but only the first joined copy feeds the stream (the rest stand by).
         self.joined_of_otid: dict[bytes, list] = {}
+        self.invalid_patterns: set[tuple[int, str]] = set()     # interest no receiver can have
 
     # -- proxy receivers follow the other portals' interest ------------------------------------
     def update(self, topics: set[str], patterns: set[tuple[int, str]]) -> None:
@@ -39,9 +40,19 @@ class Ingress:
             self.portal.log_event("proxy-receiver-deleted", f"topic {topic}")
         for key in patterns - self.wildcards.keys():
             kind = "pcre" if key[0] == 1 else "regex"
-            self.wildcards[key] = self.context.wildcard_receiver(key[1], on_event=self._on_event,
-                                                                 kind=kind, raw=True, accept=self._accept)
+            if key in self.invalid_patterns:
+                continue
+            try:
+                self.wildcards[key] = self.context.wildcard_receiver(key[1], on_event=self._on_event,
+                                                                     kind=kind, raw=True, accept=self._accept)
+            except ValueError as err:   # the portals that heard it check; one that did not, not
+                self.invalid_patterns.add(key)
+                self.counters.add("patterns_invalid")
+                self.portal.log_event("pattern-invalid", f"no proxy wildcard receiver for {kind} pattern "
+                                                         f"{key[1]!r}: {err}")
+                continue
             self.portal.log_event("proxy-wildcard-receiver-created", f"{kind} pattern {key[1]}")
+        self.invalid_patterns &= patterns
         for key in self.wildcards.keys() - patterns:
             self._close(self.wildcards.pop(key))
         self.counters.set("proxy_receivers", len(self.receivers) + len(self.wildcards))

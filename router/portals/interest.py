@@ -9,10 +9,23 @@ it, a leave makes the portal check at once. Interest nobody confirms is queried 
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
 from router.ipc import bus_messages as bm
+
+
+@functools.lru_cache(maxsize=1024)
+def pattern_problem(pattern: str) -> str | None:
+    """Why a wildcard pattern heard as interest cannot be a proxy wildcard receiver's (None: it
+    can). Checked where interest comes in, so a pattern that does not compile is counted and
+    dropped there, never put on the bus for every portal to fail on."""
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError, ValueError) as err:
+        return str(err) or type(err).__name__
+    return None
 
 
 @dataclass(frozen=True, slots=True)

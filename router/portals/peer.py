@@ -42,6 +42,7 @@ from router.portals.acl import PortalAccess
 from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
 from router.portals.immediate import ImmediateFlood, carried, is_immediate
+from router.portals.interest import pattern_problem
 from router.portals.peer_dual_link import DualPeerLink
 from router.portals.peer_late_join import PeerLateJoinRelay, is_late_join_answer, is_late_join_request
 from router.portals.peer_link import PeerLink
@@ -186,6 +187,11 @@ class PeerPortal(EgressRecords):
                 return
         self.counters.add("interest_msgs_rcvd")
         if not self.access.interest_allowed(kind == bm.INTEREST_TOPIC, names[0]):
+            return
+        if kind != bm.INTEREST_TOPIC and (problem := pattern_problem(names[0])) is not None:
+            self.counters.add("patterns_invalid")
+            self._rate_limited("pattern-invalid", f"peer link {self.name}: pattern {names[0]!r} is not a valid "
+                                                  f"regular expression ({problem}); ignored")
             return
         item = (kind, names[0], head.domain_id)
         if cancel and item in self.heard_interest:

@@ -288,6 +288,17 @@ class PeerLink:
                         f"refused a second connection from {address[0]}:{address[1]}: companion "
                         f"{self._peer_text()} is already connected (one companion per peer portal)")
 
+    def _replace_handshaking(self, accepted) -> None:
+        """A connection while another has not completed its handshake: the newer one is heard.
+        A companion sends its handshake at once; one that has not may be a stray or a client
+        trickling bytes to hold the only slot, which must not keep the companion out."""
+        self.handshake_failures += 1
+        self.counters.add("link_handshakes_rejected")
+        self._log_event("peer-handshake-failed", f"connection with {self._address_text()} closed before the link "
+                                                 f"came up: another connection came before its handshake")
+        self._close_connection()
+        self._begin_handshake(accepted)
+
     def _begin_handshake(self, accepted) -> None:
         if accepted is not None:
             self._generation += 1
@@ -363,6 +374,7 @@ class PeerLink:
 
     def _handshake_failed(self, reason: str) -> None:
         self.handshake_failures += 1
+        self.counters.add("link_handshakes_rejected")
         self._log_event("peer-handshake-failed", f"connection with {self._address_text()} closed before the link "
                                                  f"came up: {reason}")
         self._close_connection()

@@ -44,7 +44,7 @@ INITIATOR_TRANSITIONS = {
 ACCEPTOR_TRANSITIONS = {
     (S.STOPPED, E.START): (S.LISTENING, "_listen"),
     (S.LISTENING, E.ACCEPTED): (S.HANDSHAKING, "_begin_handshake"),
-    (S.HANDSHAKING, E.ACCEPTED): (S.HANDSHAKING, "_refuse_second"),
+    (S.HANDSHAKING, E.ACCEPTED): (S.HANDSHAKING, "_replace_handshaking"),
     (S.UP, E.ACCEPTED): (S.UP, "_refuse_second"),
     (S.HANDSHAKING, E.HANDSHAKE_OK): (S.UP, "_announce_up"),
     (S.HANDSHAKING, E.HANDSHAKE_FAILED): (S.LISTENING, "_handshake_failed"),

@@ -48,7 +48,7 @@ def domain_identity_key(identity: str) -> int:
     Only the key travels in route-info; two routers that report the same key under two different
     domain ids are looking at one domain with two ids. Never 0 (0 means "no identity").
     """
-    digest = hashlib.blake2b(identity.encode(), digest_size=4).digest()
+    digest = hashlib.blake2b(identity.encode("utf-8", "surrogateescape"), digest_size=4).digest()
     return (int.from_bytes(digest, "big") & 0x7FFF_FFFF) or 1
 
 
@@ -240,7 +240,7 @@ class Topology:
         """64-bit hash of the map's shape and costs; equal on every router that sees this map."""
         digest = hashlib.blake2b(digest_size=8)
         for record in self.routers():
-            name = record.name.encode()
+            name = record.name.encode("utf-8", "surrogateescape")
             digest.update(struct.pack(">QH", record.node_id, len(name)) + name)
             digest.update(struct.pack(">H", len(record.adjacencies)))
             for adjacency in record.adjacencies:

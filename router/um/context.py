@@ -123,6 +123,8 @@ class Context:
                              "otr_messages_recovered": 0, "otr_messages_unrecovered": 0,
                              "otr_messages_incomplete": 0, "otr_cache_overflows": 0}
         self.loss_counters = {"unrecoverable_loss_events": 0, "unrecoverable_loss_messages": 0}
+        # Every transport stream's malformed frames, the streams that ended included.
+        self.stream_counters = {"transport_malformed": 0}
         # A router's hook for the answers to late-join requests it relayed (router.portals.late_join_relay):
         # frame -> True if taken.
         self.uim_relay: Callable[[bytes, object], bool] | None = None
@@ -239,6 +241,7 @@ class Context:
         found.update(self.late_join_counters)
         found.update(self.otr_counters)
         found.update(self.loss_counters)
+        found.update(self.stream_counters)
         if self.request_port is not None:
             found.update(self.request_port.counters)
         return found
@@ -635,6 +638,7 @@ class Context:
             except OSError as err:
                 log.info("cannot join %s: %s", candidate.source_string, err)
                 return False
+            client.context_counters = self.stream_counters
             self.clients[key] = client
         client.subscribe(candidate.index, joined)
         joined.client = client

@@ -81,6 +81,8 @@ class FrameStream:
         # TCP and LBT-IPC streams take it from transport_*_dro_loss_recovery_timeout; 0 = at once.
         self.loss_recovery_timeout = 0.0
         self.windows: dict[int, ReorderWindow] = {}     # topic index -> its open gap
+        # The context's running totals (router.um.context): what a stream counts ends with it.
+        self.context_counters: dict[str, int] | None = None
         self.paused = False
         self.closed = False
 
@@ -473,6 +475,8 @@ class FrameStream:
         Frames dropped on their own are logged at the 1st, 2nd, 4th, 8th ... so a flood cannot
         flood the log too."""
         count = self.counters["malformed"] = self.counters["malformed"] + 1
+        if self.context_counters is not None:
+            self.context_counters["transport_malformed"] += 1
         if close:
             log.warning("malformed %s (%s); dropped", self.description, what)
             self.loop.call_later(0, self.close)

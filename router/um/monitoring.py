@@ -152,7 +152,7 @@ def encode(record_type: str, application_id: str, what: str, values, separator: 
     fields = (VERSION, record_type, application_id, str(when_ms), what, *map(str, values))
     if any(separator in field for field in fields):
         raise MonitoringError(f"a statistics field holds the separator {separator!r}: {fields}")
-    return separator.join(fields).encode()
+    return separator.join(fields).encode("utf-8", "surrogateescape")
 
 
 def decode(data: bytes, separator: str = ",") -> dict:

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
+from router.um.wire._codec import TEXT_ERRORS
+
 RECORD_ADVERT = 1
 RECORD_FRAMES = 2
 RECORD_EOS = 4
@@ -85,12 +87,13 @@ class StreamAdvert:
     def encode(self) -> bytes:
         return msgpack.packb([self.stream_id, self.topic, self.otid, self.cost, self.hop_count,
                               self.origin_domain_id, self.source, self.origin_portal, self.origin_index,
-                              self.late_join], use_bin_type=True)
+                              self.late_join], use_bin_type=True,
+                             unicode_errors=TEXT_ERRORS)
 
     @classmethod
     def decode(cls, data) -> "StreamAdvert":
         try:
-            items = msgpack.unpackb(bytes(data), raw=False)
+            items = msgpack.unpackb(bytes(data), raw=False, unicode_errors=TEXT_ERRORS)
             advert = cls(*items)
         except Exception as err:    # msgpack raises several types for bad input
             raise RecordError(f"bad stream advertisement: {err}") from None

@@ -658,9 +658,13 @@ class _RawSub:
 
     def __init__(self):
         self.frames = 0
+        self.told: list[int] = []
 
     def on_frames(self, frames, count, longest):
         self.frames += count
+
+    def on_sequence_info(self, sqn):
+        self.told.append(sqn)
 
     def on_request_frames(self, frames, count, longest):
         self.frames += count
@@ -761,11 +765,13 @@ def test_a_tsni_across_the_wrap():
     assert subs[1].log[-1] == ("batch", [2])
 
 
-def test_a_tsni_for_a_raw_subscription_is_ignored():
+def test_a_tsni_for_a_raw_subscription_is_passed_on_not_taken_as_a_gap():
+    """A router's proxy receiver passes the origin's TSNI on (its proxy sources say it); the
+    stream itself reports no gap for a raw topic (the receivers beyond the router do)."""
     stream, subs = _stream(raw=(1,))
     stream._parse(_msg(0) + _msg(1))
-    stream._parse(_tsni((1, 10)))                                 # a raw sub has no on_gap: it would fail
-    assert subs[1].frames == 2
+    stream._parse(_tsni((1, 10)))
+    assert subs[1].frames == 2 and subs[1].told == [10]
     assert stream.counters["sequence_gaps"] == 0 and stream.counters["malformed"] == 0
 
 

@@ -18,6 +18,10 @@ import struct
 
 from router.um.wire.errors import WireError
 
+# How wire text maps to str and back; what carries it inside the router (msgpack on the bus, in
+# ring records, on the admin socket) uses the same, so a topic of any bytes crosses unchanged.
+TEXT_ERRORS = "surrogateescape"
+
 U8 = struct.Struct(">B")
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
@@ -111,7 +115,7 @@ def ip_bytes(address: str, what: str) -> bytes:
 
 
 def text_from_bytes(raw: bytes) -> str:
-    return bytes(raw).decode("utf-8", "surrogateescape")
+    return bytes(raw).decode("utf-8", TEXT_ERRORS)
 
 
 def text_bytes(text: str, what: str, allow_nul: bool = False) -> bytes:
