@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Topics whose advertisements the cache holds at most. Beyond it (a flood of advertisements of
+# topics nobody here wants, for the five minutes the cache keeps them), the oldest topics nobody
+# here receives are forgotten, a tenth at a time; one wanted later is asked for, as after expiry.
+MAX_CACHED_TOPICS = 100_000
+
 _KIND_FLAG = {"pcre": TMR_FLAG_WILDCARD_PCRE, "regex": TMR_FLAG_WILDCARD_REGEX}
 _KIND_TYPE = {"pcre": PATTERN_PCRE, "regex": PATTERN_REGEX}
 _FINAL_ADVERTISEMENT_SPACING = 0.1
@@ -51,6 +56,7 @@ class TopicResolver:
         self.wildcards: list[WildcardReceiver] = []
         self.wildcard_schedules: dict[WildcardReceiver, ResolutionSchedule] = {}
         self.cache: dict[str, TopicSources] = {}
+        self._cache_limit = MAX_CACHED_TOPICS      # raised while what is over it is all wanted
         self.pending_joins: dict[tuple[str, bytes], tuple] = {}     # -> (timer, first seen)
         self.query_patterns: dict[tuple[int, str], re.Pattern | None] = {}
         self.interest_heard: dict[str, float] = {}      # topic of ours -> when a receiver last asked for it
@@ -59,7 +65,7 @@ class TopicResolver:
         self.listeners: list[Callable[[LbmrPacket, tuple], None]] = []
         self.counters = {"tirs_received": 0, "tqrs_received": 0, "wc_tqrs_received": 0,
                          "use_queries_answered": 0, "final_advertisements_received": 0,
-                         "bad_patterns": 0}
+                         "bad_patterns": 0, "resolver_cache_evictions": 0}
         self._timer = None
         self._timer_due: float | None = None
         self._sweep = self.loop.call_every(_CACHE_SWEEP_SECONDS, self.expire_cache)
@@ -231,6 +237,8 @@ class TopicResolver:
         topic = tir.topic
         cached = self.cache.get(topic)
         if cached is None:
+            if len(self.cache) >= self._cache_limit:
+                self._evict_unwanted_topics()
             cached = self.cache[topic] = TopicSources(topic, self.cost_function)
         kind, candidate = cached.observe(tir)
         if kind == "final" and candidate is not None:
@@ -281,6 +289,27 @@ class TopicResolver:
         for receiver in self._receivers_of(topic):
             if otid not in receiver.joined:
                 receiver._join(best)
+
+    def _evict_unwanted_topics(self) -> None:
+        """The cache is full: forget the oldest topics no receiver of this context has (or is
+        about to join), down to nine tenths of the limit."""
+        target = MAX_CACHED_TOPICS * 9 // 10
+        pending = {topic for topic, _ in self.pending_joins}
+        evicted = 0
+        for topic in list(self.cache):
+            if len(self.cache) <= target:
+                break
+            if self.receivers.get(topic) or topic in pending:
+                continue
+            del self.cache[topic]
+            evicted += 1
+        # Wanted topics are kept however many: look again only a tenth further on, so a cache of
+        # wanted topics is not scanned at every new advertisement.
+        self._cache_limit = max(MAX_CACHED_TOPICS, len(self.cache) + MAX_CACHED_TOPICS // 10)
+        self.counters["resolver_cache_evictions"] += evicted
+        log.warning("%s: resolver cache full (%d topics): forgot the %d oldest advertised topics nobody here "
+                    "receives (%d so far)", self.context.name, MAX_CACHED_TOPICS, evicted,
+                    self.counters["resolver_cache_evictions"])
 
     def expire_cache(self, now: float | None = None) -> None:
         """Forget advertisements unheard for CACHE_TIMEOUT that nobody joined (source_cache), the

@@ -195,3 +195,28 @@ def test_a_context_forgets_sources_that_are_gone_so_topic_churn_does_not_grow_it
     # A new source of an old topic is found and joined as before.
     again = publisher.source("churn.1")
     wait_for(lambda: again.receiver_count == 1, 10, message="joined again")
+
+
+def test_a_flood_of_advertised_topics_nobody_wants_is_bounded_and_a_wanted_one_stays(contexts, monkeypatch):
+    """The cache keeps advertisements five minutes; a flood of topics nobody here receives would
+    grow it without bound. Beyond MAX_CACHED_TOPICS the oldest unwanted topics are forgotten (a
+    tenth at a time, counted); a topic a receiver here has is kept, and still joined."""
+    from router.um import topic_resolver
+    from router.um.wire.lbmr import TcpInfo, Tir
+    monkeypatch.setattr(topic_resolver, "MAX_CACHED_TOPICS", 100)
+    publisher, watcher = contexts(), contexts()
+    got = Collector()
+    watcher.receiver("flood.wanted", got.on_message)
+    source = publisher.source("flood.wanted")
+    wait_for(lambda: source.receiver_count == 1, 10, message="the wanted topic joined")
+    resolver = watcher.resolver
+
+    def flood():
+        for n in range(1000):
+            resolver._observe(Tir(f"flood.{n}", TcpInfo("10.9.9.9", 20000 + n % 1000, 1), 1, 0, []))
+    watcher._call(flood)
+    assert len(resolver.cache) <= 100
+    assert "flood.wanted" in resolver.cache and "flood.999" in resolver.cache
+    assert resolver.counters["resolver_cache_evictions"] >= 900
+    source.send(b"still", flush=True)
+    wait_for(lambda: got.payloads() == [b"still"], 10, message="the wanted topic still delivered")
