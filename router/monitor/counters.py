@@ -123,8 +123,9 @@ LATE_JOIN_COUNTERS = (
 
 # Added with hostile-input tests: bad input a portal met and dropped, so none goes unseen. Wildcard
 # patterns (from queries, use-query responses, other routers' interest) that do not compile; LBMC
-# frames from a source's transport that do not parse; peer connections refused at the handshake.
-BAD_INPUT_COUNTERS = ("patterns_invalid", "transport_malformed", "link_handshakes_rejected")
+# frames from a source's transport that do not parse; peer connections refused at the handshake;
+# multicast immediate messages (and their fragments) that do not parse.
+BAD_INPUT_COUNTERS = ("patterns_invalid", "transport_malformed", "link_handshakes_rejected", "immediate_malformed")
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS

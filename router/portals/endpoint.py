@@ -511,6 +511,10 @@ class EndpointPortal(EgressRecords):
         self.counters.set("lbmr_packets_sent", channel["packets_sent"])
         self.counters.set("lbmr_malformed", channel["malformed"])
         self.counters.set("transport_malformed", self.context.stream_counters["transport_malformed"])
+        immediate = self.context.immediate
+        if immediate is not None:
+            self.counters.set("immediate_malformed", immediate.counters["mim_malformed"]
+                              + immediate.reassembly.counters.get("mim_fragments_malformed", 0))
         enqueued = 0
         dropped_bytes = dropped_frames = 0
         for session in self.egress.sessions():

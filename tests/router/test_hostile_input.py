@@ -599,6 +599,8 @@ def test_garbage_on_lbtrm_and_immediate_message_ports_is_survived(routers, tools
     assert sender.result(60)["sent"] == 500
     got = immediate.result(60)
     assert (got["received"], got["duplicates"]) == (500, 0), got
+    wait_for(lambda: all(router.counters()[i]["immediate_malformed"] > 0 for i in (0, 1)), 5,
+             message="both portals counted the malformed immediate messages")
     assert_healthy(router, pids)
 
 
