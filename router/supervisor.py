@@ -67,6 +67,8 @@ class Worker:
     history: list = field(default_factory=list)
     link: dict = field(default_factory=dict)      # a peer portal's link: {"up", "peer", "peer_node_id"}
     group: tuple[str, ...] = ()           # the portals sharing this one's process (itself included)
+    restart_requested: bool = False       # stopped to start again (a reload): not counted if it
+                                          # exits by that TERM; counted if it had crashed anyway
 
 
 class Supervisor:
@@ -220,7 +222,7 @@ class Supervisor:
         for member in self._members(worker):
             member.restart_at = time.monotonic()
             member.backoff = BACKOFF_FIRST
-            member.restarts -= 1       # _reap counts it
+            member.restart_requested = True   # not a failure, if it ends by this TERM (_reap)
         _kill(worker.process.pid, signal.SIGTERM)
 
     def portal_indexes(self) -> dict[str, int]:
@@ -314,7 +316,9 @@ class Supervisor:
                 worker.boot_failures += 1
             if uptime >= STABLE_AFTER:
                 worker.backoff = BACKOFF_FIRST
-            worker.restarts += 1
+            requested, worker.restart_requested = worker.restart_requested, False
+            if not (requested and code in (0, -signal.SIGTERM)):
+                worker.restarts += 1
             worker.restart_at = time.monotonic() + worker.backoff
             event("portal-down", f"worker pid {process.pid} exited with {_describe_exit(code)} after "
                   f"{uptime:.1f} s; restarting in {worker.backoff:.1f} s (restart {worker.restarts})", name)
@@ -383,8 +387,15 @@ class Supervisor:
                 cost_only.append(name)
                 self.hub.send_to(name, bm.SetCost(name, new_portal.cost))
                 self._cost_changed(worker)
-            else:
-                self._restart_requested(worker)
+                continue
+            if new_portal.kind == "endpoint":
+                # Its domain (id, cost) may be another now: the routes follow the new file.
+                self.routing.set_route_portal(name, True)
+                self.routing.set_adjacency(name, _domain_adjacency(new_portal))
+            elif old_portal.kind == "endpoint":
+                self.routing.set_route_portal(name, False)
+                self.routing.set_adjacency(name, None)
+            self._restart_requested(worker)
         self.config = dataclasses.replace(new, daemon=self.config.daemon)
         for name in diff.added:         # in a worker of its own: <worker-group> applies at start
             self._spawn(self._add_worker(new.portal(name)))
@@ -412,7 +423,10 @@ class Supervisor:
             if member is not worker and member.process is not None:
                 # The group's process goes with this portal: its other portals start again without it.
                 member.restart_at, member.backoff = time.monotonic(), BACKOFF_FIRST
-                member.restarts -= 1
+                member.restart_requested = True
+        for member in self._members(worker):
+            if member is not worker:    # it no longer shares their process (a portal of its name
+                member.group = tuple(n for n in member.group if n != name)    # added later has its own)
         del self.workers[name]
         self.routing.set_route_portal(name, False)
         self.routing.set_adjacency(name, None)

@@ -119,7 +119,9 @@ class BusHub:
         self.publish(bm.PortalDown(portal, index))
 
     def forget_portal(self, portal: str) -> None:
-        """A portal removed by reload: its interest goes with it."""
+        """A portal removed by reload: its interest goes with it, and it is no longer in the
+        snapshots workers started later get (their rings would look for its, unlinked)."""
+        self.portals.pop(portal, None)
         for key, interest in list(self.interest.items()):
             if key[0] == portal:
                 self.apply_interest(bm.Interest(portal, interest.domain_id, interest.kind, interest.symbol,

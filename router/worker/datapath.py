@@ -33,6 +33,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+import posix_ipc
+
 from router.ipc import layout
 from router.ipc.ring import ConsumerLapped, OverflowPolicy, RecordTooLarge, init_ring
 from router.ipc.ring_consumer import RingConsumer
@@ -142,7 +144,13 @@ class DataPath:
 
     def attach(self, ring: int) -> None:
         if ring != self.index and ring not in self.consumers:
-            self.consumers[ring] = RingConsumer(self._memory(ring), self.index, wakeups=self.rings.wakeups(ring))
+            try:
+                memory = self._memory(ring)
+            except posix_ipc.ExistentialError:
+                # Its portal was removed (a reload) after the news of it was sent: nothing to read.
+                log.warning("portal %d: ring %d is gone (its portal was removed); not read", self.index, ring)
+                return
+            self.consumers[ring] = RingConsumer(memory, self.index, wakeups=self.rings.wakeups(ring))
             # Producers wake only parked consumers: read (and park on) the new ring too.
             self.loop.call_later(0, self._woken)
 
