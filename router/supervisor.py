@@ -32,7 +32,7 @@ from router.routing.topology import Adjacency, new_node_id
 from router.um.lbmr_channel import domain_identity
 from router.runtime import bus_endpoints, runtime_dir
 from router.um.loop import EventLoop
-from router.worker.datapath import DataPathSpec, RingSet
+from router.worker.datapath import MAX_PORTALS, DataPathSpec, RingSet
 from router.worker.process import EXIT_BOOT_ERROR, WorkerSpec, worker_main
 from router.worker.scheduling import policy_of
 
@@ -88,7 +88,8 @@ class Supervisor:
         self.ready_sent = False
         self.started = time.time()
         self.workers: dict[str, Worker] = {}
-        self.free_indexes = list(range(64))
+        self.free_indexes = list(range(MAX_PORTALS))      # the lowest free one is taken (ring slots)
+        self.retiring: list[tuple[Worker, float]] = []     # removed portals' processes not yet exited
         self.runtime = runtime_dir()
         self.zmq = zmq.Context()
         self.hub = BusHub(self.zmq, *bus_endpoints(self.name, self.pid, self.runtime), self.loop)
@@ -126,6 +127,8 @@ class Supervisor:
                 self.loop.run_once(0.1)
                 self._dispatch_signals()
                 self._reap()
+                if self.retiring:
+                    self._finish_retiring()
                 self._check_heartbeats()
                 self._manage()
                 self._notify()
@@ -172,7 +175,8 @@ class Supervisor:
     # -- workers -------------------------------------------------------------------------------
     def _add_worker(self, portal, group: tuple[str, ...] | None = None) -> Worker:
         """A portal's segments and ring; `_spawn` starts it (with its `<worker-group>`, if any)."""
-        index = self.free_indexes.pop(0)
+        index = min(self.free_indexes)
+        self.free_indexes.remove(index)
         segment = SharedSegment.create(self.name, f"counters{index}", SEGMENT_BYTES)
         worker = Worker(portal, index, PortalCounters(segment.memory[:SEGMENT_BYTES]), segment,
                         group=group or (portal.name,))
@@ -343,7 +347,8 @@ class Supervisor:
         now = time.monotonic()
         for worker in self.workers.values():
             if worker.process is None and not worker.retired and worker.restart_at is not None \
-                    and now >= worker.restart_at and not self.stopping:
+                    and now >= worker.restart_at and not self.stopping \
+                    and not self._retiring_named(worker.config.name):
                 event("portal-restarting", f"starting generation {worker.generation + 1}", worker.config.name)
                 self._spawn(worker)
 
@@ -376,6 +381,14 @@ class Supervisor:
             systemd_notify.notify("READY=1", "STATUS=reload rejected: configuration invalid")
             return {"ok": False, "error": str(err)}
         diff = diff_configs(self.config, new)
+        freed = sum(1 for name in diff.removed if self.workers[name].process is None)
+        if len(diff.added) > len(self.free_indexes) + freed:
+            # Removed portals' processes still stopping hold their ring slots for a moment.
+            error = (f"{len(diff.added)} portals to add, {len(self.free_indexes) + freed} ring slots free "
+                     f"({len(self.retiring)} removed portals still stopping); reload again in a moment")
+            event("config-rejected", f"configuration not reloaded, the old one keeps running: {error}")
+            systemd_notify.notify("READY=1", "STATUS=reload rejected: no free ring slot")
+            return {"ok": False, "error": error}
         cost_only = []
         for name in diff.removed:
             self._retire(name)
@@ -398,7 +411,11 @@ class Supervisor:
             self._restart_requested(worker)
         self.config = dataclasses.replace(new, daemon=self.config.daemon)
         for name in diff.added:         # in a worker of its own: <worker-group> applies at start
-            self._spawn(self._add_worker(new.portal(name)))
+            worker = self._add_worker(new.portal(name))
+            if self._retiring_named(name):
+                worker.restart_at = time.monotonic()    # _manage starts it once the old one has exited
+            else:
+                self._spawn(worker)
         summary = {"ok": True, "added": diff.added, "removed": diff.removed, "changed": diff.changed,
                    "kept": diff.kept, "cost_only": cost_only, "daemon_pending": diff.daemon_changes}
         pending = (f"; <daemon> changes take effect when the router restarts: {', '.join(diff.daemon_changes)}"
@@ -431,17 +448,40 @@ class Supervisor:
         self.routing.set_route_portal(name, False)
         self.routing.set_adjacency(name, None)
         worker.retired = True
-        if worker.process is not None:
-            _kill(worker.process.pid, signal.SIGTERM)
-            worker.process.join(STOP_TIMEOUT)
-            if worker.process.is_alive():
-                _kill(worker.process.pid, signal.SIGKILL)
-                worker.process.join(2)
         self.hub.forget_portal(name)
         self.hub.publish(bm.PortalRemoved(name, worker.index))
-        self.rings.remove(worker.index)
+        self.rings.remove(worker.index)        # unlinked; a process still mapping them keeps them
         worker.segment.close()
-        self.free_indexes.append(worker.index)
+        if worker.process is None:
+            self.free_indexes.append(worker.index)
+            return
+        # Never waited for here: a hung worker would hold the supervisor (the admin socket, the
+        # others' heartbeats and restarts) for the whole stop timeout. _finish_retiring escalates
+        # to KILL at the deadline and frees its index once it has exited.
+        _kill(worker.process.pid, signal.SIGTERM)
+        self.retiring.append((worker, time.monotonic() + STOP_TIMEOUT))
+
+    def _retiring_named(self, name: str) -> bool:
+        """A removed portal of this name is still stopping: a new one waits for it (one bus
+        identity per portal name)."""
+        return any(worker.config.name == name for worker, _ in self.retiring)
+
+    def _finish_retiring(self) -> None:
+        """Removed portals' processes: joined once they exit (their index free again), KILLed
+        at their deadline."""
+        now, still = time.monotonic(), []
+        for worker, deadline in self.retiring:
+            process = worker.process
+            if not process.is_alive():
+                process.join(0)
+                worker.process = None
+                self.free_indexes.append(worker.index)
+                continue
+            if now >= deadline:
+                _kill(process.pid, signal.SIGKILL)
+                deadline = float("inf")        # KILL cannot be ignored: it exits
+            still.append((worker, deadline))
+        self.retiring = still
 
     # -- stop ----------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -450,11 +490,12 @@ class Supervisor:
     def _shutdown(self) -> None:
         event("router-stopping", f"router {self.name} stopping")
         systemd_notify.notify("STOPPING=1")
-        for worker in self.workers.values():
+        stopping = [*self.workers.values(), *(worker for worker, _ in self.retiring)]
+        for worker in stopping:
             if worker.process is not None and worker.process.is_alive():
                 _kill(worker.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT
-        for worker in self.workers.values():
+        for worker in stopping:
             if worker.process is not None:
                 worker.process.join(max(0.0, deadline - time.monotonic()))
                 if worker.process.is_alive():

@@ -34,9 +34,17 @@ def validate_gateway(config: GatewayConfig) -> None:
     _check_domains(config.endpoints)
 
 
+# Each portal has a consumer slot in every other portal's ring (router.worker.datapath).
+MAX_PORTALS = 16
+
+
 def _check_portal_count(config: GatewayConfig) -> None:
     if len(config.portals) < 2:
         log.warning("%s: only one portal; a router forwards between two or more", config.path)
+    if len(config.portals) > MAX_PORTALS:
+        extra = config.portals[MAX_PORTALS]
+        raise ConfigError(f"{len(config.portals)} portals: a router has at most {MAX_PORTALS} (the "
+                          f"{MAX_PORTALS + 1}th is {extra.kind} '{extra.name}')", *extra.where(extra.kind), extra.kind)
 
 
 def _check_unique_names(config: GatewayConfig) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import posix_ipc
 
+from router.config import validate
 from router.ipc import layout
 from router.ipc.ring import ConsumerLapped, OverflowPolicy, RecordTooLarge, init_ring
 from router.ipc.ring_consumer import RingConsumer
@@ -48,7 +49,7 @@ from router.worker.records import (EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, REC
 
 log = logging.getLogger(__name__)
 
-MAX_PORTALS = 16                       # consumer slots per ring: the producer scans each of them
+MAX_PORTALS = validate.MAX_PORTALS     # consumer slots per ring: the producer scans each of them
 RING_CAPACITY = 8 * 1024 * 1024
 RING_HEARTBEAT_TIMEOUT = 2.0
 READ_LIMIT = 4096                      # records per ring per turn, so one busy ring cannot starve the loop

@@ -218,3 +218,14 @@ def test_a_single_portal_is_allowed_with_a_warning(write_gateway, caplog):
     with caplog.at_level(logging.WARNING, logger="router.config"):
         load_gateway_config(write_gateway(endpoint("A", 1)))
     assert "only one portal" in caplog.text
+
+
+def test_a_seventeenth_portal_is_refused_at_its_element(write_gateway):
+    """Each portal has a consumer slot in every other portal's ring: 16 at most, said where the
+    17th is, not found when a worker's ring cannot be made."""
+    portals = "".join(peer(f"P{n}", f"<acceptor><listen-port>{30000 + n}</listen-port></acceptor>")
+                      for n in range(17))
+    err = error_of(write_gateway(portals))
+    assert err.element == "peer" and "at most 16" in err.reason and "'P16'" in err.reason
+    assert len(load_gateway_config(write_gateway("".join(
+        peer(f"P{n}", f"<acceptor><listen-port>{30000 + n}</listen-port></acceptor>") for n in range(16)))).portals) == 16
