@@ -320,13 +320,19 @@ def data_frame(sqn: int, payload: bytes = b"p" * 24, tidx: int = 1) -> bytes:
 
 # -- 2. A rogue source at the other end of a proxy receiver ---------------------------------------
 
-def test_rogue_source_sending_garbage_lbmc_is_cut_off_and_survived(routers, tools, make_domain):
+def _wanted_rogue(routers, tools, make_domain, topic: str):
+    """A router joining two LANs, a receiver of `topic` in LAN2, and a rogue source of it in LAN1:
+    (router, its worker pids, lan1, lan2, the rogue)."""
     lan1, lan2 = make_domain(), make_domain()
     router = two_lan_router(routers, lan1, lan2)
     pids = router.worker_pids()
-    wanting = tools.umrcv("-c", lan2.config_path, "--json", "-C", 10_000_000, "--timeout", 120, "rogue.topic")
+    wanting = tools.umrcv("-c", lan2.config_path, "--json", "-C", 10_000_000, "--timeout", 120, topic)
     wanting.wait_for_stderr("umrcv: subscribed", 30)
-    rogue = RogueSource(lan1, "rogue.topic")
+    return router, pids, lan1, lan2, RogueSource(lan1, topic)
+
+
+def test_rogue_source_sending_garbage_lbmc_is_cut_off_and_survived(routers, tools, make_domain):
+    router, pids, lan1, lan2, rogue = _wanted_rogue(routers, tools, make_domain, "rogue.topic")
     rng = random.Random(7)
     try:
         conn = rogue.accept()                    # closes at once
@@ -365,12 +371,7 @@ def test_rogue_source_sending_garbage_lbmc_is_cut_off_and_survived(routers, tool
 
 
 def test_malformed_frames_from_a_source_are_counted(routers, tools, make_domain):
-    lan1, lan2 = make_domain(), make_domain()
-    router = two_lan_router(routers, lan1, lan2)
-    pids = router.worker_pids()
-    wanting = tools.umrcv("-c", lan2.config_path, "--json", "-C", 10_000_000, "--timeout", 120, "rogue.counted")
-    wanting.wait_for_stderr("umrcv: subscribed", 30)
-    rogue = RogueSource(lan1, "rogue.counted")
+    router, pids, lan1, lan2, rogue = _wanted_rogue(routers, tools, make_domain, "rogue.counted")
     try:
         conn = rogue.accept()
         conn.sendall(data_frame(0) + bytes([LBMC_TYPE_CONTROL, 0x20, 0, 8, 0xFF, 0x02, 0x7F, 0xFF])
