@@ -33,7 +33,7 @@ from router.um.lbmr_channel import domain_identity
 from router.runtime import bus_endpoints, runtime_dir
 from router.um.loop import EventLoop
 from router.worker.datapath import MAX_PORTALS, DataPathSpec, RingSet
-from router.worker.process import EXIT_BOOT_ERROR, WorkerSpec, worker_main
+from router.worker.process import EXIT_BOOT_ERROR, WORKER_SIGNALS, WorkerSpec, worker_main
 from router.worker.scheduling import policy_of
 
 log = logging.getLogger(__name__)
@@ -214,7 +214,14 @@ class Supervisor:
         name = "+".join(member.config.name for member in members)
         process = multiprocess.get_context("fork").Process(target=worker_main, args=(specs,),
                                                            name=f"tnwgd-{name}", daemon=False)
-        process.start()
+        # Forked with these signals blocked: until the worker has its own handlers, one sent to
+        # it waits (a TERM in its first milliseconds went to the supervisor's handler copied
+        # into it, and was lost); the supervisor's own wait the moment of the fork.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         for member in members:
             member.process = process
             member.started = time.monotonic()

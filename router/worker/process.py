@@ -51,6 +51,10 @@ class WorkerSpec:
     monitor: object = None          # router.config.model.MonitorConfig: <daemon><monitor>
 
 
+# Blocked by the supervisor across the fork, unblocked once the worker's own handlers are set.
+WORKER_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD})
+
+
 def worker_main(specs: list[WorkerSpec]) -> None:
     """Entry point in the forked child (one portal, or a group of portals sharing the process);
     never returns."""
@@ -82,6 +86,7 @@ def _run(specs: list[WorkerSpec]) -> int:
         loop.call_soon_threadsafe(loop.stop)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C goes to the supervisor, which stops us
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_SIGNALS)     # blocked since the fork
 
     from router.worker.datapath import DataPath
     from router.worker.scheduling import WorkerScheduling

@@ -529,13 +529,13 @@ def test_crash_coinciding_with_a_reload_is_counted(routers, tools, make_domain):
     finally:
         router.signal(signal.SIGCONT)
     wait_for(lambda: lan_restarted(router, "LAN2", victim), 20, message="LAN2 restarted")
-    log = router.log()
-    if log.index("UMR-1002-1") > log.index("exited with signal SIGKILL"):
-        pytest.skip("the supervisor reaped the worker before it handled SIGHUP: the race did not happen")
+    # Whichever the supervisor handles first (the reload, usually, or the worker's exit), the
+    # crash is counted once: the restart the reload asked for is not counted only when the worker
+    # ends by that request's TERM.
     assert status(router)["LAN2"]["restarts"] == 1, status(router)["LAN2"]
 
 
-def test_a_portal_added_and_removed_by_reload_twenty_times_always_gets_a_ring_slot(routers, tools, make_domain):
+def test_a_portal_added_and_removed_by_reload_sixteen_times_always_gets_a_ring_slot(routers, tools, make_domain):
     """A router has 16 ring slots (portal indexes); a removed portal's slot is free again once its
     process has exited, and the lowest free one is taken. Indexes used to grow with every portal
     ever added, so the 15th add/remove cycle of a two-portal router failed. Traffic between the
@@ -543,16 +543,16 @@ def test_a_portal_added_and_removed_by_reload_twenty_times_always_gets_a_ring_sl
     lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
     router = routers.start(lans([lan1, lan2])).wait_ready()
     pids = pids_of(router)
-    stream = start_stream(tools, lan1, lan2, "cycle.steady", 20_000, 1000)
-    for cycle in range(20):
+    stream = start_stream(tools, lan1, lan2, "cycle.steady", 10_000, 1000)
+    for cycle in range(16):           # the 15th failed when indexes grew
         rewrite(router, lans([lan1, lan2, lan3]))
         reload_ok(router)
         wait_for(lambda: all_up(router, ["LAN1", "LAN2", "LAN3"]), 20, message=f"LAN3 added (cycle {cycle})")
         rewrite(router, lans([lan1, lan2]))
         reload_ok(router)
         wait_for(lambda: sorted(status(router)) == ["LAN1", "LAN2"], 20, message=f"LAN3 removed (cycle {cycle})")
-    got = finish_stream(stream, 20_000)
-    assert (got["received"], got["gaps"], got["duplicates"]) == (20_000, 0, 0), got
+    got = finish_stream(stream, 10_000)
+    assert (got["received"], got["gaps"], got["duplicates"]) == (10_000, 0, 0), got
     assert pids_of(router) == pids
     assert "at most 16 portals" not in router.log() and "Traceback" not in router.log()
 
