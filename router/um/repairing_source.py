@@ -39,6 +39,11 @@ WRAP = 1 << 32
 NCF_NO_RETRY, NCF_IGNORED, NCF_RX_DELAY, NCF_SHED = 0, 1, 2, 3    # the same in LBT-RM and LBT-RU
 _NCF_LIST_MAX = 1024
 _CLOSE_LINGER = 0.5                     # answer NAKs this long after closing, if any come
+_NAK_LINGER = 1.5                       # and this long after the last NAK: a receiver whose
+                                        # retransmission was lost asks again after its
+                                        # nak_backoff_interval (200 ms by default), or after its
+                                        # nak_suppress_interval (1 s) if we sent an NCF; a loaded
+                                        # host delays both
 _REFUSED_LINGER = 1.5                   # after an NCF "shed"/"ignored": the receiver asks again after
                                         # its nak_suppress_interval (1 s by default)
 _CLOSE_LINGER_LIMIT = 5.0
@@ -404,11 +409,13 @@ class RepairingSourceSession(BatchingSession):
         self.loop.call_and_wait(self._close_socket)
 
     def _lingered(self, started: float) -> bool:
-        """Closing: receivers had _CLOSE_LINGER since the last SM, or the last NAK, to ask for a
-        lost tail, and those told to ask again later had the time to (at most
+        """Closing: receivers had _CLOSE_LINGER since the last SM to ask for a lost tail, those
+        still repairing had _NAK_LINGER since their last NAK to ask again for a retransmission
+        that was lost too, and those told to ask again later had the time to (at most
         _CLOSE_LINGER_LIMIT in all)."""
         now = time.monotonic()
-        quiet = now - max(self.last_nak, started) >= _CLOSE_LINGER and now - self.last_refusal >= _REFUSED_LINGER
+        quiet = (now - started >= _CLOSE_LINGER and now - self.last_nak >= _NAK_LINGER
+                 and now - self.last_refusal >= _REFUSED_LINGER)
         return (quiet and not self.pending and not self.rx_delayed) or now - started >= _CLOSE_LINGER_LIMIT
 
     def _linger(self, started: float) -> None:
