@@ -12,7 +12,8 @@ up each side has:
 - a `PeerUdpSender`, an LBT-RU source session (router.um.lbtru_source) whose one receiver is the
   companion: data within `<peer-rate-limit>`, a `<transmission-window>`, NAKs answered after
   `<nak-handling ignore-interval>`, session messages at `<session-message>` intervals; what the
-  rate holds back waits up to `<max-queue>` bytes and beyond is dropped and counted;
+  rate holds back waits up to `<max-queue>` bytes and data beyond is refused and counted (control
+  messages wait whatever the queue holds);
 - a `PeerUdpReceiver`, an LBT-RU receiver (router.um.lbtru_receiver) connected to the companion's
   session at its TCP address and learned UDP port: it asks `<connect max-attempts>` times,
   `attempt-interval` apart, NAKs loss after the `<nak-handling>` intervals, and hands each
@@ -92,16 +93,16 @@ class PeerUdpSender(LbtruSourceSession):
             self.loop.call_later(0, self._readable)
 
     def send_control_now(self, data: bytes) -> None:
-        """Append `data` and send the batch now, within the rate but beyond `max_queue` if it
-        must: the path's control messages are few and small, and losing one loses the link's
-        order (an EOS, an advertisement), which data drops never do."""
+        """Append `data` and send the batch now, within the rate, queued beyond `max_queue` if it
+        must be (forced): the path's control messages are few and small, and losing one loses
+        the link's order (an EOS, an advertisement), which data drops never do. The batch's
+        data goes with it: PeerUdpPath.send took it within `max_queue` already."""
         with self.lock:
             self.batch += data
-            limit, self.max_queue = self.max_queue, 1 << 62
-            try:
-                self._flush_locked()
-            finally:
-                self.max_queue = limit
+            batch, self.batch = self.batch, bytearray()
+            self._deliver(batch, force=True)
+            self.counters["batches"] += 1
+            self.counters["bytes_sent"] += len(batch)
 
     def close_now(self) -> None:
         """Close at once (the TCP link is gone, and the port is bound again by the next one)."""
@@ -261,8 +262,8 @@ class PeerUdpPath:
         return taken
 
     def send_now(self, data: bytes) -> None:
-        """Send a control message (advertisement, EOS, interest, route info) after what is
-        batched, never dropped: it is small, and the link's order depends on it."""
+        """Send a control message (advertisement, EOS, interest, route info, TSNI) after what
+        is batched, never dropped: it is small, and the link's order depends on it."""
         self.sender.send_control_now(data)
 
     def flush(self) -> None:

@@ -163,8 +163,9 @@ class RepairingSourceSession(BatchingSession):
         return size
 
     # -- sending ---------------------------------------------------------------------------------
-    def _deliver(self, data) -> None:
-        """Cut a batch of whole frames into datagrams; send each within the data rate (lock held)."""
+    def _deliver(self, data, force: bool = False) -> None:
+        """Cut a batch of whole frames into datagrams; send each within the data rate (lock held).
+        `force`: each is queued whatever the queue holds (`_queue`)."""
         view = memoryview(data)
         end = len(view)
         limit = self.datagram_max_size
@@ -181,19 +182,23 @@ class RepairingSourceSession(BatchingSession):
                 # One frame too large for a datagram (a router forwarding a larger transport's
                 # fragment is stopped before here): never sent half.
                 if offset > start:
-                    self._queue(view[start:offset])
+                    self._queue(view[start:offset], force)
                 self.counters["dropped_oversize"] += 1
                 offset += length
                 start = offset
                 continue
             if offset + length - start > limit:
-                self._queue(view[start:offset])
+                self._queue(view[start:offset], force)
                 start = offset
             offset += length
         if end > start:
-            self._queue(view[start:min(offset, end)])
+            self._queue(view[start:min(offset, end)], force)
 
-    def _queue(self, payload) -> None:
+    def _queue(self, payload, force: bool = False) -> None:
+        """Send one datagram's payload now if the data rate allows, else queue it behind what
+        waits; with overflow "drop", one that would take the queue beyond `max_queue` is dropped
+        (counted) unless `force`d: a peer link's control messages are queued whatever the queue
+        holds (they are few and small, and losing one loses the link's order)."""
         size = len(payload)
         cost = self._data_cost(size + self.header_size)
         if self.overflow == "block":
@@ -207,7 +212,7 @@ class RepairingSourceSession(BatchingSession):
         if not self.pending and self.data_rate.take(cost):
             self._send_new(payload)
             return
-        if self.pending_bytes + size > self.max_queue:
+        if self.pending_bytes + size > self.max_queue and not force:
             self.count_dropped(payload)
             return
         self.pending.append(bytes(payload))

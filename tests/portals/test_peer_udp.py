@@ -211,3 +211,39 @@ def test_a_malformed_message_on_the_udp_path_drops_the_link_cleanly(harness, cap
     assert acceptor.counter("link_malformed") == 1
     assert "receive failed" not in caplog.text
     harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 10, "the link back")
+
+
+def test_a_full_udp_queue_refuses_data_counted_exactly_but_never_a_control_message(harness):
+    """At the peer rate, data beyond <max-queue> is refused (whole messages, each counted once);
+    control messages are queued whatever the queue holds, each after the data taken before it."""
+    acceptor, initiator, received = udp_pair(harness, udp(), udp(rate_limit_data=8_000_000), max_queue=20_000)
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up and acceptor.link.udp_path.receiver
+                      and acceptor.link.udp_path.receiver.connected, 5, "the link and its UDP path")
+    arrived = lambda: sum(c for _, _, c in received["PB"].data)
+    controls: list[tuple[str, int]] = []            # (name, data messages arrived before it)
+    acceptor.link.on_message = lambda message: controls.append((message.headers[0].name, arrived()))
+    path = initiator.link.udp_path
+    taken = refused = 0
+    taken_by_round = []
+    for round_ in range(3):
+        for n in range(200):
+            if initiator.link.send_data(data_message(taken, 1000)):
+                taken += 1
+            else:
+                refused += 1
+        taken_by_round.append(taken)
+        for n in range(100):                         # 100 of 20 bytes: more than the room data left
+            assert initiator.link.send_control(LbmcMessage(LBMC_TYPE_CONTROL, [GatewayName(f"c{round_}.{n:02}")]))
+        assert path.queued_bytes() > 20_000, "the control messages went beyond <max-queue>"
+        harness.run_until(lambda: not path.queued_bytes(), 10, "the queue to drain")
+    harness.run_until(lambda: len(controls) == 300, 10, "every control message")
+    harness.run_until(lambda: arrived() == taken, 10, "every data message taken")
+    assert [name for name, _ in controls] == [f"c{r}.{n:02}" for r in range(3) for n in range(100)]
+    # Each round's control messages came after its data: none overtook it, none was held back.
+    assert [controls[r * 100][1] for r in range(3)] == taken_by_round
+    assert [m.sqn for m in received["PB"].messages()] == list(range(taken))
+    assert 0 < taken_by_round[0] < taken_by_round[1] < taken_by_round[2] < 600
+    assert initiator.counter("data_fragments_dropped_would_block") == refused == 600 - taken
+    assert initiator.counter("data_fragment_bytes_dropped_would_block") == refused * 1012
+    assert initiator.counter("data_fragments_sent") == taken
+    assert path.sender.counters["dropped_would_block_frames"] == 0          # refused whole, never dropped later
