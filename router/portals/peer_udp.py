@@ -32,6 +32,7 @@ import random
 import socket
 from typing import Callable
 
+from router.um.frame_runs import whole_frames_within
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.lbtru_receiver import LbtruSessionClient
 from router.um.lbtru_source import LbtruSourceSession
@@ -112,17 +113,6 @@ class PeerUdpSender(LbtruSourceSession):
             self.pending.clear()
             self.pending_bytes = 0
         self._close_socket()
-
-
-def _whole_messages_within(data: bytes, room: int) -> int:
-    """The length of the longest run of whole LBMC messages at the start of `data` within `room` bytes."""
-    offset = 0
-    while offset + 4 <= len(data):
-        length = (data[offset + 2] << 8) | data[offset + 3]
-        if length < 4 or offset + length > room:
-            break
-        offset += length
-    return offset
 
 
 class _SharedSocket:
@@ -256,7 +246,7 @@ class PeerUdpPath:
         sender = self.sender
         with sender.lock:
             room = sender.max_queue - sender.pending_bytes - len(sender.batch)
-            taken = len(data) if len(data) <= room else _whole_messages_within(data, room)
+            taken = len(data) if len(data) <= room else whole_frames_within(data, room)
             if taken:
                 sender.send_raw(data if taken == len(data) else data[:taken])
         return taken

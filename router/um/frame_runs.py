@@ -29,6 +29,18 @@ def equal_frames(buf, offset: int, end: int, length: int) -> int:
     return int(differs.argmax()) if differs.any() else count
 
 
+def whole_frames_within(buf, limit: int) -> int:
+    """The length of the longest run of whole LBMC frames at the start of `buf` that fits in
+    `limit` bytes (walking their lengths; a short or broken frame ends it): where to cut `buf`
+    so that what is kept fits and no frame is sent half."""
+    position, end = 0, min(limit, len(buf))
+    while position + 4 <= end:
+        length = (buf[position + 2] << 8) | buf[position + 3]
+        if length < 4 or position + length > end:
+            break
+        position += length
+    return position
+
 
 def frames_and_last_sequence_numbers(buf) -> tuple[int, dict[int, int]]:
     """How many LBMC frames `buf` holds, and the sequence number of the last MESSAGE frame of each
