@@ -292,11 +292,7 @@ class PeerLink:
         """A connection while another has not completed its handshake: the newer one is heard.
         A companion sends its handshake at once; one that has not may be a stray or a client
         trickling bytes to hold the only slot, which must not keep the companion out."""
-        self.handshake_failures += 1
-        self.counters.add("link_handshakes_rejected")
-        self._log_event("peer-handshake-failed", f"connection with {self._address_text()} closed before the link "
-                                                 f"came up: another connection came before its handshake")
-        self._close_connection()
+        self._reject_handshake("another connection came before its handshake")
         self._begin_handshake(accepted)
 
     def _begin_handshake(self, accepted) -> None:
@@ -373,13 +369,17 @@ class PeerLink:
         self._call_owner(self.on_up, identity.name, identity.node_id)
 
     def _handshake_failed(self, reason: str) -> None:
+        self._reject_handshake(reason)
+        if self.state is S.WAITING:
+            self._schedule_retry()
+
+    def _reject_handshake(self, reason: str) -> None:
+        """Close a connection whose link did not come up: counted (link_handshakes_rejected) and said."""
         self.handshake_failures += 1
         self.counters.add("link_handshakes_rejected")
         self._log_event("peer-handshake-failed", f"connection with {self._address_text()} closed before the link "
                                                  f"came up: {reason}")
         self._close_connection()
-        if self.state is S.WAITING:
-            self._schedule_retry()
 
     def _link_lost(self, reason: str) -> None:
         peer = self._peer_text()
