@@ -139,10 +139,7 @@ class PeerLink:
             return self._send_udp(data, fragments)
         status = self.queue.add_data(data, fragments)
         if status == peer_outbound.DROPPED:
-            if not self.dropping:       # once per episode: a full queue drops thousands a second
-                self.dropping = True
-                self._log_event("drops-would-block", f"peer link queue full ({self.queue.max_queue} bytes): "
-                                                     f"dropping data until it drains")
+            self._dropping_would_block()
             return False
         if status == peer_outbound.BATCH_STARTED:
             self._set_timer("batch", self.config.batching.batch_interval, self._on_batch_interval)
@@ -169,24 +166,37 @@ class PeerLink:
             refused, _ = frames_and_last_sequence_numbers(memoryview(data)[taken:])
             counters.add_pair("data_fragments_dropped_would_block", "data_fragment_bytes_dropped_would_block",
                               refused, len(data) - taken)
-            if not self.dropping:
-                self.dropping = True
-                self._log_event("drops-would-block", f"UDP path queue full ({self.config.max_queue} bytes at "
-                                                     f"the peer rate limit): dropping data until it drains")
+            self._dropping_would_block()
             if taken:
                 counters.add_pair("data_fragments_sent", "data_fragment_bytes_sent", fragments - refused, taken)
             return False
-        if self.dropping:
-            self._udp_episode_over()
+        self._end_drop_episode()
         counters.add_pair("data_fragments_sent", "data_fragment_bytes_sent", fragments, len(data))
         return True
 
-    def _udp_episode_over(self) -> None:
-        """A drop episode on the UDP path ends when the rate's queue has drained (not at the
-        first message taken between refusals: that would log each refusal)."""
-        if self.udp_path is not None and not self.udp_path.queued_bytes():
-            self.dropping = False
-            log.info("peer %s: UDP path queue drained, no longer dropping", self.name)
+    def _dropping_would_block(self) -> None:
+        """Data refused for want of room in its queue: said once per episode, as a full queue
+        refuses thousands of messages a second."""
+        if not self.dropping:
+            self.dropping = True
+            rate = " at the peer rate limit" if self.udp_path is not None else ""
+            self._log_event("drops-would-block", f"{self._data_queue()[0]} full ({self.config.max_queue} bytes"
+                                                 f"{rate}): dropping data until it drains")
+
+    def _end_drop_episode(self) -> None:
+        """A drop episode ends when its queue has drained, not at the first message taken between
+        refusals (that would say each refusal again)."""
+        if self.dropping:
+            queue, drained = self._data_queue()
+            if drained:
+                self.dropping = False
+                log.info("peer %s: %s drained, no longer dropping", self.name, queue)
+
+    def _data_queue(self) -> tuple[str, bool]:
+        """Where data waits (the UDP path's rate queue, or the TCP link's), and whether it is empty."""
+        if self.udp_path is not None:
+            return "UDP path queue", not self.udp_path.queued_bytes()
+        return "peer link queue", not self.queue.has_unwritten and not self.queue.batch_pending
 
     def backlog(self) -> float | None:
         """None while the link takes data (or is down: then data is dropped, not held); else, the
@@ -557,10 +567,7 @@ class PeerLink:
         if written:
             self.keepalive.note_sent()
         self._want_writable()
-        if not self.queue.has_unwritten:
-            if self.dropping and not self.queue.batch_pending:
-                self.dropping = False
-                log.info("peer %s: queue drained, no longer dropping", self.name)
+        self._end_drop_episode()
 
     def _want_writable(self) -> None:
         """Be called when the socket takes more while the queue or the stream holds bytes."""
@@ -593,8 +600,7 @@ class PeerLink:
         self._set_timer("tick", self.keepalive.check_interval_s() * 1000, self._tick)
         if self.udp_path is not None:
             self._count_udp()
-            if self.dropping:
-                self._udp_episode_over()
+        self._end_drop_episode()
         if self.state is not S.UP:
             return
         if self.keepalive.is_dead():

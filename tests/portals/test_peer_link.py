@@ -215,6 +215,21 @@ def test_the_bounded_queue_drops_would_block_then_not_operational(harness):
     assert counters.get("data_bytes_enqueued") == 0
 
 
+def test_would_block_drops_are_said_once_per_episode_which_ends_when_the_queue_drains(harness, caplog):
+    acceptor, initiator = harness.pair(
+        {"timeout": 20000, "receive_buffer": 4096},
+        {"timeout": 20000, "max_queue": 200_000, "send_buffer": 16384, "batching": Batching(1, 3)})
+    with caplog.at_level("INFO"):
+        for episode in range(2):
+            acceptor.driven = False                     # the companion stops reading
+            refused = sum(not initiator.link.send_data(data_message(n, 10_000)) for n in range(300))
+            assert refused > 1
+            acceptor.driven = True
+            harness.run_until(lambda: caplog.text.count("no longer dropping") == episode + 1, 10, "the queue to drain")
+    assert caplog.text.count("peer link queue full (200000 bytes): dropping data until it drains") == 2
+    assert caplog.text.count("peer PA: peer link queue drained, no longer dropping") == 2
+
+
 def test_batching_holds_small_data_until_the_interval_and_control_flushes_it(harness):
     acceptor, initiator = harness.pair({}, {"batching": Batching(min_length=8192, batch_interval=100)})
     batches = initiator.counter("batches")

@@ -213,9 +213,10 @@ def test_a_malformed_message_on_the_udp_path_drops_the_link_cleanly(harness, cap
     harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 10, "the link back")
 
 
-def test_a_full_udp_queue_refuses_data_counted_exactly_but_never_a_control_message(harness):
-    """At the peer rate, data beyond <max-queue> is refused (whole messages, each counted once);
-    control messages are queued whatever the queue holds, each after the data taken before it."""
+def test_a_full_udp_queue_refuses_data_counted_exactly_but_never_a_control_message(harness, caplog):
+    """At the peer rate, data beyond <max-queue> is refused (whole messages, each counted once,
+    said once per episode); control messages are queued whatever the queue holds, each after the
+    data taken before it."""
     acceptor, initiator, received = udp_pair(harness, udp(), udp(rate_limit_data=8_000_000), max_queue=20_000)
     harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up and acceptor.link.udp_path.receiver
                       and acceptor.link.udp_path.receiver.connected, 5, "the link and its UDP path")
@@ -235,7 +236,8 @@ def test_a_full_udp_queue_refuses_data_counted_exactly_but_never_a_control_messa
         for n in range(100):                         # 100 of 20 bytes: more than the room data left
             assert initiator.link.send_control(LbmcMessage(LBMC_TYPE_CONTROL, [GatewayName(f"c{round_}.{n:02}")]))
         assert path.queued_bytes() > 20_000, "the control messages went beyond <max-queue>"
-        harness.run_until(lambda: not path.queued_bytes(), 10, "the queue to drain")
+        with caplog.at_level("INFO"):
+            harness.run_until(lambda: caplog.text.count("no longer dropping") == round_ + 1, 10, "the queue to drain")
     harness.run_until(lambda: len(controls) == 300, 10, "every control message")
     harness.run_until(lambda: arrived() == taken, 10, "every data message taken")
     assert [name for name, _ in controls] == [f"c{r}.{n:02}" for r in range(3) for n in range(100)]
@@ -247,3 +249,5 @@ def test_a_full_udp_queue_refuses_data_counted_exactly_but_never_a_control_messa
     assert initiator.counter("data_fragment_bytes_dropped_would_block") == refused * 1012
     assert initiator.counter("data_fragments_sent") == taken
     assert path.sender.counters["dropped_would_block_frames"] == 0          # refused whole, never dropped later
+    assert caplog.text.count("UDP path queue full (20000 bytes at the peer rate limit)") == 3
+    assert caplog.text.count("peer PA: UDP path queue drained, no longer dropping") == 3
