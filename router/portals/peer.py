@@ -124,7 +124,7 @@ class PeerPortal(EgressRecords):
         self.heard_interest: set[tuple[int, str, int]] = set()
         self.peer_name, self.peer_node_id = "", 0
         self._withdraw_pending = False
-        self.late_join = PeerLateJoinRelay(self.name, self.link, datapath, counters, log_event)
+        self.late_join = PeerLateJoinRelay(self.name, self.link, datapath, counters)
         self.counters.set("data_bytes_enqueued_limit", config.max_queue)
         self.link.start()
 

@@ -78,12 +78,11 @@ class PeerLateJoinRelay:
     """One peer portal's part: requests out over the link for the streams it brings in, requests
     in for the streams it sends, and the answers both ways."""
 
-    def __init__(self, name: str, link, datapath, counters, log_event):
+    def __init__(self, name: str, link, datapath, counters):
         self.name = name
         self.link = link
         self.datapath = datapath
         self.counters = counters
-        self.log_event = log_event
         # link address (ip, port) -> (portal index, requester ip, port); and back.
         self.requesters: OrderedDict[tuple[str, int], tuple[int, str, int]] = OrderedDict()
         self.link_addresses: dict[tuple[int, str, int], tuple[str, int]] = {}

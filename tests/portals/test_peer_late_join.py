@@ -48,7 +48,7 @@ class _Stream:
 
 def relay():
     link, datapath, counters = _Link(), _Datapath(), _Counters()
-    return PeerLateJoinRelay("PEER", link, datapath, counters, lambda *a: None), link, datapath, counters
+    return PeerLateJoinRelay("PEER", link, datapath, counters), link, datapath, counters
 
 
 def _crossing(link: _Link) -> list[LbmcMessage]:
