@@ -323,7 +323,7 @@ class PeerPortal(EgressRecords):
         if outbound is None:
             return self.access.stream_rejected(ring, stream_id)     # not ours to send: not an error
         data = frames if outbound.rewrite is None else with_topic_index(frames, outbound.rewrite, count)
-        self.link.send_data(data, count)
+        self.link.send_data(data, count)        # the link counts what it could not take
         return True
 
     def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames,

@@ -60,6 +60,7 @@ class DualPeerLink:
         return self.outbound.send_control(message)
 
     def send_data(self, message, fragments: int = 1) -> bool:
+        """As PeerLink.send_data: True when all of it was queued."""
         return self.outbound.send_data(message, fragments)
 
     def backlog(self) -> float | None:

@@ -25,7 +25,9 @@ router.portals.peer_responses):
 
 A RETRANS frame may be as long as an LBMC message can be (a fragment at LBT-TCP's 65,535-byte
 datagram size), so its address goes in a message of its own just ahead of it: the two are queued
-as one piece, and the link keeps their order. The portal that sent the request on finds the
+as one piece, and the link keeps their order. A UDP path may take the address alone (its queue
+full, or the RETRANS too large for a datagram): the answer is not counted sent, and the next
+RETRANS comes with an address of its own. The portal that sent the request on finds the
 requester (its portal, address) by the link address. Nothing else in the requests changes on the
 way; the requester's topic index, which the RETRANS frames carry back, stays its own.
 """
@@ -168,7 +170,7 @@ class PeerLateJoinRelay:
         if frames[0] == LBMC_TYPE_RETRANS:
             # Its address just ahead of it, one piece in the link's queue: nothing comes between.
             address = encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, [destination]))
-            sent = self.link.send_data(address + bytes(frames), 2)
+            sent = self.link.send_data(address + bytes(frames), 2)       # True: the RETRANS went too
         else:
             try:
                 message = decode_lbmc(frames)[0]

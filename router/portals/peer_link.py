@@ -128,7 +128,13 @@ class PeerLink:
         return self._queue_control(message)
 
     def send_data(self, message: LbmcMessage | bytes, fragments: int = 1) -> bool:
-        """Queue a data message for the next batch; False (and counted) if down or the queue is full."""
+        """Queue data for the next batch: one message, or `fragments` of them as one piece (a
+        read of a stream's frames, a late-join answer behind its address). True when all of it
+        was queued; False when any of it was not: the link down, its queue full, or (with
+        <udp>) a message too large for a datagram. The link counts each message either way
+        (data_fragments_sent, data_fragments_dropped_*), so a caller counts none of them again.
+        On TCP a piece is queued whole or not at all; the UDP path takes the whole messages that
+        fit its queue and refuses the rest, so a False may follow a piece's first messages sent."""
         data = encode_lbmc(message) if isinstance(message, LbmcMessage) else bytes(message)
         if self.state is not S.UP:
             self.counters.add_pair("data_fragments_forwarded", "data_fragment_bytes_forwarded", fragments, len(data))
@@ -172,7 +178,7 @@ class PeerLink:
             return False
         self._end_drop_episode()
         counters.add_pair("data_fragments_sent", "data_fragment_bytes_sent", fragments, len(data))
-        return True
+        return not too_large
 
     def _dropping_would_block(self) -> None:
         """Data refused for want of room in its queue: said once per episode, as a full queue

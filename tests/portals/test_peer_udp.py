@@ -9,7 +9,8 @@ import pytest
 
 from router.config.model import UdpLink
 from router.portals.peer_link import LinkState
-from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, GatewayName, LbmcMessage, decode_lbmc
+from router.um.wire.lbmc import (LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, GatewayName, LbmcMessage, decode_lbmc,
+                                 encode_lbmc)
 from tests.portals.test_peer_link import Harness, config
 from tests.support.tshark import LiveCapture, decode, expert_info
 
@@ -251,3 +252,29 @@ def test_a_full_udp_queue_refuses_data_counted_exactly_but_never_a_control_messa
     assert path.sender.counters["dropped_would_block_frames"] == 0          # refused whole, never dropped later
     assert caplog.text.count("UDP path queue full (20000 bytes at the peer rate limit)") == 3
     assert caplog.text.count("peer PA: UDP path queue drained, no longer dropping") == 3
+
+
+def test_send_data_is_true_only_when_all_of_a_piece_went_and_counts_each_message(harness):
+    """A piece of several messages (a read, a late-join answer behind its address) may go in part
+    on the UDP path: send_data says whether all of it went (what a late-join answer is counted
+    sent by), and the link counts each message, sent or dropped, either way."""
+    acceptor, initiator, received = udp_pair(harness, udp(), udp(rate_limit_data=8_000_000), max_queue=20_000)
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up and acceptor.link.udp_path.receiver
+                      and acceptor.link.udp_path.receiver.connected, 5, "the link and its UDP path")
+    link = initiator.link
+    # Its first message fits a datagram, its second does not (65,512 bytes): one goes, one is dropped.
+    assert not link.send_data(encode_lbmc(data_message(0, 100)) + encode_lbmc(data_message(1, 65500)), 2)
+    assert initiator.counter("data_fragments_sent") == 1
+    assert initiator.counter("transport_topic_fragments_dropped_size_error") == 1
+    # Pieces of 10 messages until the queue is full: one is taken in part, the rest refused whole.
+    outcomes = []
+    for n in range(20):
+        before = initiator.counter("data_fragments_sent")
+        piece = b"".join(encode_lbmc(data_message(10 * n + k, 1000)) for k in range(10))
+        outcomes.append((link.send_data(piece, 10), initiator.counter("data_fragments_sent") - before))
+    assert all(went == (sent == 10) for went, sent in outcomes), outcomes
+    assert any(0 < sent < 10 for _, sent in outcomes), outcomes
+    sent = initiator.counter("data_fragments_sent")
+    assert initiator.counter("data_fragments_forwarded") == 2 + 200
+    assert sent - 1 + initiator.counter("data_fragments_dropped_would_block") == 200
+    harness.run_until(lambda: sum(c for _, _, c in received["PB"].data) == sent, 10, "what was sent")
