@@ -25,7 +25,8 @@ class Source:
         self.topic = topic
         self.session = session
         self.index = index
-        self.sequence_number = 0
+        self.sequence_number = 0         # the next frame's (topic sequence numbers wrap at 2^32)
+        self.sent_any = False            # whether a frame has been sent: after 2^32 of them the next is 0 again
         self.closed = False
         self.final_advertisements = final_advertisements
         self.transport_info = session.advertised_info()
@@ -96,6 +97,7 @@ class Source:
         if self.closed:
             raise RuntimeError(f"source for topic {self.topic!r} is closed")
         self.sequence_number = self.session.send(self.index, self.sequence_number, data, flush)
+        self.sent_any = True
 
     def send_request(self, data, on_response: Callable[[Response], None] | None = None) -> PendingRequest:
         """Send a request (lbm_send_request): a message of this source, in order with its others,
@@ -110,6 +112,7 @@ class Source:
         try:
             self.sequence_number = self.session.send_request(self.index, self.sequence_number, data,
                                                              RequestOrigin(ipaddr, port, pending.qidx))
+            self.sent_any = True
         except BaseException:
             pending.close()
             raise
@@ -118,20 +121,21 @@ class Source:
 
     def send_many(self, messages) -> None:
         send = self.session.send
-        index, sqn = self.index, self.sequence_number
+        index, sqn, sent = self.index, self.sequence_number, self.sent_any
         for data in messages:
             sqn = send(index, sqn, data)
-        self.sequence_number = sqn
+            sent = True
+        self.sequence_number, self.sent_any = sqn, sent
 
     def flush(self) -> None:
         self.session.flush()
 
     def last_sequence_number(self) -> int | None:
-        """The sequence number of the last frame sent (None before the first, and for the moment
-        after exactly 2^32 frames, when the next number is 0 again): what its session's TSNIs say
-        (router.um.sequence_info). A router's proxy source sends frames as they came, not through
-        `send`: the later of the newest it retains, if it retains, and the origin's last."""
-        if self.sequence_number:
+        """The sequence number of the last frame sent (None before the first; 2^32 - 1 when the
+        next is 0 again): what its session's TSNIs say (router.um.sequence_info). A router's proxy
+        source sends frames as they came, not through `send`: the later of the newest it retains,
+        if it retains, and the origin's last."""
+        if self.sent_any:
             return (self.sequence_number - 1) & 0xFFFFFFFF
         retained = None
         if self.late_join is not None and self.late_join[2] is not None:
