@@ -12,21 +12,16 @@ from router.portals.peer_link import LinkState
 from router.um.wire.lbmc import (LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, GatewayName, LbmcMessage, decode_lbmc,
                                  encode_lbmc)
 from tests.portals.test_peer_link import Harness, config
+from tests.support.routers import free_port
 from tests.support.tshark import LiveCapture, decode, expert_info
 
 pytestmark = pytest.mark.integration
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def udp(port: int | None = None, **overrides) -> UdpLink:
     settings = {"rate_limit_data": 1_000_000_000, "rate_limit_interval": 10, "connect_attempt_interval": 50,
                 "connect_max_attempts": 10, **overrides}
-    return UdpLink(port=port or free_udp_port(), **settings)
+    return UdpLink(port=port or free_port(socket.SOCK_DGRAM), **settings)
 
 
 class Received:

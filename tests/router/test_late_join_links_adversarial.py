@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -26,7 +27,7 @@ from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
 from tests.router.test_late_join import _first_run
 from tests.router.test_multi_hop import converged
 from tests.portals.test_peer_late_join import _crossing, _Stream, relay
-from tests.router.test_peer_udp import free_udp_port, udp_xml
+from tests.router.test_peer_udp import udp_xml
 from tests.support.processes import wait_for
 from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
 
@@ -244,7 +245,7 @@ def test_a_late_join_cut_by_the_link_failing_ends_and_counts_what_it_could_not_g
 @pytest.mark.integration
 def test_late_join_across_a_udp_peer_link(routers, tools, make_domain):
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
-    extra = (udp_xml(free_udp_port()), udp_xml(free_udp_port()))
+    extra = (udp_xml(free_port(socket.SOCK_DGRAM)), udp_xml(free_port(socket.SOCK_DGRAM)))
     chain, _ = _chain(routers, lan1, lan_far, 1, "ljau", link_extra=extra)
     first = 3000
     got = _first_run(tools, lan1, lan_far, first, "lja.udp")
@@ -266,7 +267,7 @@ def test_otr_across_a_udp_peer_link_recovers_what_the_link_dropped_in_a_burst(ro
     lan1 = make_domain(*_ORIGIN_RETAINS)
     lan_far = make_domain("receiver use_otr 1", "receiver otr_request_initial_delay 200",
                           "receiver otr_request_minimum_interval 200")
-    extra = (udp_xml(free_udp_port()), udp_xml(free_udp_port()))
+    extra = (udp_xml(free_port(socket.SOCK_DGRAM)), udp_xml(free_port(socket.SOCK_DGRAM)))
     chain, _ = _chain(routers, lan1, lan_far, 1, "ljauo", link_extra=extra)
     origin_peer = lambda: chain[0].counters()[1]
     burst, after, length = 2_000, 5, 8192

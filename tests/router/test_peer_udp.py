@@ -15,12 +15,6 @@ from tests.support.tshark import LiveCapture, decode, expert_info
 pytestmark = pytest.mark.integration
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def udp_xml(port: int) -> str:
     # UM's 10 Mbit/s default peer rate is a WAN's; loopback takes more.
     return (f"      <udp><port>{port}</port>"
@@ -42,7 +36,7 @@ def converged(routers_, count: int) -> bool:
 
 def udp_linked_pair(routers, lan1, lan2, prefix: str, env_b: dict | None = None):
     """LAN1 - router A - peer link with a UDP path - router B - LAN2: (A, B, A's UDP port, B's)."""
-    port, udp_a, udp_b = free_port(), free_udp_port(), free_udp_port()
+    port, udp_a, udp_b = free_port(), free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM)
     a = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port, extra=udp_xml(udp_a)),
                       FAST_ROUTING, name=f"{prefix}a")
     b = routers.start(peer_xml("TO_A", listen=port, extra=udp_xml(udp_b)) + endpoint_xml("LAN2", 2, lan2.config_path),
@@ -91,7 +85,7 @@ def test_the_udp_path_on_the_wire(routers, tools, make_domain, tmp_path):
     """The data crosses on UDP as LBT-RU carrying the LBMC messages; the TCP link carries the
     handshake (with each side's UDP port) and keepalives, not the data."""
     lan1, lan2 = make_domain(), make_domain()
-    port, udp_a, udp_b = free_port(), free_udp_port(), free_udp_port()
+    port, udp_a, udp_b = free_port(), free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM)
     pcap = tmp_path / "link.pcapng"
     with LiveCapture(capture_filter=f"tcp port {port} or udp port {udp_a} or udp port {udp_b}", path=pcap) as capture:
         # The acceptor first, so the initiator's first connect finds it (no TCP RST in the capture).
@@ -122,7 +116,7 @@ def test_what_the_udp_path_drops_when_its_queue_is_full_is_counted_exactly(route
     what does not fit, whole messages, counted once each; what it counts sent is what the far
     receiver gets (the path used to count a whole call dropped when a batch flushed in it was)."""
     lan1, lan2 = make_domain(), make_domain()
-    port, udp_a, udp_b = free_port(), free_udp_port(), free_udp_port()
+    port, udp_a, udp_b = free_port(), free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM)
     slow = (f"      <udp><port>{udp_a}</port>"
             f'<peer-rate-limit data="16000000" retransmit="1000000" interval="10"/></udp>\n'
             "      <max-queue>100000</max-queue>\n")

@@ -1,7 +1,13 @@
 """Topic resolution domains for tests: each gets its own multicast groups (topic resolution,
 immediate messages, LBT-RM transports) and ports on loopback, so tests never hear each other, even
 when they run in parallel. A domain's sources use LBT-TCP unless a test adds `source transport lbtrm`
-(or lbtru)."""
+(or lbtru).
+
+Under pytest-xdist every worker takes its own share of each number space (`worker_slot`): worker i
+of n uses only the ports (and TCP blocks) numbered i modulo n, so two workers' live domains can
+never share a resolver port or a TCP range, whatever their domain counters are. (Spreading by pid
+alone could not promise that: the counters of two workers drift apart as their tests run, and
+pids 1 apart put one worker's 8th domain on another's 1st TCP range.)"""
 from __future__ import annotations
 
 import itertools
@@ -56,16 +62,39 @@ class Domain:
                 "transport_lbtru_data_rate_limit": 1_000_000_000}
 
 
+def worker_slot() -> tuple[int, int, int]:
+    """(run, index, count): `run` is the pid of the pytest process that started the run (an xdist
+    worker's parent, the controller), `index` this process's place among the `count` processes
+    running tests ((own pid, 0, 1) without xdist)."""
+    name = os.environ.get("PYTEST_XDIST_WORKER")
+    if not name:
+        return os.getpid(), 0, 1
+    count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    # gw0..gw<count-1>; a worker replacing a crashed one is numbered on (its run has failed anyway).
+    return os.getppid(), int(name.removeprefix("gw")) % count, count
+
+
+def share(index: int, count: int, size: int, n: int) -> int:
+    """The `n`th number of worker `index`'s share of range(size): those equal to `index` modulo
+    `count`, taken in turn (so no other worker's share ever holds it)."""
+    return count * (n % (size // count)) + index
+
+
 def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
     n = next(_counter)
-    worker = os.getpid() % 4000
+    run, index, count = worker_slot()
+    # Groups: an octet pair of their own for each worker of the run (counted on from the run's pid,
+    # so two runs on one machine rarely meet).
+    worker = (run + index) % 4000
     group = f"239.{100 + worker // 250}.{worker % 250}.{n % 250 + 1}"
     mim_group = f"239.{200 + worker // 250}.{worker % 250}.{n % 250 + 1}"
     lbtrm_group = f"239.{150 + worker // 250}.{worker % 250}.{n % 250 + 1}"
-    port = 10000 + (worker * 37 + n * 11) % 10000
+    # Ports: the worker's share of 10000..19999 (a capture filter `udp port P` sees this domain alone).
+    port = 10000 + share(index, count, 10000, run * 37 + n)
     # TCP ranges stay below the kernel's ephemeral ports (32768+) so clients never squat on them.
-    # 20 ports per domain: 15 for sources' transports, 5 for request ports (UM's default width).
-    tcp_low = 21000 + ((worker * 7 + n) % 550) * 20
+    # 20 ports per domain: 15 for sources' transports, 5 for request ports (UM's default width);
+    # 550 blocks of them, shared out among the workers as the UDP ports are.
+    tcp_low = 21000 + share(index, count, 550, run * 7 + n) * 20
     tcp_high = tcp_low + 14
     request_low, request_high = tcp_high + 1, tcp_high + 5
     path = directory / f"domain{n}.cfg"

@@ -9,6 +9,7 @@ import signal
 import socket
 from pathlib import Path
 
+from tests.support.domains import worker_slot
 from tests.support.processes import Tool
 
 _names = itertools.count(1)
@@ -41,18 +42,30 @@ FAST_ROUTING = ('    <route-info propagation-interval="200" check-interval="100"
 _FREE_PORTS = range(61000, 65536)
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on now, for a peer link's acceptor (never an ephemeral one)."""
-    low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    candidates = [p for p in _FREE_PORTS if not low <= p <= high] or list(range(1024, low))
-    for port in random.sample(candidates, len(candidates)):
-        with socket.socket() as sock:
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port nobody uses now, for a peer link's acceptor (TCP) or UDP path (`kind` SOCK_DGRAM);
+    never an ephemeral one. Under pytest-xdist only from this worker's share (ports equal to its
+    index modulo the worker count): between this check and the router binding it, no other worker
+    can pick the same port. The ports are handed out in turn (a shuffled cycle), so the several a
+    test asks for are never one port twice, whether or not the first is bound yet."""
+    if kind not in _port_cycles:
+        _, index, count = worker_slot()
+        low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        candidates = [p for p in _FREE_PORTS if not low <= p <= high] or list(range(1024, low))
+        candidates = [p for p in candidates if p % count == index]
+        _port_cycles[kind] = (len(candidates), itertools.cycle(random.sample(candidates, len(candidates))))
+    size, ports = _port_cycles[kind]
+    for port in itertools.islice(ports, size):
+        with socket.socket(socket.AF_INET, kind) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError("no free TCP port outside the ephemeral range")
+    raise RuntimeError("no free port outside the ephemeral range")
+
+
+_port_cycles: dict[int, tuple[int, itertools.cycle]] = {}
 
 
 def peer_xml(name: str, *, connect: int | None = None, listen: int | None = None, cost: int = 1,

@@ -148,17 +148,18 @@ def test_garbage_on_the_resolver_socket_is_counted_and_survived(contexts, domain
     wait_for(lambda: got.payloads() == [b"ok"], 5, message="delivery after garbage")
 
 
-def test_unicast_resolution_through_a_resolver_daemon():
+def test_unicast_resolution_through_a_resolver_daemon(domain):
     from router.um.lbmrd import ResolverDaemon
     from router.um.loop import EventLoop
     loop = EventLoop("lbmrd-test")
     daemon = ResolverDaemon(loop, "127.0.0.1", 0)
     loop.start_thread()
-    settings = {"resolver_unicast_daemon": f"127.0.0.1:{daemon.address[1]}",
-                "resolver_unicast_port_low": 24000 + os.getpid() % 1000 * 5,
-                "resolver_unicast_port_high": 24000 + os.getpid() % 1000 * 5 + 4,
-                "transport_tcp_port_low": 23000 + os.getpid() % 50 * 20,
-                "transport_tcp_port_high": 23019 + os.getpid() % 50 * 20}
+    # The domain's groups and ports (private to this test, even beside other workers' tests; UM's
+    # default immediate-message group is anyone's), not its multicast resolver: the unicast
+    # resolver's UDP ports are numbered like the domain's request range.
+    settings = {**{name: value for name, value in domain.overrides().items() if not name.startswith("resolver_")},
+                "resolver_unicast_daemon": f"127.0.0.1:{daemon.address[1]}",
+                "resolver_unicast_port_low": domain.request_low, "resolver_unicast_port_high": domain.request_high}
     publisher, subscriber = Context(**settings), Context(**settings)
     try:
         got = Collector()
