@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bench.direct_bench", "bench.ring_bench", "bench.router_bench", "bench.scheduling_bench", "bench.hops_bench",
+BENCHMARKS = ["bench.direct_bench", "bench.ring_bench", "bench.router_bench", "bench.wake_cost", "bench.scheduling_bench", "bench.hops_bench",
               "bench.pipeline_bench", "bench.soak_bench"]
 
 
