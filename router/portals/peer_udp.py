@@ -102,8 +102,7 @@ class PeerUdpSender(LbtruSourceSession):
             self.batch += data
             batch, self.batch = self.batch, bytearray()
             self._deliver(batch, force=True)
-            self.counters["batches"] += 1
-            self.counters["bytes_sent"] += len(batch)
+            self._count_batch(len(batch))
 
     def close_now(self) -> None:
         """Close at once (the TCP link is gone, and the port is bound again by the next one)."""

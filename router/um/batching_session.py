@@ -219,6 +219,9 @@ class BatchingSession:
     def _deliver_counted(self, data) -> None:
         size = len(data)
         self._deliver(data)              # counted after: the send is what a paced message waits for
+        self._count_batch(size)
+
+    def _count_batch(self, size: int) -> None:
         self.counters["batches"] += 1
         self.counters["bytes_sent"] += size
 

@@ -177,15 +177,10 @@ _TCP_RECOVERY = ("D-SACK Sequence", "This frame is a (suspected) retransmission"
 
 
 def _tcp_recovery(item: str) -> bool:
-    """A row of expert_frames ("Severity/group 0x..: message") or expert_info
-    ("Severity/Group/TCP: summary (xN)") that is TCP's loss recovery."""
-    if item.startswith(tuple(f"{name}/group " for name in _SEVERITY_NAMES.values())):
-        message = item.split(": ", 1)[-1]
-    elif item.split(":", 1)[0].endswith("/TCP"):
-        message = item.split(": ", 1)[-1]
-    else:
-        return False
-    return message.startswith(_TCP_RECOVERY)
+    """A row of expert_frames ("Severity/group 0x02000000: message", the Sequence group) or of
+    expert_info ("Severity/Sequence/TCP: summary (xN)") that is TCP's loss recovery."""
+    head, _, message = item.partition(": ")
+    return head.endswith(("/group 0x02000000", "/Sequence/TCP")) and message.startswith(_TCP_RECOVERY)
 
 
 def assert_no_expert_info(pcap_path, decode_as: list[str], prefs: list[str] = (),
