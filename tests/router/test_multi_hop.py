@@ -60,12 +60,14 @@ def counter(router, portal_index: int, name: str) -> int:
     return router.counters()[portal_index][name]
 
 
-def send_and_receive(tools, source_domain, receiver_domains, topic, count, rate=20000, length=64):
+def send_and_receive(tools, source_domain, receiver_domains, topic, count, rate=20000, length=64, others=()):
+    """A umrcv in each receiver domain; the source starts once they, and the receivers already
+    started in `others`, have joined it (a TCP receiver that joins late misses what came before)."""
     receivers = [tools.umrcv("-c", d.config_path, "--json", "-C", count, "--timeout", 120, topic)
                  for d in receiver_domains]
     source = tools.umsrc("-c", source_domain.config_path, "--json", "-M", count, "-l", length, "-P", rate,
                          "--start-on-stdin", topic)
-    for receiver in receivers:
+    for receiver in [*receivers, *others]:
         receiver.wait_for_stderr("Beginning of Transport Session", 30)
     source.send_line()
     assert source.result(120)["sent"] == count
@@ -89,7 +91,7 @@ def test_single_peer_link(routers, tools, make_domain, tmp_path):
     with LiveCapture(capture_filter=f"tcp port {port}", path=link_pcap), \
             LiveCapture(capture_filter=f"udp port {lan2.port}", path=lbmr_pcap):
         wildcard = tools.umwrcv("-c", lan2.config_path, "--json", "-C", 2000, "--timeout", 60, r"^peer\.small")
-        [got] = send_and_receive(tools, lan1, [lan2], "peer.small", 2000, rate=5000)
+        [got] = send_and_receive(tools, lan1, [lan2], "peer.small", 2000, rate=5000, others=[wildcard])
         assert (got["received"], got["gaps"], got["duplicates"]) == (2000, 0, 0), got
         assert wildcard.result(60)["received"] == 2000
     link = [f"tcp.port=={port},lbttcp"]
