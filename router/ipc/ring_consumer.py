@@ -100,6 +100,16 @@ class RingConsumer(_RingView):
         """True if the producer has published past our head (maybe records for others only)."""
         return load_acquire(self._slots, _TAIL) != self._head
 
+    def lone_record(self) -> bool:
+        """True if exactly one record (for any consumer) is published past our head: a reader
+        that finds it so has nothing to batch it with, and may send it on at once."""
+        head = self._head
+        tail = load_acquire(self._slots, _TAIL)
+        if tail == head:
+            return False
+        length = _unpack_header_from(self._data, head & (self.capacity - 1))[0]
+        return head + ((length + _ALIGN_UP) & _ALIGN_MASK) == tail
+
     def producer_waiting_for(self) -> int:
         """The destination mask of the record the producer is parked on (0 if it is not waiting)."""
         if not load_acquire(self._slots, _PRODUCER_PARK):
@@ -193,10 +203,12 @@ class RingConsumer(_RingView):
             return False
         return True
 
-    def unpark(self) -> None:
-        """Call after sleeping on ``fileno()``: clears the park flag and the wakeup."""
+    def unpark(self, drain: bool = True) -> None:
+        """Call after sleeping on ``fileno()``: clears the park flag and the wakeup. With
+        ``drain=False`` the caller drains the wakeup itself, once, before it parks again (several
+        rings' consumers may share one wakeup; a drain is a system call)."""
         store_release(self._slots, self._park_slot, 0)
-        if self._wakeup is not None:
+        if drain and self._wakeup is not None:
             self._wakeup.drain()
 
     def wait(self, timeout: float, spin: float = 0.0) -> bool:

@@ -26,10 +26,12 @@ log = logging.getLogger(__name__)
 class EgressRecords:
     """Mixed into a portal that has `name`, `counters` and the egress_* methods."""
 
-    def on_record(self, ring: int, record_type: int, payload) -> None:
+    def on_record(self, ring: int, record_type: int, payload, now: bool = False) -> None:
+        """One record from a ring. `now`: the reader found nothing else to batch it with, so
+        frames go out at once (as on_frames says)."""
         try:
             if record_type == RECORD_FRAMES or record_type == RECORD_REQUEST_FRAMES:
-                self.on_frames(ring, record_type, *decode_frames(payload))
+                self.on_frames(ring, record_type, *decode_frames(payload), now)
             elif record_type == RECORD_ADVERT:
                 self.egress_advert(ring, StreamAdvert.decode(payload))
             elif record_type == RECORD_EOS:

@@ -109,7 +109,7 @@ class DataPath:
         self.index = index
         self.loop = loop
         self.counters = counters
-        self.handler = None                    # handler(ring index, record type, payload view)
+        self.handler = None                    # handler(ring index, record type, payload view[, now])
         # handler_frames(ring index, record type, stream id, count, longest, frames): frames handed
         # over by a portal in this process, to be sent at once (they are one read's worth)
         self.handler_frames = None
@@ -354,18 +354,26 @@ class DataPath:
         if self._recheck_timer is not None:
             self._recheck_timer.cancel()
             self._recheck_timer = None
+        # Every ring's consumer here shares one eventfd: it is drained once, after the records
+        # went out (a system call off a paced message's way), and before parking again: a
+        # producer that writes meanwhile sees no park flag, and prepare_to_park sees its record.
         for consumer in self.consumers.values():
-            consumer.unpark()           # also drains the shared eventfd
+            consumer.unpark(drain=False)
         handler = self.handler
         while True:
             if self._holding_back():
                 # Not parked: producers do not wake us for every record; look again shortly.
+                self.wakeup.drain()
                 self._recheck_timer = self.loop.call_later(HOLD_RECHECK_INTERVAL, self._recheck)
                 return
             busy = False
             for ring, consumer in list(self.consumers.items()):
                 try:
-                    consumer.read_batch(lambda t, p, r=ring: handler(r, t, p), READ_LIMIT, READ_BYTES)
+                    if consumer.lone_record():
+                        # Nothing to batch it with (a paced message): it goes out at once, from the ring.
+                        consumer.read_batch(lambda t, p, r=ring: handler(r, t, p, True), 1)
+                    else:
+                        consumer.read_batch(lambda t, p, r=ring: handler(r, t, p), READ_LIMIT, READ_BYTES)
                 except ConsumerLapped as err:
                     log.error("portal %d lost %d bytes of ring %d: %s", self.index, err.bytes_lost, ring, err)
                     self.counters.add("ring_records_malformed")
@@ -373,13 +381,14 @@ class DataPath:
                 busy |= consumer.has_records()
             if self.after_batch is not None:
                 self.after_batch()
+            self.wakeup.drain()
             if busy:
                 self.loop.call_later(0, self._woken)     # let sockets and timers have a turn
                 return
             if all(consumer.prepare_to_park() for consumer in self.consumers.values()):
                 return       # parked on every ring: a producer writes our eventfd
             for consumer in self.consumers.values():
-                consumer.unpark()
+                consumer.unpark(drain=False)
         # not reached
 
     def _recheck(self) -> None:

@@ -65,12 +65,14 @@ class _Portal:
 
     def __init__(self, path: DataPath):
         self.got: list[tuple[int, bytes]] = []        # (stream id, frames), in arrival order
+        self.now: list[bool] = []                     # for each record read from a ring: sent at once?
         self.flushes = 0
         path.handler = self.on_record
         path.handler_frames = self.on_frames
         path.after_batch = self.flush
 
-    def on_record(self, ring, record_type, payload):
+    def on_record(self, ring, record_type, payload, now=False):
+        self.now.append(now)
         if record_type == RECORD_FRAMES:
             self.on_frames(ring, record_type, *decode_frames(payload))
 
@@ -116,5 +118,27 @@ def test_portals_in_one_process_hand_records_over_and_fall_back_to_the_ring_in_o
         assert portal.got[-1] == (1, b"direct again") and ingress.producer.position == position
     finally:
         remote.close()
+        ingress.close()
+        egress.close()
+
+
+def test_a_record_read_alone_is_sent_at_once_and_records_read_together_are_batched(rings):
+    """A paced message is the one record in the ring when its egress wakes: nothing to batch it
+    with, so it goes out at once (`now`). A burst read in one turn is batched, then flushed."""
+    ring_set, loop = rings
+    spec = DataPathSpec(ring_set, {"E0": 0, "E1": 1})
+    ingress, egress = DataPath(spec, 0, loop, PortalCounters()), DataPath(spec, 1, loop, PortalCounters())
+    portal = _Portal(egress)
+    try:
+        loop.run_until(lambda: False, 0.05)          # the egress parks on ring 0
+        ingress.frames(0b010, 7, b"alone", 1, 5)
+        assert loop.run_until(lambda: len(portal.got) == 1, 2)
+        assert portal.now == [True]
+        for n in range(3):                           # three records before the egress wakes
+            ingress.frames(0b010, 7, b"burst %d" % n, 1, 7)
+        assert loop.run_until(lambda: len(portal.got) == 4, 2)
+        assert portal.now[1:] == [False, False, False]
+        assert [frames for _, frames in portal.got] == [b"alone", b"burst 0", b"burst 1", b"burst 2"]
+    finally:
         ingress.close()
         egress.close()

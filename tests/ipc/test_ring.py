@@ -166,6 +166,19 @@ def test_each_consumer_receives_only_records_addressed_to_it(make_ring):
         assert drain(consumer) == expected
 
 
+@pytest.mark.parametrize("length", [1, 8, 13, 100])
+def test_lone_record_says_whether_exactly_one_record_is_past_the_head(make_ring, length):
+    segment = make_ring(CAPACITY, consumer_slots=2)
+    producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)
+    assert not consumer.lone_record()                       # empty
+    producer.write_batch([(1, payload(1, length), 0b10)])   # one record, for the other consumer
+    assert consumer.lone_record()
+    producer.write_batch([(1, payload(2, length), 0b01)])
+    assert not consumer.lone_record()                       # two
+    assert [data for _, data in drain(consumer)] == [payload(2, length)]
+    assert not consumer.lone_record()                       # read dry
+
+
 @pytest.mark.parametrize("bound, delivered", [({"limit": 4}, 4), ({"max_bytes": 250}, 3)],
                          ids=["at most limit records", "stops after the record reaching max_bytes"])
 def test_read_batch_stops_at_its_bound_and_resumes(make_ring, bound, delivered):
