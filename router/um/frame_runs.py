@@ -29,6 +29,17 @@ def equal_frames(buf, offset: int, end: int, length: int) -> int:
     return int(differs.argmax()) if differs.any() else count
 
 
+def consecutive_sequence_numbers(buf, count: int, length: int, first: int) -> int:
+    """Of `count` frames of `length` bytes at the start of `buf` (an equal_frames run), how many
+    in a row carry the sequence numbers first, first + 1, ... (bytes 8-11, big-endian); the
+    caller keeps the run below the 32-bit wrap."""
+    rows = np.frombuffer(buf, dtype=np.uint8, count=count * length).reshape(count, length)
+    sqns = rows[:, 8:12].copy().view(">u4").ravel().astype(np.int64)
+    del rows                        # let go of `buf`
+    differs = sqns != np.arange(first, first + count, dtype=np.int64)
+    return int(differs.argmax()) if differs.any() else count
+
+
 def whole_frames_within(buf, limit: int) -> int:
     """The length of the longest run of whole LBMC frames at the start of `buf` that fits in
     `limit` bytes (walking their lengths; a short or broken frame ends it): where to cut `buf`

@@ -1,7 +1,7 @@
 """Walking LBMC frames by their lengths (router.um.frame_runs), without a network."""
 from __future__ import annotations
 
-from router.um.frame_runs import whole_frames_within
+from router.um.frame_runs import consecutive_sequence_numbers, whole_frames_within
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
 
 
@@ -29,3 +29,13 @@ def test_whole_frames_within_stops_at_a_short_or_broken_frame():
     assert whole_frames_within(frames + b"\x01\x00", 1000) == 150               # a tail shorter than a length
     assert whole_frames_within(frames + b"\x01\x00\x00\x02" + b"x" * 20, 1000) == 150     # a length below 4
     assert whole_frames_within(memoryview(frames)[100:], 60) == 50             # any buffer, from its start
+
+
+def test_consecutive_sequence_numbers_counts_the_frames_in_sequence_from_the_first():
+    sqns = [5, 6, 7, 8, 10, 11]
+    data = b"".join(_frame(n, 40) for n in sqns)
+    assert consecutive_sequence_numbers(data, len(sqns), 40, 5) == 4
+    assert consecutive_sequence_numbers(data, 4, 40, 5) == 4
+    assert consecutive_sequence_numbers(data, len(sqns), 40, 4) == 0
+    high = [0xFFFFFFF0 + n for n in range(8)]
+    assert consecutive_sequence_numbers(b"".join(_frame(n, 40) for n in high), 8, 40, 0xFFFFFFF0) == 8

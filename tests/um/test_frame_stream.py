@@ -1,6 +1,7 @@
-"""Splitting a read into the runs of frames each raw (router) subscription gets (the
-frame-by-frame walk and the fast path for a read of equal frames must agree), and partial
-messages that can no longer complete being expired."""
+"""Splitting a read into the runs of frames each raw (router) subscription gets, and into the
+batches of messages an application's subscription gets (in both, the frame-by-frame walk and the
+fast path for a read of equal frames must agree), and partial messages that can no longer
+complete being expired."""
 import time
 
 from hypothesis import given
@@ -113,3 +114,52 @@ def test_a_partial_message_older_than_the_cutoff_is_expired_and_counted_and_a_wh
     stream._parse(_fragment(1, 20, 20, 0, 8, b"wxyz") + _fragment(1, 21, 20, 4, 8, b"1234"))
     assert sub.messages == [(20, b"wxyz1234")]
     assert sub.gaps == [(11, 9)]                                     # the lost rest, and what came between
+
+
+class _Walked(_Stream):
+    """The same stream without the fast path: every frame walked one by one."""
+
+    def _uniform_batch(self, data, end, batches):
+        return 0, 0
+
+
+def _received(stream_class, reads: list[bytes], first: dict[int, int]) -> tuple[dict, dict, int]:
+    stream = stream_class(None, ("test",), lambda s: None)
+    subs = {tidx: _Messages() for tidx in (1, 2)}
+    for tidx, sub in subs.items():
+        stream.subscribe(tidx, sub)
+    stream._parse(b"".join(frame(tidx, sqn, 40) for tidx, sqn in first.items()))   # joined: in sequence
+    for read in reads:
+        assert stream._parse(read) == len(read)
+    return ({t: s.messages for t, s in subs.items()}, {t: s.gaps for t, s in subs.items()},
+            stream.counters["frames"])
+
+
+@given(st.integers(0, 0xFFFFFFFF - 50), st.lists(st.tuples(st.sampled_from([1, 1, 1, 2]), st.sampled_from([0, 0, 0, 1, 3, -2]),
+                                                          st.sampled_from([64, 64, 64, 100])), max_size=300),
+       st.lists(st.integers(1, 300), max_size=8))
+def test_an_applications_batches_are_the_same_with_and_without_the_fast_path(start, steps, cuts):
+    """Runs of equal frames in sequence (the fast path), broken by jumps (gaps), old frames
+    (dropped), other topics and other lengths, read in pieces: the same messages, the same gaps.
+    Some start within 50 of the 32-bit wrap, where sequence numbers go on from 0."""
+    sqns = {1: start, 2: 7}
+    frames = []
+    for tidx, step, length in [(1, 0, 64)] * 40 + steps:     # often a run of equal frames first
+        sqns[tidx] = (sqns[tidx] + 1 + step) & 0xFFFFFFFF
+        frames.append(frame(tidx, sqns[tidx], length))
+    bounds = sorted({min(cut, len(frames)) for cut in cuts} | {0, len(frames)})
+    reads = [b"".join(frames[a:b]) for a, b in zip(bounds, bounds[1:])]
+    first = {1: start, 2: 7}
+    assert _received(_Stream, reads, first) == _received(_Walked, reads, first)
+
+
+def test_a_read_of_equal_frames_in_sequence_is_one_batch_and_a_jump_after_it_is_a_gap():
+    stream = _Stream(None, ("test",), lambda s: None)
+    sub = _Messages()
+    stream.subscribe(1, sub)
+    stream._parse(frame(1, 9, 64))
+    stream._parse(b"".join(frame(1, n, 64) for n in range(10, 110)) + frame(1, 115, 64))
+    assert [sqn for sqn, _ in sub.messages] == list(range(9, 110)) + [115]
+    assert sub.messages[50] == (59, bytes([59]) * 52)
+    assert sub.gaps == [(110, 5)]
+    assert stream.counters["frames"] == 102
