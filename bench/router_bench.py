@@ -303,7 +303,7 @@ def main() -> int:
                          "grouped": (batched[3], lans[4])}
         cases = (("64 B", 64, 500_000, pairs),
                  (f"64 B, umsrc batching as ZeroMQ ({ZEROMQ_BATCH} B)", 64, 500_000, batched_pairs),
-                 ("8192 B", 8192, 50_000, pairs))
+                 ("8192 B", 8192, 200_000, pairs))
         try:
             for router in routers.values():
                 wait_stderr(router, "portals are up")
