@@ -142,7 +142,7 @@ class FrameStream:
         if end >= MIN_RUN * _MESSAGE_SIZE:
             if raw_indexes:
                 frames, offset = self._uniform_run(data, end, view)
-            elif subscriptions and type(data) is bytes:
+            elif subscriptions and type(data) is bytes:     # payloads are slices: never of a reused buffer
                 frames, offset = self._uniform_batch(data, end, batches)
         while end - offset >= 4:
             msglen = (data[offset + 2] << 8) | data[offset + 3]
