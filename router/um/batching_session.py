@@ -163,7 +163,9 @@ class BatchingSession:
         With `tidx`, each frame's topic index is set to it (in our batch: the caller's bytes stay).
         `now`: send them at once if nothing is batched before them, whatever their length."""
         with self.lock:
-            if tidx is None and not self.batch and (now or len(frames) >= self.batching_minimum_length):
+            if not self.batch and (now or len(frames) >= self.batching_minimum_length):
+                if tidx is not None:               # rewritten in a copy: the caller's bytes stay
+                    frames = with_topic_index(frames, tidx, count)
                 if self.retained:
                     self._retain(frames, 0, len(frames))
                 self._deliver_counted(frames)      # a batch already: no copy into ours

@@ -3,7 +3,7 @@ differs from the origin's): every frame's index changes, and nothing else."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.um.batching_session import set_topic_index, with_topic_index
+from router.um.batching_session import BatchingSession, set_topic_index, with_topic_index
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
 
 
@@ -33,3 +33,28 @@ def test_in_place_after_earlier_bytes_of_a_batch():
     batch += frames_of([64] * 20, 3)
     set_topic_index(batch, start, 5, 20)
     assert batch == b"earlier batch bytes" + frames_of([64] * 20, 5)
+
+
+class SentBatches(BatchingSession):
+    """A session whose transport keeps what it is given (the batching logic is what is tested)."""
+
+    def __init__(self):
+        super().__init__(None, datagram_max_size=8192, batching_minimum_length=2048, batching_interval=0.2,
+                         overflow="drop", max_queue=1 << 20)
+        self.sent: list[bytes] = []
+
+    def _deliver(self, data) -> None:
+        self.sent.append(bytes(data))
+
+
+def test_a_lone_record_with_a_new_index_goes_out_at_once_and_the_callers_bytes_stay():
+    """`now` (a reader with nothing to batch it with) sends rewritten frames at once too, as it
+    sends frames that keep their index: no batch waiting for a flush."""
+    session = SentBatches()
+    frames = frames_of([64] * 3, 3)
+    ring_view = memoryview(bytearray(frames))
+    session.send_raw(ring_view, 5, 3, now=True)
+    assert session.sent == [frames_of([64] * 3, 5)] and not session.batch
+    assert ring_view == frames
+    session.send_raw(frames, None, 3, now=True)
+    assert session.sent[-1] == frames and session.counters["batches"] == 2
