@@ -3,9 +3,12 @@ they carry a stream, and why only then.
 
 1. Unpaced 64 B through two routers on the same host, one with `<worker-scheduling>adaptive` and
    one with `normal`, runs interleaved: throughput and the routers' CPU per message.
-2. Paced 2000 msgs/s while two busy loops keep both CPUs busy (bounded in time): the workers on
-   the normal policy, then forced to SCHED_BATCH for the whole run (what adaptive scheduling
-   would do if it batched paced traffic too): the receiver's latency.
+2. Paced 2000 msgs/s on an otherwise idle host, interleaved with the direct path (source and
+   receiver in one domain): what each router adds to the receiver's latency. Adaptive workers on
+   the normal policy ask for the kernel's shortest time slice, `normal` ones keep the default.
+3. Paced 2000 msgs/s while two busy loops keep both CPUs busy (bounded in time): adaptive workers,
+   workers on the normal policy, then those forced to SCHED_BATCH for the whole run (what adaptive
+   scheduling would do if it batched paced traffic too): the receiver's latency.
 
     python -m bench.scheduling_bench
 """
@@ -26,6 +29,8 @@ from bench.router_bench import (PYTHON, children, domain, endpoint_xml, gateway_
 COMMAND = ".venv/bin/python -m bench.scheduling_bench"
 RUNS = 3
 HOG_SECONDS = 60          # the busy loops end by themselves even if this process dies
+IDLE_LABELS = {"direct": "direct path (no router)", "adaptive": "adaptive: normal policy, 100 µs slice",
+               "normal": "normal: normal policy, default slice"}
 
 
 def start_router(directory: Path, mode: str, lan1: Path, lan2: Path) -> subprocess.Popen:
@@ -48,7 +53,7 @@ def force_batch(router: subprocess.Popen) -> None:
 
 
 def main() -> int:
-    throughput, latency = [], []
+    throughput, idle, latency = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         # Each router bridges its own pair of domains.
@@ -71,14 +76,30 @@ def main() -> int:
                                    f"{statistics.median(r['router_cpu_us'] for r in results):.2f}",
                                    " · ".join(str(r["gaps"] + r["duplicates"] + count - r["received"]) for r in results)])
             rate, paced = 2000, 2000 * 5
-            lan1, lan2 = domains["normal"]
-            for label in ("normal policy", "SCHED_BATCH throughout"):
+            paced_args = ("-P", rate, "-F")
+            idle_runs = {path: [] for path in ("direct", *domains)}
+            for n in range(RUNS):
+                direct_domain = domains["adaptive"][0]
+                idle_runs["direct"].append(um_run(direct_domain, direct_domain, paced, 64, paced_args,
+                                                  topic=f"idle.direct.{n}"))
+                for mode, (lan1, lan2) in domains.items():
+                    idle_runs[mode].append(um_run(lan1, lan2, paced, 64, paced_args,
+                                                  receiver_extra=("--idle-timeout", 15), topic=f"idle.{n}"))
+            medians = {path: {q: statistics.median(r["latency_us"][q] for r in results) for q in ("p50", "p99")}
+                       for path, results in idle_runs.items()}
+            for path, results in idle_runs.items():
+                idle.append([IDLE_LABELS[path], f"{rate} msgs/s, 64 B", medians[path]["p50"], medians[path]["p99"],
+                             "" if path == "direct" else round(medians[path]["p50"] - medians["direct"]["p50"], 1),
+                             " · ".join(str(r["gaps"] + paced - r["received"]) for r in results)])
+            for label in ("adaptive (short slice)", "normal policy", "SCHED_BATCH throughout"):
+                mode = "adaptive" if label.startswith("adaptive") else "normal"
+                lan1, lan2 = domains[mode]
                 if label.startswith("SCHED_BATCH"):
                     force_batch(routers["normal"])
                 hogs = busy_loops()
                 try:
                     time.sleep(0.5)
-                    result = um_run(lan1, lan2, paced, 64, ("-P", rate, "-F"), receiver_extra=("--idle-timeout", 15),
+                    result = um_run(lan1, lan2, paced, 64, paced_args, receiver_extra=("--idle-timeout", 15),
                                     topic=f"paced.{len(latency)}")
                 finally:
                     for hog in hogs:
@@ -92,6 +113,14 @@ def main() -> int:
     body = (f"Unpaced 64 B through two routers on this host, `<worker-scheduling>adaptive` (the default) and "
             f"`normal`, {RUNS} interleaved runs each (median and range; lost+dup per run):\n\n" +
             table(["policy", "messages", "msgs/s", "router CPU µs/msg", "lost+dup"], throughput) +
+            f"\n\nPaced, on an otherwise idle host (receiver's latency, µs; medians of {RUNS} runs of each, "
+            "interleaved; added = router − direct):\n\n" +
+            table(["path", "rate", "p50", "p99", "added p50", "lost"], idle) +
+            "\n\nA worker's wake-up preempts the task running on its CPU (often the source that woke it) "
+            "only if the fair scheduler's deadline for it, its time slice after it became runnable, comes "
+            "first: with the default slice it waits for that task to finish its turn and sleep. Asking "
+            "for the shortest slice (100 µs, Linux 6.12 and later) moves that deadline forward; a "
+            "worker's turn on a paced message is far shorter than that, so it loses nothing by it."
             f"\n\nPaced, with {os.cpu_count()} busy loops keeping every CPU busy (receiver's latency, µs):\n\n" +
             table(["workers", "rate", "p50", "p99", "lost"], latency) +
             "\n\nUnder a stream, a worker on the normal policy preempts the source or the receiver each time "

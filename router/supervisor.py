@@ -34,7 +34,7 @@ from router.runtime import bus_endpoints, runtime_dir
 from router.um.loop import EventLoop
 from router.worker.datapath import MAX_PORTALS, DataPathSpec, RingSet
 from router.worker.process import EXIT_BOOT_ERROR, WORKER_SIGNALS, WorkerSpec, worker_main
-from router.worker.scheduling import policy_of
+from router.worker.scheduling import policy_of, slice_of
 
 log = logging.getLogger(__name__)
 
@@ -550,6 +550,7 @@ class Supervisor:
                 "proxy_receivers": counters["proxy_receivers"], "proxy_sources": counters["proxy_sources"],
                 "state": "up" if alive and worker.ready else ("starting" if alive else "down"),
                 "scheduling": policy_of(worker.process.pid) if alive else None,
+                "scheduling_slice_us": _microseconds(slice_of(worker.process.pid)) if alive else None,
                 "worker_portals": [member.config.name for member in self._members(worker)],
             })
             if worker.config.kind == "peer":
@@ -590,3 +591,7 @@ def _describe_exit(code: int | None) -> str:
     if code < 0:
         return f"signal {signal.Signals(-code).name}"
     return f"code {code}"
+
+
+def _microseconds(nanoseconds: int | None) -> float | None:
+    return None if nanoseconds is None else nanoseconds / 1000

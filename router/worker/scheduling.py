@@ -17,11 +17,24 @@ to the normal policy below NORMAL_BELOW, judged on every heartbeat; NORMAL never
 event loop runs on its main thread, which is the one switched. A worker started with a policy other
 than the normal one (chrt, systemd's CPUSchedulingPolicy=) keeps it. The supervisor reads the
 policy back with `policy_of(pid)` for `routerctl status`.
+
+On the normal policy an adaptive worker also asks for the kernel's shortest time slice
+(LATENCY_SLICE_NS; `sched_setattr`'s runtime for a fair task, Linux 6.12 and later). The fair
+scheduler (EEVDF) lets a woken task preempt the running one only if its deadline, its slice after
+it became runnable, comes first: with the default slice a worker woken by a source's send waits
+for that source to finish its own turn and sleep (measured: about 5 µs a paced message, on the
+path of every one; BENCHMARKS.md, "Worker scheduling"). A worker's turn on a paced message is tens
+of µs, well inside the short slice, so it costs the worker nothing; batching restores the default
+slice (long turns are the point of it). Kernels without custom slices ignore the request; an
+architecture whose system call numbers are not known here switches the policy only.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import platform
+import struct
 import time
 
 log = logging.getLogger(__name__)
@@ -57,7 +70,52 @@ def policy_of(pid: int) -> str | None:
     return _POLICY_NAMES.get(policy, str(policy))
 
 
+LATENCY_SLICE_NS = 100_000   # the shortest slice the kernel grants a fair task
+DEFAULT_SLICE = 0            # sched_setattr's runtime 0: the kernel's default slice
+
+# sched_setattr / sched_getattr, which the os module does not wrap (asm-generic numbers on arm64
+# and riscv64).
+_SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275), "riscv64": (274, 275)}.get(platform.machine())
+# struct sched_attr up to sched_period (SCHED_ATTR_SIZE_VER0): size, policy, flags, nice,
+# priority, runtime, deadline, period.
+_SCHED_ATTR = struct.Struct("=IIQiIQQQ")
+_libc = ctypes.CDLL(None, use_errno=True) if _SYSCALLS else None
+
+
+def _set_attributes(pid: int, policy: int, slice_ns: int) -> None:
+    attr = ctypes.create_string_buffer(_SCHED_ATTR.pack(_SCHED_ATTR.size, policy, 0, 0, 0, slice_ns, 0, 0),
+                                       _SCHED_ATTR.size)
+    if _libc.syscall(_SYSCALLS[0], pid, attr, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"sched_setattr: {os.strerror(err)}")
+
+
+def slice_of(pid: int) -> int | None:
+    """The time slice the kernel gives a process's main thread, ns; None where it does not say
+    (before Linux 6.12, an unknown architecture, a process that is gone)."""
+    if not _SYSCALLS:
+        return None
+    attr = ctypes.create_string_buffer(_SCHED_ATTR.size)
+    if _libc.syscall(_SYSCALLS[1], pid, attr, _SCHED_ATTR.size, 0) != 0:
+        return None
+    size, policy, _, _, _, runtime, _, _ = _SCHED_ATTR.unpack(attr.raw)
+    return runtime if policy in (os.SCHED_OTHER, os.SCHED_BATCH) and runtime else None
+
+
+_slices = {"settable": _SYSCALLS is not None}
+
+
 def _set_policy(batch: bool) -> None:
+    if _slices["settable"]:
+        try:
+            if batch:
+                _set_attributes(0, os.SCHED_BATCH, DEFAULT_SLICE)
+            else:
+                _set_attributes(0, os.SCHED_OTHER, LATENCY_SLICE_NS)
+            return
+        except OSError as err:      # e.g. a seccomp filter that knows only sched_setscheduler
+            log.info("worker keeps the kernel's default time slice: %s", err)
+            _slices["settable"] = False
     os.sched_setscheduler(0, os.SCHED_BATCH if batch else os.SCHED_OTHER, os.sched_param(0))
 
 
@@ -82,6 +140,18 @@ class WorkerScheduling:
         self.set_policy = set_policy
         self.batching = False
         self._last: tuple[float, int] | None = None
+        if mode == ADAPTIVE:
+            self._apply(False)       # the normal policy, with the short slice
+
+    def _apply(self, batch: bool) -> bool:
+        try:
+            self.set_policy(batch)
+        except OSError as err:      # a kernel or sandbox that refuses: stay as we are
+            log.warning("cannot change the worker's scheduling policy, keeping the normal one: %s", err)
+            self.mode = NORMAL
+            return False
+        self.batching = batch
+        return True
 
     def _work(self) -> int:
         return sum(counters.get(name) for counters in self.counters for name in WORK_COUNTERS)
@@ -94,13 +164,6 @@ class WorkerScheduling:
         if last is None or now <= last[0]:
             return
         batch = wants_batch(self.batching, (work - last[1]) / (now - last[0]))
-        if batch == self.batching:
+        if batch == self.batching or not self._apply(batch):
             return
-        try:
-            self.set_policy(batch)
-        except OSError as err:      # a kernel or sandbox without SCHED_BATCH: stay as we are
-            log.warning("cannot change the worker's scheduling policy, keeping the normal one: %s", err)
-            self.mode = NORMAL
-            return
-        self.batching = batch
         log.debug("worker scheduling: %s", "batch" if batch else "normal")

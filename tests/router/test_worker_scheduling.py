@@ -1,7 +1,10 @@
 """Adaptive worker scheduling on a running router: workers batch while they carry a stream and
 wake at once again when it stops; `routerctl status` says which (router.worker.scheduling)."""
+import os
+
 import pytest
 
+from router.worker.scheduling import LATENCY_SLICE_NS, slice_of
 from tests.support.processes import wait_for
 from tests.support.routerctl import routerctl
 from tests.support.routers import endpoint_xml
@@ -14,12 +17,22 @@ def policies(router) -> dict[str, str]:
     return {portal["name"]: portal["scheduling"] for portal in status["portals"]}
 
 
+def slices(router) -> dict[str, float | None]:
+    status = routerctl("-n", router.name, "--json", "status").json()
+    return {portal["name"]: portal["scheduling_slice_us"] for portal in status["portals"]}
+
+
 @pytest.mark.parametrize("mode", ["adaptive", "normal"])
 def test_workers_batch_only_while_they_carry_a_stream(routers, tools, make_domain, mode):
     lan1, lan2 = make_domain(), make_domain()
     router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
                            daemon_extra=f"    <worker-scheduling>{mode}</worker-scheduling>\n").wait_ready()
     assert policies(router) == {"LAN1": "normal", "LAN2": "normal"}
+    # Adaptive workers ask for the shortest slice, so that their wake-ups preempt (Linux 6.12 and
+    # later say so; an older kernel reports no slice).
+    default_slice = slice_of(os.getpid())
+    idle_slice = None if default_slice is None else (LATENCY_SLICE_NS if mode == "adaptive" else default_slice) / 1000
+    assert slices(router) == {"LAN1": idle_slice, "LAN2": idle_slice}
     # 50,000 messages a second, well above the switch-over, for at most 8 s.
     count = 400_000
     receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 60, "stream")
@@ -41,3 +54,4 @@ def test_workers_batch_only_while_they_carry_a_stream(routers, tools, make_domai
     # Stream over: both wake at once again (normal never left it).
     wait_for(lambda: policies(router) == {"LAN1": "normal", "LAN2": "normal"}, 5, interval=0.2,
              message="both workers back to the normal policy once the stream stopped")
+    assert slices(router) == {"LAN1": idle_slice, "LAN2": idle_slice}

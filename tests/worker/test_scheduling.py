@@ -6,7 +6,8 @@ import os
 import pytest
 
 from router.monitor.counters import PortalCounters
-from router.worker.scheduling import (BATCH_ABOVE, NORMAL_BELOW, WorkerScheduling, policy_of, wants_batch)
+from router.worker.scheduling import (BATCH_ABOVE, LATENCY_SLICE_NS, NORMAL_BELOW, WorkerScheduling, policy_of,
+                                      slice_of, wants_batch)
 
 
 class Clock:
@@ -44,21 +45,22 @@ def test_thresholds_have_hysteresis(batching, rate, expected):
 
 def test_a_stream_switches_to_batch_and_idleness_back():
     sched, counters, clock, applied = scheduling()
+    assert applied == [False]                                 # the normal policy with the short slice
     run(sched, counters, clock, [0, 2000, 2000])             # paced messages: stays normal
-    assert applied == [] and not sched.batching
+    assert applied == [False] and not sched.batching
     run(sched, counters, clock, [400_000])
-    assert applied == [True] and sched.batching
+    assert applied == [False, True] and sched.batching
     run(sched, counters, clock, [10_000, 6_000])              # between the thresholds: keeps batching
-    assert applied == [True]
+    assert applied == [False, True]
     run(sched, counters, clock, [0])
-    assert applied == [True, False] and not sched.batching
+    assert applied == [False, True, False] and not sched.batching
 
 
 @pytest.mark.parametrize("counter", ["transport_topic_fragments_sent", "data_msgs_rcvd", "data_fragments_sent"])
 def test_every_kind_of_portal_counts_its_work(counter):
     sched, counters, clock, applied = scheduling()
     run(sched, counters, clock, [0, 100_000], counter=counter)
-    assert applied == [True]
+    assert applied == [False, True]
 
 
 def test_normal_never_switches():
@@ -81,27 +83,38 @@ def test_unknown_mode_is_refused():
 
 
 def test_the_real_policy_switch_is_visible_to_other_processes():
-    """The kernel call itself, in a child (so this test process keeps its policy)."""
-    switched_r, switched_w = os.pipe()
-    done_r, done_w = os.pipe()
+    """The kernel calls themselves, in a child (so this test process keeps its policy): an adaptive
+    worker starts on the normal policy with the short slice, and batches with the default one."""
+    default_slice = slice_of(os.getpid())
+    step_r, step_w = os.pipe()
+    go_r, go_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            sched, counters, clock, _ = scheduling()
-            sched.set_policy = WorkerScheduling("adaptive", [counters]).set_policy
+            counters, clock = PortalCounters(), Clock()
+            sched = WorkerScheduling("adaptive", [counters], clock)
+            os.write(step_w, b"1")
+            os.read(go_r, 1)
             run(sched, counters, clock, [0, 1_000_000])
-            os.write(switched_w, b"1" if sched.batching else b"0")
-            os.read(done_r, 1)
+            os.write(step_w, b"1" if sched.batching else b"0")
+            os.read(go_r, 1)
         finally:
             os._exit(0)
     try:
-        assert os.read(switched_r, 1) == b"1"
+        assert os.read(step_r, 1) == b"1"
+        assert policy_of(pid) == "normal"
+        # A kernel with custom slices (6.12 and later) reports each task's slice; one without
+        # reports none, and ignores the request.
+        assert slice_of(pid) == (LATENCY_SLICE_NS if default_slice is not None else None)
+        os.write(go_w, b"x")
+        assert os.read(step_r, 1) == b"1"
         assert policy_of(pid) == "batch"
-        assert policy_of(os.getpid()) == "normal"
+        assert slice_of(pid) == default_slice
+        assert policy_of(os.getpid()) == "normal" and slice_of(os.getpid()) == default_slice
     finally:
-        os.write(done_w, b"x")
+        os.write(go_w, b"x")
         os.waitpid(pid, 0)
-        for fd in (switched_r, switched_w, done_r, done_w):
+        for fd in (step_r, step_w, go_r, go_w):
             os.close(fd)
 
 

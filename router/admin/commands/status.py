@@ -17,10 +17,12 @@ class Status(Command):
        "portals": [{"name", "kind", "domain_id", "cost", "pid", "uptime_s", "restarts", "generation",
                     "heartbeat_age_s", "proxy_receivers", "proxy_sources", "state",
                     "rx_fragments_per_s", "rx_bytes_per_s", "tx_fragments_per_s", "tx_bytes_per_s",
-                    "scheduling", "worker_portals"}]}
+                    "scheduling", "scheduling_slice_us", "worker_portals"}]}
     `pid` is null and `uptime_s` 0 while a portal's worker is down; `state` is up, starting or down;
     `scheduling` is the worker's kernel policy now, "normal" or "batch" (router/worker/scheduling.py;
-    "fifo", "rr" or "idle" if the router was started with one),
+    "fifo", "rr" or "idle" if the router was started with one), `scheduling_slice_us` the time slice
+    the kernel gives it (100 on the normal policy, asked for so that its wake-ups preempt; null where
+    the kernel does not say),
     null while it is down; `worker_portals` names the portals that run in that worker process, the
     portal itself among them (more than one with `<daemon><worker-group>`).
     """
@@ -41,8 +43,16 @@ class Status(Command):
                  tables.duration(p["uptime_s"]) if p["pid"] else "-", p["restarts"],
                  f"{p['heartbeat_age_s']:.1f}s", p["proxy_receivers"], p["proxy_sources"],
                  tables.rate(p.get("rx_fragments_per_s")), tables.rate(p.get("tx_fragments_per_s")),
-                 p.get("scheduling") or "-"]
+                 _scheduling(p)]
                 for p in data["portals"]]
         headers = ["PORTAL", "KIND", "DOMAIN", "COST", "STATE", "PID", "UPTIME", "RESTARTS", "HEARTBEAT",
                    "PROXY-RCV", "PROXY-SRC", "RX-FRAG/S", "TX-FRAG/S", "SCHED"]
         return head + "\n\n" + tables.table(headers, rows, right={2, 3, 5, 6, 7, 8, 9, 10, 11, 12})
+
+
+def _scheduling(portal: dict) -> str:
+    """"normal 100µs": the policy, and the slice where the kernel says."""
+    policy, slice_us = portal.get("scheduling"), portal.get("scheduling_slice_us")
+    if not policy:
+        return "-"
+    return policy if slice_us is None else f"{policy} {slice_us:g}µs"
