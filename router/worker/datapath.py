@@ -55,6 +55,10 @@ RING_HEARTBEAT_TIMEOUT = 2.0
 READ_LIMIT = 4096                      # records per ring per turn, so one busy ring cannot starve the loop
 READ_BYTES = 256 * 1024                # payload bytes per ring per turn: a backlog is noticed within this
 HOLD_RECHECK_INTERVAL = 0.002          # how often a portal holding records back looks again (s)
+# A socket read of this many frames, or a ring read of this many bytes, is a burst: `on_burst` is
+# told (the worker's scheduling judges its rate at once; paced messages come one at a time).
+BURST_FRAMES = 16
+BURST_BYTES = 4096
 STALL_TIMEOUT = 0.5                    # receivers that took nothing for this long are stuck: stop holding
 
 
@@ -114,6 +118,7 @@ class DataPath:
         # over by a portal in this process, to be sent at once (they are one read's worth)
         self.handler_frames = None
         self.after_batch = None                # called when the rings have been drained (flush point)
+        self.on_burst = _nothing               # called after a burst (BURST_FRAMES, BURST_BYTES)
         self.producer = RingProducer(self._memory(index), wakeups=self.rings.wakeups(index))
         self.consumers: dict[int, RingConsumer] = {}
         for ring in spec.portal_indexes.values():
@@ -201,6 +206,8 @@ class DataPath:
         `frames` may be a view of the reader's buffer: it is copied once, straight into the ring
         (a claimed record), or into a bytes record that waits in order while the ring is full.
         Portals in this process get the view itself, before this returns."""
+        if count >= BURST_FRAMES:
+            self.on_burst()
         if mask & self.local_mask:
             mask = self._hand_over(mask, record_type, frames, (stream_id, count, longest))
             if not mask:
@@ -368,6 +375,7 @@ class DataPath:
                 return
             busy = False
             for ring, consumer in list(self.consumers.items()):
+                head = consumer.head
                 try:
                     if consumer.lone_record():
                         # Nothing to batch it with (a paced message): it goes out at once, from the ring.
@@ -378,6 +386,8 @@ class DataPath:
                     log.error("portal %d lost %d bytes of ring %d: %s", self.index, err.bytes_lost, ring, err)
                     self.counters.add("ring_records_malformed")
                     continue
+                if consumer.head - head >= BURST_BYTES:
+                    self.on_burst()
                 busy |= consumer.has_records()
             if self.after_batch is not None:
                 self.after_batch()
@@ -437,6 +447,10 @@ class DataPath:
             consumer.close()
         self.consumers.clear()
         self.producer.close()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _destinations(records, mask: int = 0) -> int:

@@ -115,6 +115,8 @@ def _run(specs: list[WorkerSpec]) -> int:
     for one in hosted:
         one.statistics = _publish_statistics(one.spec, one.portal)
     scheduling = WorkerScheduling(first.scheduling, [one.counters for one in hosted])
+    for one in hosted:
+        one.datapath.on_burst = scheduling.nudge
     heartbeat = loop.call_every(HEARTBEAT_INTERVAL, lambda: _beat(hosted, scheduling))
     _beat(hosted, scheduling)
     for one in hosted:

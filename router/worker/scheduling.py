@@ -12,7 +12,8 @@ scheduling").
 Not preempting costs latency when every CPU is busy: a paced message then waits for a CPU, up to
 milliseconds. So a worker batches only while its portal carries a stream: ADAPTIVE (the default)
 switches to SCHED_BATCH when the fragments it received and sent reach BATCH_ABOVE a second, and back
-to the normal policy below NORMAL_BELOW, judged on every heartbeat; NORMAL never batches
+to the normal policy below NORMAL_BELOW, judged on every heartbeat and, while it does not batch,
+on every burst of data (at most every NUDGE_INTERVAL); NORMAL never batches
 (`<daemon><worker-scheduling>normal</worker-scheduling>`). The policy is per thread: the worker's
 event loop runs on its main thread, which is the one switched. A worker started with a policy other
 than the normal one (chrt, systemd's CPUSchedulingPolicy=) keeps it. The supervisor reads the
@@ -45,6 +46,12 @@ MODES = (ADAPTIVE, NORMAL)
 
 BATCH_ABOVE = 20_000          # fragments a second: a stream, not paced messages
 NORMAL_BELOW = 5_000          # hysteresis, so a stream that varies does not flip the policy
+# A burst (router.worker.datapath: one socket read or one ring read carrying this much) may be a
+# stream starting: judge the rate now rather than at the next heartbeat, at most this often (s).
+# A stream that began after an idle spell is then batched within milliseconds, not up to a
+# heartbeat interval later, during which a worker on the short slice preempts the source and
+# the receiver on every read.
+NUDGE_INTERVAL = 0.005
 
 # What a worker moves, whatever its portal's kind (a counter a kind never touches stays zero).
 WORK_COUNTERS = ("transport_topic_fragments_rcvd", "transport_topic_fragments_sent",
@@ -152,6 +159,12 @@ class WorkerScheduling:
             return False
         self.batching = batch
         return True
+
+    def nudge(self) -> None:
+        """A burst went through: judge the rate now, unless already batching or judged just now."""
+        if self.mode == ADAPTIVE and not self.batching and \
+                (self._last is None or self.clock() - self._last[0] >= NUDGE_INTERVAL):
+            self.tick()
 
     def _work(self) -> int:
         return sum(counters.get(name) for counters in self.counters for name in WORK_COUNTERS)

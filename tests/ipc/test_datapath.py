@@ -7,7 +7,7 @@ import pytest
 from router.ipc.ring_consumer import RingConsumer
 from router.monitor.counters import PortalCounters
 from router.um.loop import EventLoop
-from router.worker.datapath import DataPath, DataPathSpec, RingSet
+from router.worker.datapath import BURST_BYTES, BURST_FRAMES, DataPath, DataPathSpec, RingSet
 from router.worker.records import RECORD_FRAMES, decode_frames
 
 
@@ -139,6 +139,34 @@ def test_a_record_read_alone_is_sent_at_once_and_records_read_together_are_batch
         assert loop.run_until(lambda: len(portal.got) == 4, 2)
         assert portal.now[1:] == [False, False, False]
         assert [frames for _, frames in portal.got] == [b"alone", b"burst 0", b"burst 1", b"burst 2"]
+    finally:
+        ingress.close()
+        egress.close()
+
+
+def test_bursts_are_told_so_the_worker_judges_its_rate_at_once(rings):
+    """A socket read of many frames (ingress) and a ring read of many bytes (egress) call
+    `on_burst`; a paced message, one frame at a time, does not (router.worker.scheduling)."""
+    ring_set, loop = rings
+    spec = DataPathSpec(ring_set, {"E0": 0, "E1": 1})
+    ingress, egress = DataPath(spec, 0, loop, PortalCounters()), DataPath(spec, 1, loop, PortalCounters())
+    _Portal(egress)
+    told = {"ingress": 0, "egress": 0}
+    ingress.on_burst = lambda: told.__setitem__("ingress", told["ingress"] + 1)
+    egress.on_burst = lambda: told.__setitem__("egress", told["egress"] + 1)
+    try:
+        loop.run_until(lambda: False, 0.05)
+        ingress.frames(0b010, 7, bytes(64), 1, 64)                  # a paced message
+        assert loop.run_until(lambda: egress.consumers[0].head == ingress.producer.position, 2)
+        assert told == {"ingress": 0, "egress": 0}
+        ingress.frames(0b010, 7, bytes(64 * BURST_FRAMES), BURST_FRAMES, 64)   # one read of a stream
+        assert told["ingress"] == 1
+        assert loop.run_until(lambda: egress.consumers[0].head == ingress.producer.position, 2)
+        assert told["egress"] == 0                                  # 1 KB read from the ring
+        for n in range(BURST_BYTES // 1000 + 1):                    # a few KB before the egress wakes
+            ingress.frames(0b010, 7, bytes(1000), 1, 1000)
+        assert loop.run_until(lambda: told["egress"] == 1, 2)
+        assert told["ingress"] == 1
     finally:
         ingress.close()
         egress.close()

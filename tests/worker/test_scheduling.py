@@ -6,8 +6,8 @@ import os
 import pytest
 
 from router.monitor.counters import PortalCounters
-from router.worker.scheduling import (BATCH_ABOVE, LATENCY_SLICE_NS, NORMAL_BELOW, WorkerScheduling, policy_of,
-                                      slice_of, wants_batch)
+from router.worker.scheduling import (BATCH_ABOVE, LATENCY_SLICE_NS, NORMAL_BELOW, NUDGE_INTERVAL, WorkerScheduling,
+                                      policy_of, slice_of, wants_batch)
 
 
 class Clock:
@@ -63,9 +63,38 @@ def test_every_kind_of_portal_counts_its_work(counter):
     assert applied == [False, True]
 
 
+def test_a_burst_judges_the_rate_at_once_but_not_more_often_than_the_nudge_interval():
+    """A stream that starts after an idle spell is batched within milliseconds of its first
+    bursts, not at the next heartbeat."""
+    sched, counters, clock, applied = scheduling()
+    run(sched, counters, clock, [0])                          # a heartbeat of an idle worker
+    clock.now += NUDGE_INTERVAL / 2
+    counters.add("transport_topic_fragments_rcvd", 5_000)
+    sched.nudge()                                             # judged just now: waits
+    clock.now += NUDGE_INTERVAL
+    sched.nudge()                                             # 5,000 fragments in 7.5 ms: a stream
+    assert applied == [False, True] and sched.batching
+    clock.now += 1.0
+    sched.nudge()                                             # batching: only heartbeats judge
+    assert applied == [False, True] and sched.batching
+
+
+def test_a_burst_of_paced_traffic_does_not_batch():
+    sched, counters, clock, applied = scheduling()
+    run(sched, counters, clock, [2000])
+    for _ in range(20):                                        # 8 KB messages, 2000 a second
+        clock.now += NUDGE_INTERVAL
+        counters.add("transport_topic_fragments_rcvd", 10)
+        sched.nudge()
+    assert applied == [False] and not sched.batching
+
+
 def test_normal_never_switches():
     sched, counters, clock, applied = scheduling("normal")
     run(sched, counters, clock, [0, 1_000_000, 1_000_000])
+    clock.now += 1.0
+    counters.add("transport_topic_fragments_rcvd", 1_000_000)
+    sched.nudge()
     assert applied == []
 
 
