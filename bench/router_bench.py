@@ -24,6 +24,7 @@ from bench.report import table, write_section
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ".venv/bin/python -m bench.router_bench"
 RUNS = 3
+LATENCY_RUNS = 5          # a paced run's p50 moves with the host's wake-up times: more runs, a steadier median
 ADDED_P50_GOAL_US = 50              # issue 4: the added p50 latency a hop may cost
 PYTHON = sys.executable
 
@@ -269,10 +270,10 @@ def throughput_row(label: str, count: int, runs: dict, ceilings: list[str]) -> l
 
 
 def latency_rows(rate: int, lans: dict, directory: Path) -> list[list]:
-    """RUNS interleaved paced runs of each path: the medians of their p50s and p99s."""
+    """LATENCY_RUNS interleaved paced runs of each path: the medians of their p50s and p99s."""
     count = rate * 5
     runs = {k: [] for k in PATHS}
-    for n in range(RUNS):
+    for n in range(LATENCY_RUNS):
         runs["direct"].append(um_run(lans[1], lans[1], count, 64, ("-P", rate, "-F"), topic=f"direct.paced.{n}"))
         for path, (source, receiver) in (("routed", (lans[1], lans[2])), ("grouped", (lans[3], lans[4]))):
             runs[path].append(um_run(source, receiver, count, 64, ("-P", rate, "-F"),
@@ -337,7 +338,7 @@ def main() -> int:
                    "router / direct", "router / ZeroMQ", "router CPU µs/msg",
                    "umsrc+umrcv CPU µs/msg (direct · own · one)", "router lost+dup (own / one)",
                    "ZeroMQ lost+dup"], rows) +
-            f"\n\nLatency at a paced rate, flushing each message (µs; medians of {RUNS} interleaved runs of "
+            f"\n\nLatency at a paced rate, flushing each message (µs; medians of {LATENCY_RUNS} interleaved runs of "
             "each path; added = router − direct):\n\n" +
             table(["rate", "router", "direct p50", "direct p99", "router p50", "router p99", "added p50",
                    "added p99", "ZeroMQ p50", "ZeroMQ p99"], paced_rows) +
@@ -355,7 +356,9 @@ def main() -> int:
             "wake-up on the source's TCP data, its read, the ring write and the eventfd that wakes the "
             "egress worker, that worker's wake-up, its read of the ring and its send, then one more TCP "
             "crossing to the receiver. Between paced messages both workers sleep, so each message meets two "
-            "extra wake-ups of idle processes (vCPUs, here). With both portals in one worker the ring, the "
+            "extra wake-ups of idle processes (vCPUs, here); the egress worker's starts as the source's "
+            "data becomes readable, before the ingress worker reads it (an early wake-up, "
+            "router/worker/datapath.py), so it overlaps the read, the parse and the ring write. With both portals in one worker the ring, the "
             "eventfd and the second wake-up are gone: the worker reads the frames and hands them straight "
             "to the egress portal, which sends them before the worker sleeps again. The price is "
             "throughput at 8 KB, where one process now does both the read and the send that two processes "

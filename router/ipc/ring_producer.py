@@ -381,7 +381,15 @@ class RingProducer(_RingView):
         self._evicted_consumers += 1
         store_release(self._slots, _EVICTED_CONSUMERS, self._evicted_consumers)
 
-    def _wake_parked_consumers(self, dest_union: int, force: bool = False) -> None:
+    def wake(self, dest_mask: int) -> int:
+        """Wake the parked consumers of `dest_mask` now, ahead of a record for them (a reader can
+        start waking while the record is still being made); each is woken once per park, so the
+        record's own commit does not wake it again. Returns how many were woken."""
+        if self._wakeups is None:
+            return 0
+        return self._wake_parked_consumers(dest_mask)
+
+    def _wake_parked_consumers(self, dest_union: int, force: bool = False) -> int:
         """Wake each parked consumer that has records addressed to it (or, if ``force`` or it lags
         by half the ring, any), once per park: a wakeup costs a syscall."""
         full_fence()  # our tail store must be visible before we read park flags (Dekker)
@@ -389,12 +397,15 @@ class RingProducer(_RingView):
         woken = self._woken_epochs
         wakeups = self._wakeups.consumers
         half = self.capacity // 2
+        count = 0
         for consumer, head_slot, _, park_slot, bit in self._consumers:
             epoch = load_acquire(slots, park_slot)
             if epoch and epoch != woken[consumer]:
                 if force or dest_union & bit or self._position - load_acquire(slots, head_slot) > half:
                     woken[consumer] = epoch
                     wakeups[consumer].wake()
+                    count += 1
+        return count
 
     def _too_large(self, length: int) -> RecordTooLarge:
         return RecordTooLarge(

@@ -54,6 +54,10 @@ class EventLoop:
         self._thread: threading.Thread | None = None
         self.callback_errors = 0
         self.cancelled_timers = 0       # cancelled ones still in the heap
+        # Called with the ready descriptors (a list of ints) when epoll returns some, before their
+        # handlers run: a router worker wakes the workers its data goes to while it reads it
+        # (router.worker.datapath).
+        self.on_ready: Callable[[list], None] | None = None
 
     # -- readiness -------------------------------------------------------------------------------
     def add_reader(self, fd, callback: Callable[[], None]) -> None:
@@ -147,7 +151,10 @@ class EventLoop:
         elif self._timers:
             until_timer = max(0.0, self._timers[0][0] - time.monotonic())
             timeout = until_timer if timeout is None else min(timeout, until_timer)
-        for key, events in self._selector.select(timeout):
+        ready = self._selector.select(timeout)
+        if ready and self.on_ready is not None:
+            self._invoke(self.on_ready, ([key.fd for key, _ in ready],))
+        for key, events in ready:
             reader, writer = key.data
             if events & selectors.EVENT_READ and reader is not None:
                 self._invoke(reader, ())

@@ -17,6 +17,16 @@ waits to write a record that is also for another portal, or its receivers have t
 STALL_TIMEOUT (stopped), it reads on and its queue drops beyond `<max-queue>`, counted, as the DRO
 does, so one slow receiver never stalls the other domains for longer than that.
 
+Early wake-ups: waking a worker asleep on another CPU takes tens of µs on a small or virtual host
+(the CPU itself must be woken), and a paced message would wait that long after its record is in the
+ring. So when a socket of this worker becomes readable, before its data is read, the workers its
+last records went to are woken (`on_ready`, the event loop's hook); each wakes once per park, so
+the record's own commit does not wake it again. A worker woken so, finding no record yet, watches
+its rings for up to EARLY_WAKE_SPIN before it parks again: the read, the parse and the ring write
+go on meanwhile, and the wake-up and the work overlap instead of adding up. Counted: a worker's
+early wake-ups of others (ring_early_wakeups_sent), and its early wake-ups after which no record
+came in time (ring_early_wakeups_idle: the readable socket carried nothing for it).
+
 Portals that share a worker process (`<daemon><worker-group>`) hand each other records directly:
 a record for such a portal is passed to its handler at once, with no ring write, eventfd or
 process wake-up on the way, and that portal sends it on at once (one read of a source's
@@ -59,6 +69,9 @@ HOLD_RECHECK_INTERVAL = 0.002          # how often a portal holding records back
 # told (the worker's scheduling judges its rate at once; paced messages come one at a time).
 BURST_FRAMES = 16
 BURST_BYTES = 4096
+# How long a worker woken early watches its rings for the record on its way (s). The record
+# usually comes before the wake-up completes; this bounds the wait when the data was not for it.
+EARLY_WAKE_SPIN = 50e-6
 STALL_TIMEOUT = 0.5                    # receivers that took nothing for this long are stuck: stop holding
 
 
@@ -129,7 +142,7 @@ class DataPath:
         self._waiting_mask = 0                 # the portals the pending records are for
         self.wakeup = self.rings.consumer_wakeups[index]
         self.producer_wakeup = self.rings.producer_wakeups[index]
-        loop.add_reader(self.wakeup.fileno(), self._woken)
+        loop.add_reader(self.wakeup.fileno(), self._wakeup_readable)
         loop.add_reader(self.producer_wakeup.fileno(), self._space_freed)
         # Set by the portal: None, or a callable returning None while its sends go through, else
         # the time.monotonic() of the last send that made progress (every queue holds data).
@@ -139,6 +152,10 @@ class DataPath:
         self.local: dict[int, "DataPath"] = {}    # portals in this process: ring index -> their DataPath
         self.local_mask = 0
         self._ring_for: dict[int, int] = {}      # local portal -> ring position after its last record
+        # Early wake-ups: the portals (in other processes) frames went to since the last one, and
+        # the descriptors whose readiness is no reason for one (the rings' own eventfds here).
+        self._frames_mask = 0
+        self._ring_fds = frozenset({self.wakeup.fileno(), self.producer_wakeup.fileno()})
         loop.call_later(0, self._woken)
 
     def _memory(self, ring: int) -> memoryview:
@@ -171,6 +188,27 @@ class DataPath:
         self.local_mask = 0
         for index in self.local:
             self.local_mask |= 1 << index
+        self._ring_fds = frozenset({self.wakeup.fileno(), self.producer_wakeup.fileno()}.union(
+            *({peer.wakeup.fileno(), peer.producer_wakeup.fileno()} for peer in self.local.values())))
+
+    # -- early wake-ups ----------------------------------------------------------------------------
+    def on_ready(self, fds: list) -> None:
+        """The event loop's hook: descriptors are ready. If any is a socket (not a ring's eventfd:
+        wake-ups between workers must not set off more of them), wake the portals the last frames
+        went to, while the socket's data is read."""
+        mask = self._frames_mask
+        if not mask:
+            return
+        ring_fds = self._ring_fds
+        for fd in fds:
+            if fd not in ring_fds:
+                break
+        else:
+            return
+        self._frames_mask = 0
+        woken = self.producer.wake(mask)
+        if woken:
+            self.counters.add("ring_early_wakeups_sent", woken)
 
     # -- writing ---------------------------------------------------------------------------------
     def advert(self, mask: int, advert) -> None:
@@ -208,6 +246,7 @@ class DataPath:
         Portals in this process get the view itself, before this returns."""
         if count >= BURST_FRAMES:
             self.on_burst()
+        self._frames_mask |= mask & ~self.local_mask
         if mask & self.local_mask:
             mask = self._hand_over(mask, record_type, frames, (stream_id, count, longest))
             if not mask:
@@ -357,6 +396,17 @@ class DataPath:
         self.paused.clear()
 
     # -- reading ---------------------------------------------------------------------------------
+    def _wakeup_readable(self) -> None:
+        """Our eventfd: a record, or an early wake-up ahead of one (see the module's docstring)."""
+        consumers = self.consumers.values()
+        if not any(consumer.has_records() for consumer in consumers):
+            until = time.perf_counter() + EARLY_WAKE_SPIN
+            while not any(consumer.has_records() for consumer in consumers):
+                if time.perf_counter() >= until:
+                    self.counters.add("ring_early_wakeups_idle")
+                    break
+        self._woken()
+
     def _woken(self) -> None:
         if self._recheck_timer is not None:
             self._recheck_timer.cancel()

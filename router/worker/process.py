@@ -117,6 +117,7 @@ def _run(specs: list[WorkerSpec]) -> int:
     scheduling = WorkerScheduling(first.scheduling, [one.counters for one in hosted])
     for one in hosted:
         one.datapath.on_burst = scheduling.nudge
+    loop.on_ready = _early_wakeups([one.datapath for one in hosted])
     heartbeat = loop.call_every(HEARTBEAT_INTERVAL, lambda: _beat(hosted, scheduling))
     _beat(hosted, scheduling)
     for one in hosted:
@@ -141,6 +142,17 @@ def _run(specs: list[WorkerSpec]) -> int:
     for one in hosted:
         event("portal-stopped", "stopped", one.spec.portal.name)
     return EXIT_OK
+
+
+def _early_wakeups(datapaths: list):
+    """The event loop's on_ready hook: each portal's data path wakes where its data goes."""
+    if len(datapaths) == 1:
+        return datapaths[0].on_ready
+
+    def on_ready(fds: list) -> None:
+        for datapath in datapaths:
+            datapath.on_ready(fds)
+    return on_ready
 
 
 def _join_local(hosted: list[_Hosted]) -> None:

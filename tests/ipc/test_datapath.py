@@ -1,4 +1,6 @@
 """A worker's data path over real shared-memory rings: what a full ring tells the other portals."""
+import os
+import select
 import time
 import uuid
 
@@ -168,5 +170,52 @@ def test_bursts_are_told_so_the_worker_judges_its_rate_at_once(rings):
         assert loop.run_until(lambda: told["egress"] == 1, 2)
         assert told["ingress"] == 1
     finally:
+        ingress.close()
+        egress.close()
+
+
+def _readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def test_a_readable_socket_wakes_the_workers_its_data_goes_to_before_the_data_is_read(rings):
+    """Early wake-ups: the egress wakes while the ingress still reads, once per park; a
+    ring's own eventfd being ready sets none off; one with no record after it is counted."""
+    ring_set, loop = rings
+    spec = DataPathSpec(ring_set, {"E0": 0, "E1": 1})
+    counters = PortalCounters(), PortalCounters()
+    ingress, egress = DataPath(spec, 0, loop, counters[0]), DataPath(spec, 1, loop, counters[1])
+    portal = _Portal(egress)
+    socket_fd = os.eventfd(0)            # any descriptor that is not a ring's: a source's socket
+    try:
+        loop.run_until(lambda: False, 0.05)                          # the egress parks on ring 0
+        ingress.on_ready([socket_fd])
+        assert not _readable(egress.wakeup.fileno())                 # no frames went anywhere yet
+        ingress.frames(0b010, 7, b"first", 1, 5)
+        assert loop.run_until(lambda: len(portal.got) == 1, 2)
+        loop.run_until(lambda: False, 0.02)                          # parked again
+        assert not _readable(egress.wakeup.fileno())
+
+        ingress.on_ready([ingress.wakeup.fileno(), ingress.producer_wakeup.fileno()])
+        assert not _readable(egress.wakeup.fileno())                 # ring eventfds: no reason
+        ingress.on_ready([ingress.wakeup.fileno(), socket_fd])
+        assert _readable(egress.wakeup.fileno())                     # woken before the record
+        assert counters[0].get("ring_early_wakeups_sent") == 1
+        ingress.frames(0b010, 7, b"second", 1, 6)                    # its commit wakes no one again
+        assert counters[0].get("ring_early_wakeups_sent") == 1
+        assert loop.run_until(lambda: len(portal.got) == 2, 2)
+        assert counters[1].get("ring_early_wakeups_idle") == 0
+
+        loop.run_until(lambda: False, 0.02)
+        ingress.on_ready([socket_fd])                                # data, but none for the egress
+        assert loop.run_until(lambda: counters[1].get("ring_early_wakeups_idle") == 1, 2)
+        loop.run_until(lambda: False, 0.02)                          # it parked again
+        ingress.on_ready([socket_fd])
+        assert counters[0].get("ring_early_wakeups_sent") == 2       # no frames since the last one
+        ingress.frames(0b010, 7, b"third", 1, 5)                     # the commit wakes it as ever
+        assert loop.run_until(lambda: len(portal.got) == 3, 2)
+        assert [frames for _, frames in portal.got] == [b"first", b"second", b"third"]
+    finally:
+        os.close(socket_fd)
         ingress.close()
         egress.close()

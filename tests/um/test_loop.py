@@ -1,4 +1,6 @@
-"""The event loop's timers."""
+"""The event loop: its timers, and the hook that sees ready descriptors first."""
+import os
+
 from router.um.loop import EventLoop
 
 
@@ -18,3 +20,21 @@ def test_cancelled_timers_do_not_pile_up_in_the_loop():
     timer.cancel()
     timer.cancel()                          # twice counts once
     assert loop.cancelled_timers == len([e for e in loop._timers if e[2].cancelled])
+
+
+def test_on_ready_sees_the_ready_descriptors_before_their_handlers_run():
+    loop = EventLoop("on-ready")
+    ready_fd, idle_fd = os.eventfd(1, os.EFD_NONBLOCK), os.eventfd(0, os.EFD_NONBLOCK)
+    seen = []
+    try:
+        loop.add_reader(ready_fd, lambda: (seen.append("handler"), os.eventfd_read(ready_fd)))
+        loop.add_reader(idle_fd, lambda: seen.append("idle handler"))
+        loop.on_ready = lambda fds: seen.append(sorted(fds))
+        loop.run_once(1.0)
+        assert seen == [[ready_fd], "handler"]
+        loop.run_once(0.01)                       # nothing ready: no call
+        assert seen == [[ready_fd], "handler"]
+    finally:
+        loop.close()
+        os.close(ready_fd)
+        os.close(idle_fd)
