@@ -301,12 +301,12 @@ def interpretation(results: dict) -> str:
             "which sends it on (the proxy source's LBT-TCP, or the next peer link). So each router adds a ring "
             "hand-off with an eventfd wake-up, one more loopback TCP crossing with its reader's wake-up, and "
             "two processes' Python work per message; every message is flushed, so each is handled on its own. "
+            "The egress worker's wake-up starts as the message becomes readable at the ingress (an early "
+            "wake-up), so it overlaps the ingress worker's read. "
             f"The routers used {' / '.join(f'{cpu[h]:.0f}' for h in HOPS[1:])} µs of CPU per message each "
-            f"(1, 2, 3 hops; {in_workers:.0%} of it in the workers)")
-    if 0.5 <= cpu[1] / max(step[1], 1e-9) <= 2:
-        text += (f", of the order of the {step[1]:.0f} µs the first router adds, so that per-message work is likely "
-                 "most of a hop's time")
-    text += "."
+            f"(1, 2, 3 hops; {in_workers:.0%} of it in the workers), not all of it on a message's way: "
+            "the two workers of a router run at once, and an egress worker woken early spends part of its "
+            "time watching its ring for the record.")
     if all(step[h] > 1.5 * max(step[1], cpu[h]) for h in HOPS[2:]):
         text += (" The second and third routers add more than their own CPU time per message; the likely rest is "
                  "waiting for a core, as the busy processes (umsrc, umrcv and two workers per router) share "

@@ -405,6 +405,9 @@ class DataPath:
                 if time.perf_counter() >= until:
                     self.counters.add("ring_early_wakeups_idle")
                     break
+                # The CPU goes to any task waiting for it (the ingress worker making the record,
+                # when the kernel put us on its CPU; the next hop's workers): a wait, not a race.
+                os.sched_yield()
         self._woken()
 
     def _woken(self) -> None:
