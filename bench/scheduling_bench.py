@@ -4,11 +4,13 @@ they carry a stream, and why only then.
 1. Unpaced 64 B through two routers on the same host, one with `<worker-scheduling>adaptive` and
    one with `normal`, runs interleaved: throughput and the routers' CPU per message.
 2. Paced 2000 msgs/s on an otherwise idle host, interleaved with the direct path (source and
-   receiver in one domain): what each router adds to the receiver's latency. Adaptive workers on
-   the normal policy ask for the kernel's shortest time slice, `normal` ones keep the default.
+   receiver in one domain): what each router adds to the receiver's latency. Workers on the normal
+   policy ask for the kernel's shortest time slice; the bench puts the `normal` router's workers
+   back on the default slice, so the two compare the slice.
 3. Paced 2000 msgs/s while two busy loops keep both CPUs busy (bounded in time): adaptive workers,
-   workers on the normal policy, then those forced to SCHED_BATCH for the whole run (what adaptive
-   scheduling would do if it batched paced traffic too): the receiver's latency.
+   workers on the normal policy and the default slice, then those forced to SCHED_BATCH for the
+   whole run (what adaptive scheduling would do if it batched paced traffic too): the receiver's
+   latency.
 
     python -m bench.scheduling_bench
 """
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 
 from bench.report import table, write_section
+from router.worker.scheduling import DEFAULT_SLICE, set_attributes
 from bench.router_bench import (PYTHON, children, domain, endpoint_xml, gateway_config, measured, spawn, stop,
                                 um_run, wait_stderr)
 
@@ -30,7 +33,7 @@ COMMAND = ".venv/bin/python -m bench.scheduling_bench"
 RUNS = 3
 HOG_SECONDS = 60          # the busy loops end by themselves even if this process dies
 IDLE_LABELS = {"direct": "direct path (no router)", "adaptive": "adaptive: normal policy, 100 µs slice",
-               "normal": "normal: normal policy, default slice"}
+               "normal": "normal, on the default slice (set by the bench)"}
 
 
 def start_router(directory: Path, mode: str, lan1: Path, lan2: Path) -> subprocess.Popen:
@@ -50,6 +53,13 @@ def busy_loops() -> list[subprocess.Popen]:
 def force_batch(router: subprocess.Popen) -> None:
     for pid in children(router.pid):
         os.sched_setscheduler(pid, os.SCHED_BATCH, os.sched_param(0))
+
+
+def default_slice(router: subprocess.Popen) -> None:
+    """The router's workers (their main threads) back on the kernel's default slice: what they
+    would run with if they did not ask for the short one."""
+    for pid in children(router.pid):
+        set_attributes(pid, os.SCHED_OTHER, DEFAULT_SLICE)
 
 
 def main() -> int:
@@ -75,6 +85,7 @@ def main() -> int:
                 throughput.append([mode, count, f"{statistics.median(rates):,.0f} ({min(rates):,.0f}–{max(rates):,.0f})",
                                    f"{statistics.median(r['router_cpu_us'] for r in results):.2f}",
                                    " · ".join(str(r["gaps"] + r["duplicates"] + count - r["received"]) for r in results)])
+            default_slice(routers["normal"])     # from here on: the slice compared
             rate, paced = 2000, 2000 * 5
             paced_args = ("-P", rate, "-F")
             idle_runs = {path: [] for path in ("direct", *domains)}
@@ -91,7 +102,7 @@ def main() -> int:
                 idle.append([IDLE_LABELS[path], f"{rate} msgs/s, 64 B", medians[path]["p50"], medians[path]["p99"],
                              "" if path == "direct" else round(medians[path]["p50"] - medians["direct"]["p50"], 1),
                              " · ".join(str(r["gaps"] + paced - r["received"]) for r in results)])
-            for label in ("adaptive (short slice)", "normal policy", "SCHED_BATCH throughout"):
+            for label in ("adaptive (short slice)", "normal policy, default slice", "SCHED_BATCH throughout"):
                 mode = "adaptive" if label.startswith("adaptive") else "normal"
                 lan1, lan2 = domains[mode]
                 if label.startswith("SCHED_BATCH"):

@@ -19,12 +19,13 @@ event loop runs on its main thread, which is the one switched. A worker started 
 than the normal one (chrt, systemd's CPUSchedulingPolicy=) keeps it. The supervisor reads the
 policy back with `policy_of(pid)` for `routerctl status`.
 
-On the normal policy an adaptive worker also asks for the kernel's shortest time slice
+On the normal policy a worker (adaptive or normal) also asks for the kernel's shortest time slice
 (LATENCY_SLICE_NS; `sched_setattr`'s runtime for a fair task, Linux 6.12 and later). The fair
 scheduler (EEVDF) lets a woken task preempt the running one only if its deadline, its slice after
 it became runnable, comes first: with the default slice a worker woken by a source's send waits
-for that source to finish its own turn and sleep (measured: about 5 µs a paced message, on the
-path of every one; BENCHMARKS.md, "Worker scheduling"). A worker's turn on a paced message is tens
+for that source, or whatever else runs there, to finish its own turn (measured with both CPUs
+busy: a paced message's p50 63 µs with the short slice against 785 µs with the default one;
+BENCHMARKS.md, "Worker scheduling"). A worker's turn on a paced message is tens
 of µs, well inside the short slice, so it costs the worker nothing; batching restores the default
 slice (long turns are the point of it). Kernels without custom slices ignore the request; an
 architecture whose system call numbers are not known here switches the policy only.
@@ -32,6 +33,7 @@ architecture whose system call numbers are not known here switches the policy on
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import os
 import platform
@@ -89,7 +91,10 @@ _SCHED_ATTR = struct.Struct("=IIQiIQQQ")
 _libc = ctypes.CDLL(None, use_errno=True) if _SYSCALLS else None
 
 
-def _set_attributes(pid: int, policy: int, slice_ns: int) -> None:
+def set_attributes(pid: int, policy: int, slice_ns: int) -> None:
+    """sched_setattr for a fair policy: `policy` with a slice of `slice_ns` (0: the default)."""
+    if not _SYSCALLS:
+        raise OSError(errno.ENOSYS, f"sched_setattr: its number on {platform.machine()} is not known here")
     attr = ctypes.create_string_buffer(_SCHED_ATTR.pack(_SCHED_ATTR.size, policy, 0, 0, 0, slice_ns, 0, 0),
                                        _SCHED_ATTR.size)
     if _libc.syscall(_SYSCALLS[0], pid, attr, 0) != 0:
@@ -116,9 +121,9 @@ def _set_policy(batch: bool) -> None:
     if _slices["settable"]:
         try:
             if batch:
-                _set_attributes(0, os.SCHED_BATCH, DEFAULT_SLICE)
+                set_attributes(0, os.SCHED_BATCH, DEFAULT_SLICE)
             else:
-                _set_attributes(0, os.SCHED_OTHER, LATENCY_SLICE_NS)
+                set_attributes(0, os.SCHED_OTHER, LATENCY_SLICE_NS)
             return
         except OSError as err:      # e.g. a seccomp filter that knows only sched_setscheduler
             log.info("worker keeps the kernel's default time slice: %s", err)
@@ -136,7 +141,8 @@ class WorkerScheduling:
             raise ValueError(f"worker scheduling must be one of {', '.join(MODES)}, not {mode!r}")
         if inherited is None:
             inherited = os.sched_getscheduler(0)
-        if mode == ADAPTIVE and inherited != os.SCHED_OTHER:
+        own_policy = inherited != os.SCHED_OTHER
+        if own_policy:
             # Started with a policy of its own (chrt, systemd's CPUSchedulingPolicy=): keep it.
             log.info("worker keeps the scheduling policy it was started with (%s)",
                      _POLICY_NAMES.get(inherited, inherited))
@@ -147,8 +153,8 @@ class WorkerScheduling:
         self.set_policy = set_policy
         self.batching = False
         self._last: tuple[float, int] | None = None
-        if mode == ADAPTIVE:
-            self._apply(False)       # the normal policy, with the short slice
+        if not own_policy:
+            self._apply(False)       # the normal policy, with the short slice (either mode)
 
     def _apply(self, batch: bool) -> bool:
         try:

@@ -28,10 +28,9 @@ def test_workers_batch_only_while_they_carry_a_stream(routers, tools, make_domai
     router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
                            daemon_extra=f"    <worker-scheduling>{mode}</worker-scheduling>\n").wait_ready()
     assert policies(router) == {"LAN1": "normal", "LAN2": "normal"}
-    # Adaptive workers ask for the shortest slice, so that their wake-ups preempt (Linux 6.12 and
-    # later say so; an older kernel reports no slice).
-    default_slice = slice_of(os.getpid())
-    idle_slice = None if default_slice is None else (LATENCY_SLICE_NS if mode == "adaptive" else default_slice) / 1000
+    # Workers on the normal policy ask for the shortest slice, so that their wake-ups preempt
+    # (Linux 6.12 and later say so; an older kernel reports no slice).
+    idle_slice = None if slice_of(os.getpid()) is None else LATENCY_SLICE_NS / 1000
     assert slices(router) == {"LAN1": idle_slice, "LAN2": idle_slice}
     # 50,000 messages a second, well above the switch-over, for at most 8 s.
     count = 400_000

@@ -90,12 +90,13 @@ def test_a_burst_of_paced_traffic_does_not_batch():
 
 
 def test_normal_never_switches():
+    """It takes the normal policy with the short slice once, and never batches."""
     sched, counters, clock, applied = scheduling("normal")
     run(sched, counters, clock, [0, 1_000_000, 1_000_000])
     clock.now += 1.0
     counters.add("transport_topic_fragments_rcvd", 1_000_000)
     sched.nudge()
-    assert applied == []
+    assert applied == [False] and not sched.batching
 
 
 def test_a_refused_switch_keeps_the_normal_policy_for_good():
