@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from bench.report import table, write_section
-from router.worker.scheduling import DEFAULT_SLICE, set_attributes
 from bench.router_bench import (PYTHON, children, domain, endpoint_xml, gateway_config, measured, spawn, stop,
                                 um_run, wait_stderr)
+from router.worker.scheduling import DEFAULT_SLICE, set_attributes
 
 COMMAND = ".venv/bin/python -m bench.scheduling_bench"
 RUNS = 3

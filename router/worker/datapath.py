@@ -155,7 +155,7 @@ class DataPath:
         # Early wake-ups: the portals (in other processes) frames went to since the last one, and
         # the descriptors whose readiness is no reason for one (the rings' own eventfds here).
         self._frames_mask = 0
-        self._ring_fds = frozenset({self.wakeup.fileno(), self.producer_wakeup.fileno()})
+        self._ring_fds = self._eventfds()
         loop.call_later(0, self._woken)
 
     def _memory(self, ring: int) -> memoryview:
@@ -188,8 +188,10 @@ class DataPath:
         self.local_mask = 0
         for index in self.local:
             self.local_mask |= 1 << index
-        self._ring_fds = frozenset({self.wakeup.fileno(), self.producer_wakeup.fileno()}.union(
-            *({peer.wakeup.fileno(), peer.producer_wakeup.fileno()} for peer in self.local.values())))
+        self._ring_fds = self._eventfds().union(*(peer._eventfds() for peer in self.local.values()))
+
+    def _eventfds(self) -> frozenset:
+        return frozenset({self.wakeup.fileno(), self.producer_wakeup.fileno()})
 
     # -- early wake-ups ----------------------------------------------------------------------------
     def on_ready(self, fds: list) -> None:
