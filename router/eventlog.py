@@ -50,6 +50,9 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "request-port-unavailable": ("UMR-3004-1", logging.WARNING),
     "proxy-requests-evicted": ("UMR-3004-2", logging.WARNING),
     "response-no-proxy-request": ("UMR-3004-3", logging.WARNING),
+    "unicast-no-route": ("UMR-3005-1", logging.WARNING),        # the DRO's Gwd-6361-123
+    "unicast-before-routes": ("UMR-3005-2", logging.WARNING),   # the DRO's Gwd-6361-124
+    "unicast-loop": ("UMR-3005-3", logging.WARNING),
     "peer-link-up": ("UMR-1201-1", logging.INFO),
     "peer-link-down": ("UMR-1201-2", logging.WARNING),
     "peer-connect-failed": ("UMR-1201-3", logging.WARNING),

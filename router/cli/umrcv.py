@@ -88,13 +88,27 @@ def main(argv=None) -> int:
     parser.add_argument("--topicless", action="store_true",
                         help="receive topicless multicast immediate messages (no topic); immediate messages "
                              "to a topic reach its receiver without this")
+    parser.add_argument("--unicast", action="store_true",
+                        help="also take unicast immediate messages: open this context's request port and say "
+                             "its address on standard error (umsrc --unicast sends to it)")
     parser.add_argument("topic", nargs="?")
     args = parser.parse_args(argv)
     if args.topicless:
-        return run_receiver(args, lambda ctx, on_batch, on_event: ctx.immediate_receiver(lambda m: on_batch((m,))))
+        return run_receiver(args, lambda ctx, on_batch, on_event: _receive(
+            args, ctx, lambda: ctx.immediate_receiver(lambda m: on_batch((m,)))))
     if args.topic is None:
         parser.error("a topic is needed (or --topicless)")
-    return run_receiver(args, lambda ctx, on_batch, on_event: ctx.receiver(args.topic, on_event=on_event, on_batch=on_batch))
+    return run_receiver(args, lambda ctx, on_batch, on_event: _receive(
+        args, ctx, lambda: ctx.receiver(args.topic, on_event=on_event, on_batch=on_batch)))
+
+
+def _receive(args, context, start):
+    found = start()
+    if args.unicast:
+        ip, port = context.request_address()
+        print(f"umrcv: unicast immediate messages to TCP:{ip}:{port} (from another domain: "
+              f"TCP:<this domain's id>:{ip}:{port})", file=sys.stderr, flush=True)
+    return found
 
 
 # What each kind of transport session's receiver counts that a user asks about (UM's lbmrcv -v

@@ -1,7 +1,9 @@
 """umsrc: publish numbered, timestamped messages on a topic (after UM's lbmsrc sample).
 
 With --immediate it sends them as multicast immediate messages to the topic instead, without a
-source (UM's lbmimsg); with --topicless, as topicless immediate messages."""
+source (UM's lbmimsg); with --topicless, as topicless immediate messages; with --unicast TARGET, as
+unicast immediate messages to one context (lbmimsg -T), in this domain or, through the routers,
+another (TCP:domain:ip:port)."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +12,7 @@ import sys
 import time
 
 from router.cli import payload
+from router.um.unicast_immediate import NoRouteToDomain, parse_target
 from router.cli.common import (add_context_arguments, add_wait_arguments, open_context, print_json, setup_logging,
                                stop_event_on_signals, wait_for_receivers)
 
@@ -35,12 +38,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="send multicast immediate messages to the topic (no source, no topic resolution)")
     parser.add_argument("--topicless", action="store_true",
                         help="send topicless multicast immediate messages (implies --immediate; no topic)")
+    parser.add_argument("-U", "--unicast", metavar="TARGET",
+                        help="send unicast immediate messages to the context at TARGET, TCP:ip:port or, in "
+                             "another domain through the routers, TCP:domain:ip:port (implies --immediate)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
     parser.add_argument("topic", nargs="?")
     args = parser.parse_args(argv)
-    if args.topicless:
+    if args.topicless or args.unicast:
         args.immediate = True
-    elif args.topic is None:
+    if args.unicast:
+        try:
+            parse_target(args.unicast)
+        except ValueError as err:
+            parser.error(str(err))
+    if not args.topicless and args.topic is None:
         parser.error("a topic is needed (or --topicless)")
     return args
 
@@ -58,16 +69,22 @@ def main(argv=None) -> int:
     source_id = args.source_id if args.source_id is not None else int.from_bytes(os.urandom(4), "big")
     try:
         if args.immediate:
-            source = ImmediateSender(context, None if args.topicless else args.topic)
+            source = ImmediateSender(context, None if args.topicless else args.topic, args.unicast)
         else:
             source = context.source(args.topic, transport=args.transport)
         if not args.immediate and not wait_for_receivers(source, args, stop, "umsrc"):
+            return 1
+        if args.unicast and not _wait_for_route(context, parse_target(args.unicast), args, stop):
             return 1
         if args.start_on_stdin:
             print("umsrc: waiting for a line on standard input", file=sys.stderr, flush=True)
             sys.stdin.readline()
         started = time.monotonic()
-        sent = _send(source, buffer, source_id, args, stop)
+        try:
+            sent = _send(source, buffer, source_id, args, stop)
+        except NoRouteToDomain as err:            # the route went away while sending
+            print(f"umsrc: {err}", file=sys.stderr)
+            return 1
         source.flush()
         elapsed = time.monotonic() - started
         stop.wait(args.linger)
@@ -82,16 +99,32 @@ def main(argv=None) -> int:
     return 0
 
 
+def _wait_for_route(context, target, args, stop) -> bool:
+    """A target in another domain: wait (--wait-timeout) until a router here says it reaches it."""
+    deadline = time.monotonic() + args.wait_timeout
+    while target.domain is not None and target.domain != context.domain_id \
+            and context.resolver.domain_routes.router_for(target.domain) is None:
+        if stop.is_set() or time.monotonic() >= deadline:
+            print(f"umsrc: no router in this domain said it reaches domain {target.domain} within "
+                  f"{args.wait_timeout:g} s", file=sys.stderr)
+            return False
+        stop.wait(0.05)
+    return True
+
+
 class ImmediateSender:
     """The parts of a source umsrc uses, for immediate messages (each one is sent at once)."""
 
     receiver_count = None           # immediate messages do not know who receives them
 
-    def __init__(self, context, topic: str | None):
-        self.context, self.topic = context, topic
+    def __init__(self, context, topic: str | None, target: str | None = None):
+        self.context, self.topic, self.target = context, topic, target
 
     def send(self, data, flush: bool = False) -> None:
-        self.context.send_immediate(self.topic, data)
+        if self.target is None:
+            self.context.send_immediate(self.topic, data)
+        else:
+            self.context.send_unicast_immediate(self.target, self.topic, data)
 
     def flush(self) -> None:
         pass

@@ -127,6 +127,12 @@ LATE_JOIN_COUNTERS = (
 # multicast immediate messages (and their fragments) that do not parse.
 BAD_INPUT_COUNTERS = ("patterns_invalid", "transport_malformed", "link_handshakes_rejected", "immediate_malformed")
 
+# Added with unicast immediate messages routed across domains (router/portals/unicast_routing.py):
+# those dropped because no path led to their domain (before the first route calculation, none at
+# all, or a loop), as the DRO's Endpoint.Receive/Peer.Receive statistics name them. The ones
+# received, forwarded, sent and dropped for errors count with the responses (REQUEST_COUNTERS).
+UNICAST_COUNTERS = ("unicast_data_msgs_dropped_no_route", "unicast_data_msg_bytes_dropped_no_route")
+
 # Added with early wake-ups (router/worker/datapath.py): workers this portal's worker woke as data
 # for them arrived, before it was in the ring, and early wake-ups of this one that waited for a
 # record in vain (the data was for no one here: topic resolution, say).
@@ -135,7 +141,7 @@ EARLY_WAKE_COUNTERS = ("ring_early_wakeups_sent", "ring_early_wakeups_idle")
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
                  + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS
-                 + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS)
+                 + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

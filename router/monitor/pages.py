@@ -33,6 +33,8 @@ ENDPOINT_RECEIVE = (
     ("Unicast data messages/bytes received", "unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd"),
     ("Unicast data messages/bytes received with unknown forwarding info", "unicast_data_msgs_rcvd_unknown_fwd",
      "unicast_data_msg_bytes_rcvd_unknown_fwd"),
+    ("Unicast data messages/bytes dropped due to no route", "unicast_data_msgs_dropped_no_route",
+     "unicast_data_msg_bytes_dropped_no_route"),
     *IMMEDIATE_RECEIVE,
 )
 ENDPOINT_SEND = (
@@ -73,6 +75,8 @@ PEER_RECEIVE = (
     ("Unicast data messages/bytes received", "unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd"),
     ("Unicast data messages/bytes received with unknown forwarding info", "unicast_data_msgs_rcvd_unknown_fwd",
      "unicast_data_msg_bytes_rcvd_unknown_fwd"),
+    ("Unicast data messages/bytes dropped due to no route", "unicast_data_msgs_dropped_no_route",
+     "unicast_data_msg_bytes_dropped_no_route"),
     *IMMEDIATE_RECEIVE,
     ("UDP datagrams/bytes received", "udp_datagrams_rcvd", "udp_datagram_bytes_rcvd"),
     ("UDP NAKs sent", "udp_naks_sent", None),

@@ -8,7 +8,8 @@ TSNI) behind a stream's frames — and differ
 only in where they send them (proxy sources in a domain, or a peer link). `EgressRecords.on_record`
 decodes and checks each record once, counts what is malformed or meant for a stream this portal
 does not know, and calls the portal's `egress_advert`, `egress_frames`, `egress_request_frames`,
-`egress_eos`, `egress_response` and `egress_immediate`.
+`egress_eos`, `egress_response`, `egress_immediate` and `egress_unicast` (unicast immediate
+messages on their way to another domain).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import logging
 
 from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RECORD_IMMEDIATE, RECORD_LATE_JOIN,
                                    RECORD_LATE_JOIN_ANSWER, RECORD_REQUEST_FRAMES, RECORD_RESPONSE,
-                                   RECORD_SEQUENCE_INFO, RecordError, StreamAdvert, decode_eos, decode_frames,
+                                   RECORD_SEQUENCE_INFO, RECORD_UNICAST, RecordError, StreamAdvert, decode_eos, decode_frames,
                                    decode_immediate, decode_late_join, decode_late_join_answer, decode_response,
                                    decode_sequence_info)
 
@@ -46,6 +47,8 @@ class EgressRecords:
                 self.late_join_answer(ring, *decode_late_join_answer(payload))
             elif record_type == RECORD_SEQUENCE_INFO:
                 self.egress_sequence_info(ring, *decode_sequence_info(payload))
+            elif record_type == RECORD_UNICAST:
+                self.egress_unicast(ring, bytes(payload))
             else:
                 raise RecordError(f"unknown ring record type {record_type}")
         except RecordError as err:
@@ -93,6 +96,11 @@ class EgressRecords:
     def egress_sequence_info(self, ring: int, stream_id: int, sqn: int) -> None:
         """The stream's origin said (TSNI) `sqn` is the last it sent: what this portal sends the
         stream to says it on, so a tail lost before here is told beyond."""
+        raise NotImplementedError
+
+    def egress_unicast(self, ring: int, frame: bytes) -> None:
+        """A unicast immediate message for a domain this portal is the next hop toward
+        (router.portals.unicast_routing)."""
         raise NotImplementedError
 
     def egress_advert(self, ring: int, advert: StreamAdvert) -> None:

@@ -22,6 +22,9 @@ from router.portals.ingress import Ingress
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings, pattern_problem
 from router.portals.late_join_relay import LateJoinRelay
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
+from router.portals.unicast_routing import UnicastRouting, reached_domains
+from router.um.requests import RequestPortUnavailable
+from router.um.unicast_immediate import Uim, decode_uim
 from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
 from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
@@ -36,7 +39,8 @@ from router.worker.records import RecordError, frame_offsets
 from router.um.wire.lbmr import (SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE, TMR_FLAG_WILDCARD_PCRE,
                                  TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC, TMR_TOPIC_USE,
                                  TRREQ_QUERY, TRREQ_WILDCARD_QUERY, GatewayContextInfo, GatewayInterest,
-                                 InterestRecord, LbmrPacket, LocalDomainOption, SrcIdOption, SrcTypeOption, Tmr,
+                                 InterestRecord, LbmrPacket, LocalDomainOption, RemoteDomainRoute, SrcIdOption,
+                                 SrcTypeOption, Tmr,
                                  TopicManagement, TopicResolution, TopicResRequest, WildcardQuery)
 from router.um.wire.lbmr_constants import (INTEREST_CANCEL, INTEREST_PATTERN, INTEREST_REFRESH, PATTERN_PCRE,
                                            PATTERN_REGEX)
@@ -108,12 +112,15 @@ class EndpointPortal(EgressRecords):
             self.name, loop, self.context.channel.interface, node_id,
             route_info.timeout if route_info is not None else 4000, self.context.channel.send_packet,
             self._route_info_in, counters, log_event)
-        self._ctxinfo_timer = loop.call_every(propagation, self.routes_channel.announce)
-        loop.call_later(0, self.routes_channel.announce)
+        self._ctxinfo_timer = loop.call_every(propagation, self._announce)
+        loop.call_later(0, self._announce)
         self._conflicts_logged: dict[int, float] = {}
         self.counters.set("data_bytes_enqueued_limit", config.max_queue)
         self._interest_timer = None
         self._rate_limited = RateLimitedEvents(log_event)
+        # Unicast immediate messages for other domains: this portal takes them at its request port.
+        self.unicast = UnicastRouting(self.name, self.view, datapath, counters, self._rate_limited)
+        self.context.uim_router = self._unicast_in
         self._sent_frames = self._sent_bytes = 0          # added to the counters once per ring batch
         self._queue_timer = loop.call_every(0.25, self.refresh_queue_counters)
         self._start_requests()
@@ -406,6 +413,57 @@ class EndpointPortal(EgressRecords):
             self._rate_limited("response-no-proxy-request", f"response from {source} to request index {qidx}, "
                                                             f"which has no proxy request here; dropped")
         return True                   # taken either way: the router's context sends no requests of its own
+
+    # -- unicast immediate messages for other domains (router.portals.unicast_routing) -----------
+    def _announce(self) -> None:
+        """Every propagation interval: to the routers on this domain, where we take route-info;
+        to its applications, the domains we reach and where we take their messages for them."""
+        self.routes_channel.announce()
+        domains = reached_domains(self.view, self.name, self.domain_id)
+        if not domains:
+            return
+        try:
+            ipaddr, port = self.context.request_address()
+        except RequestPortUnavailable as err:
+            self._rate_limited("request-port-unavailable", f"unicast immediate messages are not routed: {err}")
+            return
+        self.context.channel.send_packet(LbmrPacket(RemoteDomainRoute(ipaddr, port, domains)))
+
+    def _unicast_in(self, uim: Uim, peer: str) -> None:
+        """A message at our request port for another domain (it carries DESTINATION): on by the
+        next hop; this domain is where it came from."""
+        if uim.destination.domain_id == self.domain_id:         # ours: the sender did not know
+            self.counters.add_pair("unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd", 1, len(uim.frame))
+            self._unicast_out(uim.frame, uim.destination)
+            return
+        self.unicast.route(uim.frame, uim.destination, self.domain_id)
+
+    def egress_unicast(self, ring: int, frame: bytes) -> None:
+        try:
+            uim = decode_uim(frame)
+        except WireError as err:
+            self.counters.add("ring_records_malformed")
+            log.warning("portal %s: a unicast message record does not parse: %s", self.name, err)
+            return
+        if uim.destination is None:
+            self.counters.add("ring_records_malformed")
+            return
+        self._unicast_out(frame, uim.destination)
+
+    def _unicast_out(self, frame: bytes, destination) -> None:
+        """Into this domain: to the target itself, or (a transit domain) to the router here that
+        reaches the target's domain."""
+        address = (destination.ipaddr, destination.port)
+        if destination.domain_id != self.domain_id:
+            own = self.context.request_port.address if self.context.request_port is not None else None
+            address = self.context.resolver.domain_routes.router_for(destination.domain_id, besides=own)
+            if address is None:
+                self.unicast.no_route(len(frame), "unicast-no-route",
+                                      f"a unicast immediate message for domain {destination.domain_id}: no router "
+                                      f"on domain {self.domain_id} says it reaches it; dropped")
+                return
+        self.context.responder.send_unicast(address, frame)
+        self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(frame))
 
     def egress_response(self, ring: int, ipaddr: str, port: int, qidx: int, data: bytes) -> None:
         """A response another portal received for a requester in this domain."""

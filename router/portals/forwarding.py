@@ -36,6 +36,7 @@ class ForwardingView:
         self.table_version = -1
         self._egress: dict[tuple[int, int], str | None] = {}
         self._entry: dict[int, frozenset[str]] = {}
+        self._next_hop: dict[int, str | None] = {}
 
     # -- updates -------------------------------------------------------------------------------
     def load_routes(self, message: bm.RouteTable) -> bool:
@@ -47,6 +48,7 @@ class ForwardingView:
         self.routes = Routes(snapshot).for_router(message.local_id)
         self._egress.clear()
         self._entry.clear()
+        self._next_hop.clear()
         return True
 
     def apply(self, message, datapath) -> str | None:
@@ -84,6 +86,13 @@ class ForwardingView:
             self._egress[key] = (None if self.routes is None or origin == destination
                                  else self.routes.egress_portal(origin, destination))
         return self._egress[key]
+
+    def next_hop(self, destination: int) -> str | None:
+        """The portal by which this router sends toward domain `destination` (None: no path, or
+        no route table yet). Unicast messages go this way, whatever domain they came from."""
+        if destination not in self._next_hop:
+            self._next_hop[destination] = None if self.routes is None else self.routes.next_hop_portal(destination)
+        return self._next_hop[destination]
 
     def entry_portals(self, destination: int) -> frozenset[str]:
         """Portals through which chosen paths toward ``destination`` enter this router."""

@@ -46,7 +46,8 @@ from router.portals.interest import pattern_problem
 from router.portals.peer_dual_link import DualPeerLink
 from router.portals.peer_late_join import PeerLateJoinRelay, is_late_join_answer, is_late_join_request
 from router.portals.peer_link import PeerLink
-from router.portals.peer_responses import is_response, response_message
+from router.portals.peer_responses import is_response, is_unicast, response_message
+from router.portals.unicast_routing import UnicastRouting
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.streams import StreamTable
 from router.routing.route_info import is_route_info
@@ -125,6 +126,7 @@ class PeerPortal(EgressRecords):
         self.peer_name, self.peer_node_id = "", 0
         self._withdraw_pending = False
         self.late_join = PeerLateJoinRelay(self.name, self.link, datapath, counters)
+        self.unicast = UnicastRouting(self.name, self.view, datapath, counters, self._rate_limited)
         self.counters.set("data_bytes_enqueued_limit", config.max_queue)
         self.link.start()
 
@@ -216,6 +218,8 @@ class PeerPortal(EgressRecords):
             self.late_join.request_in(message, self.link_indexes.get)
         elif is_response(message):
             self._response_in(message)
+        elif is_unicast(message):
+            self._unicast_in(message)
         elif isinstance(head, (TopicInterest, PatternInterest)):
             self._heard_interest(message)
         elif isinstance(head, Advertisement):
@@ -308,6 +312,20 @@ class PeerPortal(EgressRecords):
             self._malformed(f"immediate message: {err}")
             return
         self.immediates.heard(origin_domain, origin, message.sqn, has_topic, frame)
+
+    def _unicast_in(self, message: LbmcMessage) -> None:
+        """A unicast immediate message the far router sent on toward its domain."""
+        try:
+            frame = encode_lbmc(message)
+        except WireError as err:
+            self._malformed(f"unicast immediate message: {err}")
+            return
+        self.unicast.route(frame, message.headers[0])
+
+    def egress_unicast(self, ring: int, frame: bytes) -> None:
+        """Over the link to the next router, as it is (the link counts what it could not take)."""
+        if self.link.send_data(frame, 1):
+            self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(frame))
 
     def egress_immediate(self, ring: int, origin_domain: int, has_topic: bool, frame: bytes) -> None:
         """Over the link to the next router (counted as not sent if the link is down or full)."""

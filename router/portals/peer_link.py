@@ -33,7 +33,7 @@ from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRA
                                              LinkState)
 from router.portals.immediate import is_immediate
 from router.portals.peer_late_join import is_late_join_answer
-from router.portals.peer_responses import is_response
+from router.portals.peer_responses import is_unicast
 from router.um.frame_runs import MIN_RUN, equal_frames, frames_and_last_sequence_numbers
 from router.um.wire.lbmc_constants import NHDR_DESTINATION, NHDR_ODOMAIN, NHDR_REQUEST
 from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, LbmcMessage,
@@ -539,7 +539,7 @@ class PeerLink:
             self.counters.add("link_malformed")
             self._fire(E.LOST, "protocol error: a second handshake on an established link")
             return
-        if not control and self.on_data is not None and not is_response(message) and not is_immediate(message) \
+        if not control and self.on_data is not None and not is_unicast(message) and not is_immediate(message) \
                 and not is_late_join_answer(message):
             self._call_owner(self.on_data, message.tidx, raw, 1, size)
             return

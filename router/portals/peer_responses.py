@@ -9,6 +9,9 @@ and, when a responder answers, sends the response back over the link as a unicas
 DESTINATION (0x64, "UIM routing across domains", spec/wire.md §3 b) names the requester the
 request carried (ip, port) and one hop taken; the index alone finds the proxy request, the rest
 is there for someone reading the link in Wireshark.
+
+A unicast immediate message crosses a link the same way, with topic index 0 (a request index is
+never 0) and its DESTINATION as its sender made it.
 """
 from __future__ import annotations
 
@@ -22,6 +25,12 @@ def response_message(qidx: int, sqn: int, ipaddr: str, port: int, data: bytes) -
                        tidx=qidx, sqn=sqn)
 
 
-def is_response(message: LbmcMessage) -> bool:
+def is_unicast(message: LbmcMessage) -> bool:
+    """A unicast message on the link: a response, or a unicast immediate message on its way to
+    another domain (router.portals.unicast_routing), whose topic index is 0."""
     return message.msg_type == LBMC_TYPE_MESSAGE and bool(message.headers) \
         and isinstance(message.headers[0], Destination)
+
+
+def is_response(message: LbmcMessage) -> bool:
+    return is_unicast(message) and message.tidx != 0

@@ -35,6 +35,8 @@ from router.um.responder import ResponseSender
 from router.um.retention import Retention
 from router.um.source import Source
 from router.um.source_cache import Candidate
+from router.um.unicast_immediate import NoRouteToDomain, Uim, decode_uim, encode_uim, is_uim_frame, parse_target, source_of
+from router.um.wire.lbmc_headers import Destination
 from router.lbtipc.receiver import LbtipcSessionClient
 from router.lbtipc.source import LbtipcSourceSession
 from router.um.late_join import LateJoinClient, LateJoinServer, LateJoinSettings
@@ -128,6 +130,10 @@ class Context:
         # A router's hook for the answers to late-join requests it relayed (router.portals.late_join_relay):
         # frame -> True if taken.
         self.uim_relay: Callable[[bytes, object], bool] | None = None
+        # Unicast immediate messages (router.um.unicast_immediate). A router's portal takes those
+        # that carry a DESTINATION (uim, the connection's "TCP:ip:port") instead of delivering them.
+        self.uim_router: Callable[[Uim, str], None] | None = None
+        self.uim_counters = {"uim_sent": 0, "uim_received": 0, "uim_no_route": 0, "uim_malformed": 0}
         # Multicast immediate messaging (router.um.immediate): opened on first use.
         self.immediate: ImmediateChannel | None = None
         self.immediate_callbacks: list[OnMessage] = []           # topicless messages
@@ -206,8 +212,32 @@ class Context:
         channel = self.immediate or self._call(self._immediate_channel)
         return channel.send(topic, data)
 
+    def send_unicast_immediate(self, target: str, topic: str | None, data) -> None:
+        """A unicast immediate message (lbm_unicast_immediate_message) to the context at `target`,
+        `TCP:ip:port` in this domain or `TCP:domain:ip:port` anywhere a router reaches; `topic`
+        None for a topicless one (router.um.unicast_immediate). From any thread; it is queued on a
+        TCP connection to the target (or to the router that takes it there) and sent in order with
+        this context's other messages to that address. ValueError for a bad target or a message
+        larger than one frame; NoRouteToDomain if no router in this domain reaches the domain."""
+        where = parse_target(target)
+        own = self.resolver.domain_id
+        destination, address = None, (where.ipaddr, where.port)
+        if where.domain is not None and where.domain != own:
+            address = self.resolver.domain_routes.router_for(where.domain)
+            if address is None:
+                self.uim_counters["uim_no_route"] += 1
+                known = sorted(self.resolver.domain_routes.domains())
+                raise NoRouteToDomain(f"unicast immediate message to {target}: no router in this domain reaches "
+                                      f"domain {where.domain} (domains reached: {known or 'none heard'})")
+            orig_ip, orig_port = self.request_address()        # where an answer to it comes
+            destination = Destination(where.domain, where.ipaddr, where.port, 0, own or 0, orig_ip, orig_port)
+        frame = encode_uim(0, topic, data, destination)
+        self.uim_counters["uim_sent"] += 1
+        self.responder.send_unicast(address, frame)
+
     def immediate_receiver(self, on_message: OnMessage) -> None:
-        """Deliver topicless immediate messages to `on_message` (topic ones go to the topic's receivers)."""
+        """Deliver topicless immediate messages to `on_message` (topic ones go to the topic's receivers).
+        Unicast immediate messages are delivered the same way."""
         def add() -> None:
             self.immediate_callbacks.append(on_message)
             self._listen_immediate()
@@ -236,6 +266,7 @@ class Context:
             found.update(self.immediate.reassembly.counters)
         found.update(self.resolver.counters)
         found.update(self.request_counters)
+        found.update(self.uim_counters)
         found.update(self.responder.counters)
         found.update(self.late_join_server.counters)
         found.update(self.late_join_counters)
@@ -284,8 +315,11 @@ class Context:
             listener(message)
 
     def _immediate_in(self, message: ImmediateMessage) -> None:
-        topic = message.topic
-        delivered = Message(topic or "", message.source, message.sqn, message.data)
+        self._deliver_immediate(message.topic, Message(message.topic or "", message.source, message.sqn, message.data))
+
+    def _deliver_immediate(self, topic: str | None, delivered: Message) -> None:
+        """An immediate message (multicast or unicast): to the topic's receivers, or a topicless
+        one to the immediate-message callbacks."""
         if topic is None:
             for callback in self.immediate_callbacks:
                 callback(delivered)
@@ -425,6 +459,9 @@ class Context:
         """A frame on a UIM connection to our request port that is not a response: late join's
         requests (we are the source) and answers (we are the receiver)."""
         kind = frame[0]
+        if is_uim_frame(frame):
+            self._unicast_in(frame, connection)
+            return
         if self.uim_relay is not None and self.uim_relay(frame, connection):
             return                            # an answer to a request a router relayed
         if kind == LBMC_TYPE_RETRANS and len(frame) >= MESSAGE_HEADER.size:
@@ -455,6 +492,22 @@ class Context:
             if known:
                 return
         self.late_join_counters["uim_frames_unknown"] += 1
+
+    def _unicast_in(self, frame: bytes, connection) -> None:
+        """A unicast immediate message at our request port (loop thread)."""
+        try:
+            uim = decode_uim(frame)
+        except WireError as err:
+            self.uim_counters["uim_malformed"] += 1
+            log.warning("context %s: a malformed unicast immediate message from %s dropped: %s", self.name,
+                        connection.source, err)
+            return
+        if uim.destination is not None and self.uim_router is not None:
+            self.uim_router(uim, connection.source)
+            return
+        self.uim_counters["uim_received"] += 1
+        self._deliver_immediate(uim.topic, Message(uim.topic or "", source_of(uim, connection.source), uim.sqn,
+                                                   uim.data))
 
     def _request_sent(self) -> None:
         with self.requests.lock:           # applications may send requests from several threads

@@ -73,7 +73,9 @@ class UimConnection:
     def _frame(self, buffer: bytes, offset: int, msglen: int) -> None:
         ver_type, next_hdr, _, qidx, sqn = _unpack_message(buffer, offset) if msglen >= _MESSAGE_SIZE \
             else (buffer[offset], buffer[offset + 1], 0, 0, 0)
-        if ver_type != LBMC_TYPE_MESSAGE or msglen < _MESSAGE_SIZE:
+        if ver_type != LBMC_TYPE_MESSAGE or msglen < _MESSAGE_SIZE or qidx == 0:
+            # Not a response (a request index is never 0): a unicast immediate message, or late
+            # join's controls and retransmissions; the context sorts them.
             if self.on_other is not None:
                 self.on_other(buffer[offset:offset + msglen], self)
             else:

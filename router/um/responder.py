@@ -7,7 +7,9 @@ Everything happens on the context's loop: `respond` may be called from any threa
 the response over. What a connection cannot send yet waits in its queue, up to `max_queue` bytes
 (a response into an empty queue is always taken, whatever its size); a response beyond that, or
 queued on a connection that fails, is dropped, counted (responses_dropped) and logged with the
-requester's address.
+requester's address. The other frames sent on these connections — unicast immediate messages
+(router.um.unicast_immediate) and late join's requests and answers — count apart: uim_frames_sent,
+uim_frames_dropped.
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ class ResponseSender:
         self.datagram_max_size = datagram_max_size
         self.max_queue = max_queue
         self.connections: dict[tuple[str, int], _Outgoing] = {}
-        self.counters = {"responses_sent": 0, "responses_dropped": 0, "uim_frames_sent": 0}
+        self.counters = {"responses_sent": 0, "responses_dropped": 0, "uim_frames_sent": 0, "uim_frames_dropped": 0}
         self.warned: dict[tuple[str, int], float] = {}    # requester -> when its drops were last logged
         self.closed = False
 
@@ -58,6 +60,24 @@ class ResponseSender:
             self._respond(origin, data)
         else:
             self.loop.call_soon_threadsafe(self._respond, origin, bytes(data))
+
+    def send_unicast(self, address: tuple[str, int], frame: bytes) -> None:
+        """A unicast immediate message's frame (router.um.unicast_immediate) to the request port at
+        `address`, with the connection's next sequence number (thread-safe; never blocks)."""
+        if self.closed:
+            self._drop(address, 1, "the context is closed", response=False)
+        elif self.loop.in_loop_thread():
+            self._send_unicast(address, frame)
+        else:
+            self.loop.call_soon_threadsafe(self._send_unicast, address, bytes(frame))
+
+    def _send_unicast(self, address: tuple[str, int], frame: bytes) -> None:
+        def frames_of(connection: _Outgoing) -> bytes:
+            numbered = bytearray(frame)
+            numbered[8:12] = connection.sqn.to_bytes(4, "big")
+            connection.sqn = (connection.sqn + 1) & 0xFFFFFFFF
+            return bytes(numbered)
+        self._enqueue(address, frames_of, response=False)
 
     def send_frames(self, address: tuple[str, int], frames: bytes) -> None:
         """Send LBMC frames as they are to the request port at `address` (late join's requests
@@ -73,15 +93,15 @@ class ResponseSender:
 
     def _enqueue(self, address: tuple[str, int], frames_of, response: bool = True) -> None:
         if self.closed:
-            self._drop(address, 1, "the context is closed")
+            self._drop(address, 1, "the context is closed", response)
             return
-        connection = self.connections.get(address) or self._connect(address)
+        connection = self.connections.get(address) or self._connect(address, response)
         if connection is None:
             return
         frames = frames_of(connection)
         if connection.queue and connection.queued + len(frames) > self.max_queue:
-            self._drop(address, 1, f"{connection.queued} bytes already wait for this slow requester "
-                                   f"(at most {self.max_queue})")
+            self._drop(address, 1, f"{connection.queued} bytes already wait for this slow receiver "
+                                   f"(at most {self.max_queue})", response)
             return
         connection.queue.append([memoryview(frames), response])
         connection.queued += len(frames)
@@ -95,7 +115,7 @@ class ResponseSender:
             sqn = (sqn + 1) & 0xFFFFFFFF
         return b"".join(parts), sqn
 
-    def _connect(self, address: tuple[str, int]) -> _Outgoing | None:
+    def _connect(self, address: tuple[str, int], response: bool = True) -> _Outgoing | None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)     # a requester is waiting
@@ -105,7 +125,7 @@ class ResponseSender:
             code = getattr(err, "errno", None) or errno.EINVAL
         if code not in (0, errno.EINPROGRESS):
             sock.close()
-            self._drop(address, 1, f"cannot connect: {errno.errorcode.get(code, code)}")
+            self._drop(address, 1, f"cannot connect: {errno.errorcode.get(code, code)}", response)
             return None
         connection = self.connections[address] = _Outgoing(address, sock)
         self.loop.add_writer(sock.fileno(), lambda: self._connect_done(connection))
@@ -170,23 +190,31 @@ class ResponseSender:
             self.loop.remove_writer(fd)
         connection.sock.close()
         if connection.queue:
-            self._drop(connection.address, len(connection.queue), reason)
+            responses = sum(1 for _, response in connection.queue if response)
+            if responses:
+                self._drop(connection.address, responses, reason)
+            if len(connection.queue) > responses:
+                self._drop(connection.address, len(connection.queue) - responses, reason, response=False)
             connection.queue.clear()
             connection.queued = 0
         else:
             log.debug("response connection to %s:%d closed: %s", *connection.address, reason)
 
-    def _drop(self, address: tuple[str, int], count: int, reason: str) -> None:
-        self.counters["responses_dropped"] += count
+    def _drop(self, address: tuple[str, int], count: int, reason: str, response: bool = True) -> None:
+        """`count` responses (or, not `response`, other frames: unicast immediate messages, late
+        join's) to `address` could not be sent: counted, and logged at most every WARNING_INTERVAL."""
+        counter, what = ("responses_dropped", "response(s) to the requester") if response \
+            else ("uim_frames_dropped", "unicast message(s) to the request port")
+        self.counters[counter] += count
         now = time.monotonic()
         if now - self.warned.get(address, -WARNING_INTERVAL) < WARNING_INTERVAL:
-            log.debug("%d response(s) to %s:%d dropped: %s", count, *address, reason)
+            log.debug("%d %s at %s:%d dropped: %s", count, what, *address, reason)
             return
         if len(self.warned) > 1024:           # requesters come and go: forget the old ones
             self.warned.clear()
         self.warned[address] = now
-        log.warning("%d response(s) to the requester at %s:%d dropped: %s (%d dropped in all)",
-                    count, *address, reason, self.counters["responses_dropped"])
+        log.warning("%d %s at %s:%d dropped: %s (%d dropped in all)", count, what, *address, reason,
+                    self.counters[counter])
 
     # -- from any thread ---------------------------------------------------------------------------
     def busy(self) -> bool:

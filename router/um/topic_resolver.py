@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Callable
 from router.um.receiver import Receiver, WildcardReceiver
 from router.um.schedule import (ResolutionSchedule, advertisement_phases, query_phases,
                                 wildcard_query_phases)
+from router.um.unicast_immediate import DomainRoutes
 from router.um.source_cache import CACHE_TIMEOUT, JOIN_SETTLE_LIMIT, JOIN_SETTLE_SECONDS, TopicSources
 from router.um.wire.lbmr import (PATTERN_PCRE, PATTERN_REGEX, SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE,
                                  TMR_FLAG_WILDCARD_PCRE, TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC,
                                  TMR_TOPIC_USE, TRREQ_ADVERTISEMENT, TRREQ_QUERY,
-                                 TRREQ_WILDCARD_QUERY, LbmrPacket, LocalDomainOption, SrcTypeOption,
+                                 TRREQ_WILDCARD_QUERY, LbmrPacket, LocalDomainOption, RemoteDomainRoute, SrcTypeOption,
                                  Tmr, TopicManagement, TopicResolution, TopicResRequest, WcTqr,
                                  WildcardQuery)
 
@@ -62,6 +63,7 @@ class TopicResolver:
         self.interest_heard: dict[str, float] = {}      # topic of ours -> when a receiver last asked for it
         self.gateway_seen = False
         self.domain_id: int | None = None
+        self.domain_routes = DomainRoutes()        # routers that take unicast immediate messages on
         self.listeners: list[Callable[[LbmrPacket, tuple], None]] = []
         self.counters = {"tirs_received": 0, "tqrs_received": 0, "wc_tqrs_received": 0,
                          "use_queries_answered": 0, "final_advertisements_received": 0,
@@ -164,6 +166,9 @@ class TopicResolver:
             self._answer_use_queries(body.tmrs)
         elif isinstance(body, TopicResRequest):
             self._answer_resolution_request(body.flags)
+        elif isinstance(body, RemoteDomainRoute) and body.port:
+            ipaddr = address[0] if body.ip == "0.0.0.0" else body.ip
+            self.domain_routes.heard(ipaddr, body.port, body.domains)
         for listener in self.listeners:
             listener(packet, address)
 

@@ -54,7 +54,7 @@ from router.ipc.shm import SharedSegment, segment_name
 from router.ipc.wakeup import EventfdWakeup, RingWakeups
 from router.worker.records import (EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES,
                                    RECORD_IMMEDIATE, RECORD_LATE_JOIN, RECORD_LATE_JOIN_ANSWER, RECORD_RESPONSE,
-                                   RECORD_SEQUENCE_INFO, SEQUENCE_INFO_RECORD, encode_frames, encode_immediate, encode_late_join, encode_late_join_answer,
+                                   RECORD_SEQUENCE_INFO, RECORD_UNICAST, SEQUENCE_INFO_RECORD, encode_frames, encode_immediate, encode_late_join, encode_late_join_answer,
                                    encode_response)
 
 log = logging.getLogger(__name__)
@@ -226,6 +226,10 @@ class DataPath:
     def response(self, portal: int, ipaddr: str, port: int, qidx: int, data) -> None:
         """A response for the requester behind `portal` (the portal its request came in by)."""
         self._write([(RECORD_RESPONSE, encode_response(ipaddr, port, qidx, data), 1 << portal)])
+
+    def unicast(self, mask: int, frame: bytes) -> None:
+        """A unicast immediate message for the portal of `mask`, the next hop toward its domain."""
+        self._write([(RECORD_UNICAST, frame, mask)])
 
     def late_join(self, portal: int, stream_id: int, message) -> None:
         """Late-join requests for a stream, to the portal it came in by (its ingress)."""

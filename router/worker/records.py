@@ -33,6 +33,9 @@ A frame larger than the egress datagram size is dropped and counted.
     SEQUENCE_INFO <II  stream_id, sequence number: the origin's TSNI said this is the last it
                     sent (behind the frames before it). Egress proxy sources say it on in their
                     own TSNIs, so a tail lost anywhere on the way is told to the receivers.
+    UNICAST         one unicast immediate message on its way to another domain, its LBMC frame
+                    with DESTINATION first (router.portals.unicast_routing), addressed to the
+                    portal that is the next hop toward that domain.
 
 The ADVERT's last item says whether the origin offers late join (older writers leave it out).
 """
@@ -56,6 +59,7 @@ RECORD_IMMEDIATE = 7
 RECORD_LATE_JOIN = 8
 RECORD_LATE_JOIN_ANSWER = 9
 RECORD_SEQUENCE_INFO = 10
+RECORD_UNICAST = 11
 
 FRAMES_HEADER = struct.Struct("<III")
 EOS_RECORD = struct.Struct("<I")

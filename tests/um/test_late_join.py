@@ -438,7 +438,7 @@ def test_a_receiver_gives_up_on_a_source_context_that_does_not_answer_and_delive
         rcv = _lj(receiving)
         assert rcv["lj_info_unanswered"] == 1
         assert rcv["lj_retransmissions_requested"] == rcv["lj_messages_delivered"] == 0
-        assert receiving.counters()["responses_dropped"] == 3, "each LJI_REQ refused, none sent again after"
+        assert receiving.counters()["uim_frames_dropped"] == 3, "each LJI_REQ refused, none sent again after"
         assert _lj(sending)["lj_info_requests_rcved"] == 0
 
 

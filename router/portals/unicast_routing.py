@@ -1,0 +1,85 @@
+"""Unicast immediate messages across domains (spec/dro.md §2.5, §2.7): hop by hop to their domain.
+
+An application sends a message for another domain (`TCP:domain:ip:port`, router.um.unicast_immediate)
+to the request port of a router's endpoint portal in its own domain: every endpoint portal says in
+its domain, each propagation interval, which domains it reaches and that port (LBMR
+REMOTE_DOMAIN_ROUTE, `reached_domains`). The message carries DESTINATION: the target's domain, ip
+and port, the routers crossed, and where it came from.
+
+Each router sends it on by its next hop toward the target domain — the in-tree toward that domain
+is the same on every router (router.routing.paths), so the message crosses no router twice:
+
+- in by an endpoint portal, which fills in the origin domain (a sender may not know its own);
+- to the portal of this router that is the next hop: a UNICAST ring record (one more hop taken);
+- out by a peer portal: the frame crosses the link as it is (topic index 0: not a response);
+- out by an endpoint portal on the target domain: to the target's request port, DESTINATION kept,
+  so the receiver sees where it came from (a source it can answer to);
+- out by an endpoint portal on a transit domain: to the request port of the router there that
+  says it reaches the target domain.
+
+As the DRO does, a message that arrives before the first route calculation (Gwd-6361-124), is for
+a domain no path reaches (Gwd-6361-123), or has crossed MAX_HOPS routers is dropped: counted
+(unicast_data_msgs_dropped_no_route) and logged, rate-limited. Delivery is not guaranteed beyond
+that (a connection that fails drops what waited on it, counted by the context that sent it).
+"""
+from __future__ import annotations
+
+from router.um.unicast_immediate import MAX_HOPS, routed_on
+from router.um.wire.errors import WireError
+from router.um.wire.lbmc_headers import Destination
+
+
+class UnicastRouting:
+    """One portal's part: route the messages that came in by it."""
+
+    def __init__(self, name: str, view, datapath, counters, rate_limited):
+        self.name = name
+        self.view = view                   # router.portals.forwarding.ForwardingView
+        self.datapath = datapath
+        self.counters = counters
+        self._rate_limited = rate_limited
+
+    def route(self, frame: bytes, destination: Destination, origin_domain: int | None = None) -> None:
+        """A message that came in by this portal: to the portal that is the next hop toward its
+        domain. `origin_domain`: the domain it came from, when this portal knows it (an endpoint)."""
+        size = len(frame)
+        self.counters.add_pair("unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd", 1, size)
+        target = f"TCP:{destination.domain_id}:{destination.ipaddr}:{destination.port}"
+        if destination.hops_taken >= MAX_HOPS:
+            self.no_route(size, "unicast-loop", f"a unicast immediate message for {target} has crossed "
+                                                f"{destination.hops_taken} routers (a routing loop?); dropped")
+            return
+        if self.view.routes is None:
+            self.no_route(size, "unicast-before-routes", f"a unicast immediate message for {target} arrived "
+                                                         "before the first route calculation; dropped")
+            return
+        portal = self.view.next_hop(destination.domain_id)
+        index = self.view.portal_indexes.get(portal) if portal is not None else None
+        if index is None or portal == self.name:
+            self.no_route(size, "unicast-no-route", f"a unicast immediate message for {target}: no path to "
+                                                    f"domain {destination.domain_id}; dropped")
+            return
+        try:
+            frame = routed_on(frame, origin_domain)
+        except WireError as err:
+            self.counters.add_pair("unicast_data_msgs_dropped_error", "unicast_data_msg_bytes_dropped_error", 1, size)
+            self._rate_limited("malformed-input", f"a unicast immediate message for {target}: {err}; dropped")
+            return
+        self.datapath.unicast(1 << index, frame)
+        self.counters.add_pair("unicast_data_msgs_forwarded", "unicast_data_msg_bytes_forwarded", 1, size)
+
+    def no_route(self, size: int, kind: str, text: str) -> None:
+        self.counters.add_pair("unicast_data_msgs_dropped_no_route", "unicast_data_msg_bytes_dropped_no_route",
+                               1, size)
+        self._rate_limited(kind, f"portal {self.name}: {text}")
+
+
+def reached_domains(view, own_portal: str, own_domain: int) -> list[int]:
+    """The domains an endpoint portal on `own_domain` says it reaches: those whose next hop from
+    this router is another of its portals (a path that would come back out by this portal is
+    another router's to offer)."""
+    routes = view.routes
+    if routes is None:
+        return []
+    return [domain for domain in routes.routes.domains
+            if domain != own_domain and view.next_hop(domain) not in (None, own_portal)]

@@ -1,0 +1,183 @@
+"""Unicast immediate messages (UM's lbm_unicast_immediate_message): a message to one context, by address.
+
+A target is a context's request port, named as UM names it (spec/dro.md §2.7):
+
+    TCP:ip:port            a context in this topic resolution domain
+    TCP:domain:ip:port     a context in domain `domain`: through the routers, unless that is
+                           this context's own domain (known once a router has said it, LOCAL_DOMAIN)
+
+The message is one LBMC MESSAGE frame on a TCP connection to the target's request port (or, for
+another domain, to a router's): topic index 0, the connection's own sequence number, and the
+header chain
+
+    [DESTINATION] [TOPICNAME] DATA
+
+A response's topic index is its request index, never 0 (router.um.requests): that is how a
+request port tells the two apart. TOPICNAME is absent for a topicless message, which goes to the
+context's immediate-message callbacks; one with a topic goes to that topic's receivers. DESTINATION
+(0x64) is there when the message crosses routers: the target (domain, ip, port), the routers it
+has crossed (hops_taken), and where it came from (the sender's domain — 0 until the first router
+fills it in —, and its request port), which the receiver sees as the message's source
+`TCP:domain:ip:port`, an address it can answer to.
+
+Which router takes a message for a domain: each router's endpoint portal says, in its domain,
+which domains it reaches and its request port (LBMR REMOTE_DOMAIN_ROUTE, ext 0x06, every
+propagation interval); a context keeps what it heard for ROUTE_TIMEOUT (`DomainRoutes`).
+
+A message is one frame: at most MAX_PAYLOAD bytes of data with its topic (UM fragments larger
+ones; here they are refused with ValueError rather than cut).
+"""
+from __future__ import annotations
+
+import ipaddress
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from router.um.wire.errors import WireError
+from router.um.wire.lbmc import LbmcMessage, decode_lbmc, encode_lbmc
+from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE
+from router.um.wire.lbmc_headers import Destination, TopicName
+
+MAX_FRAME = 65535
+MAX_HOPS = 255                    # a message that has crossed this many routers is in a loop: dropped
+ROUTE_TIMEOUT = 5.0               # s: a router not heard for this long no longer takes messages
+_MESSAGE_HEADER = 12
+_DESTINATION_SIZE = 28
+MAX_PAYLOAD = MAX_FRAME - _MESSAGE_HEADER - _DESTINATION_SIZE   # with no topic: a topic takes 5 + its length
+
+
+class NoRouteToDomain(OSError):
+    """No router heard in this domain reaches the target's domain."""
+
+
+class UimTarget(NamedTuple):
+    domain: int | None             # None: this domain (TCP:ip:port)
+    ipaddr: str
+    port: int
+
+    def __str__(self) -> str:
+        middle = "" if self.domain is None else f"{self.domain}:"
+        return f"TCP:{middle}{self.ipaddr}:{self.port}"
+
+
+def parse_target(text: str) -> UimTarget:
+    """`TCP:ip:port` or `TCP:domain:ip:port`; ValueError saying what is wrong otherwise."""
+    parts = text.split(":")
+    if len(parts) not in (3, 4) or parts[0].upper() != "TCP":
+        raise ValueError(f"unicast immediate target {text!r}: expected TCP:ip:port or TCP:domain:ip:port")
+    domain = None
+    if len(parts) == 4:
+        domain = _number(text, "domain id", parts[1], 0xFFFFFFFF)
+    try:
+        ipaddr = str(ipaddress.IPv4Address(parts[-2]))
+    except ValueError:
+        raise ValueError(f"unicast immediate target {text!r}: {parts[-2]!r} is not an IPv4 address") from None
+    port = _number(text, "port", parts[-1], 65535)
+    if port == 0:
+        raise ValueError(f"unicast immediate target {text!r}: port 0")
+    return UimTarget(domain, ipaddr, port)
+
+
+def _number(text: str, what: str, value: str, highest: int) -> int:
+    if not value.isdigit() or int(value) > highest:
+        raise ValueError(f"unicast immediate target {text!r}: {what} {value!r} is not a number 0..{highest}")
+    return int(value)
+
+
+def encode_uim(sqn: int, topic: str | None, data, destination: Destination | None = None) -> bytes:
+    """One unicast immediate message as its LBMC frame; ValueError if it does not fit one frame."""
+    headers = ([destination] if destination is not None else []) + ([TopicName(topic)] if topic is not None else [])
+    try:
+        return encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers, bytes(data), tidx=0, sqn=sqn, has_data=True))
+    except WireError as err:
+        raise ValueError(f"unicast immediate message of {len(data)} bytes"
+                         f"{'' if topic is None else f' to topic {topic!r}'}: {err} (at most {MAX_PAYLOAD} bytes "
+                         f"of data less the topic's)") from None
+
+
+@dataclass
+class Uim:
+    """A unicast immediate message as it arrived."""
+    topic: str | None
+    data: bytes
+    sqn: int
+    destination: Destination | None
+    frame: bytes
+
+
+def decode_uim(frame: bytes) -> Uim:
+    """A frame that `is_uim_frame`; WireError if it does not parse as one."""
+    message, _ = decode_lbmc(frame, 0)
+    return uim_of(message, frame)
+
+
+def uim_of(message: LbmcMessage, frame: bytes) -> Uim:
+    destination = topic = None
+    for header in message.headers:
+        if isinstance(header, Destination) and destination is None and topic is None:
+            destination = header
+        elif isinstance(header, TopicName) and topic is None:
+            topic = header.topic
+        else:
+            raise WireError(f"unicast immediate message with an unexpected {type(header).__name__} header")
+    return Uim(topic, bytes(message.payload), message.sqn, destination, frame)
+
+
+def is_uim_frame(frame) -> bool:
+    """An LBMC MESSAGE with topic index 0: a unicast immediate message, not a response."""
+    return len(frame) >= _MESSAGE_HEADER and frame[0] == LBMC_TYPE_MESSAGE and not any(frame[4:8])
+
+
+def is_uim(message: LbmcMessage) -> bool:
+    return message.msg_type == LBMC_TYPE_MESSAGE and message.tidx == 0
+
+
+def source_of(uim: Uim, peer: str) -> str:
+    """Where a message came from, as a target an answer can be sent to."""
+    d = uim.destination
+    if d is None or not d.orig_port:
+        return peer
+    return f"TCP:{d.orig_domain_id}:{d.orig_ipaddr}:{d.orig_port}"
+
+
+class DomainRoutes:
+    """The routers heard in this domain (REMOTE_DOMAIN_ROUTE) and the domains each reaches."""
+
+    def __init__(self, timeout: float = ROUTE_TIMEOUT):
+        self.timeout = timeout
+        self.routers: dict[tuple[str, int], tuple[frozenset[int], float]] = {}
+
+    def heard(self, ipaddr: str, port: int, domains, now: float | None = None) -> None:
+        self.routers[(ipaddr, port)] = (frozenset(domains), time.monotonic() if now is None else now)
+
+    def router_for(self, domain: int, now: float | None = None, besides: tuple | None = None) -> tuple[str, int] | None:
+        """A router's request port that reaches `domain` (the lowest address, so every message to
+        one domain takes the same router and arrives in order), or None. `besides`: an address
+        not to take (a router's own portal)."""
+        now = time.monotonic() if now is None else now
+        found = [address for address, (domains, heard) in list(self.routers.items())
+                 if domain in domains and now - heard <= self.timeout and address != besides]
+        return min(found) if found else None
+
+    def domains(self, now: float | None = None) -> set[int]:
+        now = time.monotonic() if now is None else now
+        return {d for domains, heard in list(self.routers.values()) if now - heard <= self.timeout for d in domains}
+
+
+# DESTINATION is the first header of a routed message: at fixed offsets a router can patch.
+_HOPS_AT = _MESSAGE_HEADER + 14
+_ORIG_DOMAIN_AT = _MESSAGE_HEADER + 16
+
+
+def routed_on(frame, orig_domain: int | None = None) -> bytes:
+    """The frame of a routed message (DESTINATION first) as the next hop gets it: one more hop
+    taken, and the origin domain filled in when given (the first router knows it for certain)."""
+    data = bytearray(frame)
+    if len(data) < _MESSAGE_HEADER + _DESTINATION_SIZE or data[1] != Destination.HEADER_TYPE:
+        raise WireError("a routed unicast immediate message must start with its DESTINATION header")
+    hops = int.from_bytes(data[_HOPS_AT:_HOPS_AT + 2], "big")
+    data[_HOPS_AT:_HOPS_AT + 2] = min(hops + 1, 0xFFFF).to_bytes(2, "big")
+    if orig_domain is not None:
+        data[_ORIG_DOMAIN_AT:_ORIG_DOMAIN_AT + 4] = orig_domain.to_bytes(4, "big")
+    return bytes(data)

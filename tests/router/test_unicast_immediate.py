@@ -1,0 +1,144 @@
+"""Unicast immediate messages across routers (spec/dro.md §2.5, §2.7): `TCP:domain:ip:port` reaches a
+context in another domain, hop by hop; the receiver sees where it came from and can answer the same
+way; a message for a domain no path reaches is dropped, counted and logged. tshark decodes every
+frame on the request ports and the peer link, DESTINATION included, with no expert warnings."""
+import pytest
+
+from router.um.context import Context
+from router.um.unicast_immediate import NoRouteToDomain
+
+from tests.router.test_multi_hop import converged, start
+from tests.support.processes import wait_for
+from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
+from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
+
+pytestmark = pytest.mark.integration
+
+
+class Inbox:
+    """What a context's immediate-message callbacks and one topic receiver got."""
+
+    def __init__(self, context: Context, topic: str):
+        self.topicless, self.on_topic = [], []
+        context.immediate_receiver(self.topicless.append)
+        context.receiver(topic, self.on_topic.append)
+
+
+def _routes_heard(context: Context, domain: int) -> bool:
+    return context.resolver.domain_routes.router_for(domain) is not None
+
+
+def test_a_message_crosses_one_router_and_the_answer_comes_back(routers, make_domain, tmp_path):
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
+                           FAST_ROUTING).wait_ready()
+    sender, target = Context(**lan1.overrides()), Context(**lan2.overrides())
+    try:
+        got = Inbox(target, "orders")
+        replies = Inbox(sender, "replies")
+        target_ip, target_port = target.request_address()
+        wait_for(lambda: _routes_heard(sender, 2) and _routes_heard(target, 1), 20,
+                 message="each domain's portal says it reaches the other domain")
+        assert sender.resolver.domain_id == 1 and target.resolver.domain_id == 2
+
+        ports = f"tcp portrange {min(lan1.request_low, lan2.request_low)}-{max(lan1.request_high, lan2.request_high)}"
+        pcap = tmp_path / "uim.pcapng"
+        with LiveCapture(capture_filter=ports, path=pcap):
+            for n in range(20):
+                sender.send_unicast_immediate(f"TCP:2:{target_ip}:{target_port}", None, b"topicless %d" % n)
+            sender.send_unicast_immediate(f"TCP:2:{target_ip}:{target_port}", "orders", b"on a topic")
+            wait_for(lambda: len(got.topicless) == 20 and len(got.on_topic) == 1, 20,
+                     message="every message arrived in domain 2")
+            # The source is an address in the sender's domain, through the routers: answer it.
+            source = got.topicless[0].source
+            assert source.startswith("TCP:1:"), source
+            target.send_unicast_immediate(source, "replies", b"answer")
+            wait_for(lambda: len(replies.on_topic) == 1, 20, message="the answer came back to domain 1")
+        assert [m.data for m in got.topicless] == [b"topicless %d" % n for n in range(20)]   # in order
+        assert got.on_topic[0].data == b"on a topic" and got.on_topic[0].topic == "orders"
+        assert replies.on_topic[0].data == b"answer" and replies.on_topic[0].source.startswith("TCP:2:")
+
+        counters = router.counters()
+        assert counters[0]["unicast_data_msgs_rcvd"] == counters[0]["unicast_data_msgs_forwarded"] == 21, counters[0]
+        assert counters[1]["unicast_data_msgs_sent"] == 21, counters[1]
+        assert counters[1]["unicast_data_msgs_rcvd"] == counters[0]["unicast_data_msgs_sent"] == 1
+        assert counters[0]["unicast_data_msgs_dropped_no_route"] == 0
+
+        low, high = min(lan1.request_low, lan2.request_low), max(lan1.request_high, lan2.request_high)
+        decode_as = [f"tcp.port=={port},lbttcp" for port in range(low, high + 1)]
+        prefs = [f"lbttcp.request_port_low:{low}", f"lbttcp.request_port_high:{high}"]
+        assert_no_expert_info(pcap, decode_as, prefs, min_severity="warn")
+        frames = decode(pcap, decode_as, prefs, fields=["lbmc.destination.domain_id", "lbmc.destination.port",
+                                                        "lbmc.destination.hops_taken",
+                                                        "lbmc.destination.orig_domain_id"])
+        seen = {(int(f["lbmc.destination.domain_id"][i]), int(f["lbmc.destination.hops_taken"][i]),
+                 int(f["lbmc.destination.orig_domain_id"][i]))
+                for f in frames for i in range(len(f.get("lbmc.destination.domain_id", [])))}
+        # Into the router as the sender made them (it knew its domain), out of it one hop on.
+        assert {(2, 0, 1), (2, 1, 1), (1, 0, 2), (1, 1, 2)} <= seen, seen
+    finally:
+        sender.close()
+        target.close()
+
+
+def test_a_message_crosses_a_peer_link_and_no_route_is_counted(routers, make_domain, tmp_path):
+    lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
+    port = free_port()
+    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port), "uima")
+    b = start(routers, peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path), "uimb")
+    a.wait_ready(), b.wait_ready()
+    wait_for(lambda: converged([a, b], 2), 30, message="both routers know both")
+    sender, target, alone = Context(**lan1.overrides()), Context(**lan2.overrides()), Context(**lan3.overrides())
+    try:
+        got = Inbox(target, "orders")
+        target_ip, target_port = target.request_address()
+        wait_for(lambda: _routes_heard(sender, 2), 20, message="router A says in LAN1 that it reaches domain 2")
+        with LiveCapture(capture_filter=f"tcp port {port}", path=tmp_path / "link.pcapng"):
+            for n in range(10):
+                sender.send_unicast_immediate(f"TCP:2:{target_ip}:{target_port}", "orders", b"hop %d" % n)
+            wait_for(lambda: len(got.on_topic) == 10, 20, message="every message crossed the link")
+        assert [m.data for m in got.on_topic] == [b"hop %d" % n for n in range(10)]
+        assert got.on_topic[0].source.startswith("TCP:1:")
+        wait_for(lambda: a.counters()[1]["unicast_data_msgs_sent"] == 10, 10, message="A's peer portal sent them")
+        assert b.counters()[0]["unicast_data_msgs_rcvd"] == b.counters()[0]["unicast_data_msgs_forwarded"] == 10
+        assert b.counters()[1]["unicast_data_msgs_sent"] == 10
+        link = decode(tmp_path / "link.pcapng", [f"tcp.port=={port},lbttcp"], [],
+                      fields=["lbmc.destination.domain_id", "lbmc.destination.hops_taken", "lbmc.topicname.topic"])
+        assert any(f.get("lbmc.destination.hops_taken") == ["1"] and f.get("lbmc.topicname.topic") == ["orders"]
+                   for f in link), link[:5]
+        assert_no_expert_info(tmp_path / "link.pcapng", [f"tcp.port=={port},lbttcp"], [], min_severity="warn")
+
+        # Domain 7 is nowhere: the application is told at once, nothing is sent.
+        with pytest.raises(NoRouteToDomain, match="domain 7"):
+            sender.send_unicast_immediate(f"TCP:7:{target_ip}:{target_port}", None, b"lost")
+        assert sender.counters()["uim_no_route"] == 1
+        # A message to router A's LAN1 port for a domain it does not reach (the sender used an
+        # address it learnt some other way): dropped, counted, logged, like the DRO's Gwd-6361-123.
+        router_port = sender.resolver.domain_routes.router_for(2)
+        from router.um.unicast_immediate import encode_uim
+        from router.um.wire.lbmc_headers import Destination
+        stray = encode_uim(0, None, b"nowhere", Destination(7, target_ip, target_port, 0, 1, "127.0.0.1", 1))
+        alone.responder.send_unicast(router_port, stray)
+        wait_for(lambda: a.counters()[0]["unicast_data_msgs_dropped_no_route"] == 1, 10,
+                 message="router A counted the message it had no route for")
+        wait_for(lambda: "UMR-3005-1" in a.log(), 10, message="and logged it")
+    finally:
+        for context in (sender, target, alone):
+            context.close()
+
+
+def test_the_tools_send_and_receive_across_the_router(routers, tools, make_domain):
+    """umsrc --unicast TCP:domain:ip:port to a umrcv --unicast in the other domain: every message, in order."""
+    lan1, lan2 = make_domain(), make_domain()
+    routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
+                  FAST_ROUTING).wait_ready()
+    count = 200
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 60, "--unicast", "--topicless")
+    receiver.wait_for_stderr("unicast immediate messages to TCP:", 30)
+    address = next(line for line in receiver.stderr.splitlines() if "unicast immediate messages to" in line)
+    ip_port = address.split("TCP:", 1)[1].split(" ", 1)[0]
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", 64, "--topicless",
+                         "--unicast", f"TCP:2:{ip_port}", "--wait-timeout", 30)
+    sent, got = source.result(60), receiver.result(60)
+    assert sent["sent"] == count
+    assert (got["received"], got["gaps"], got["duplicates"], got["out_of_order"]) == (count, 0, 0, 0), got

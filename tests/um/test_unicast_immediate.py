@@ -1,0 +1,111 @@
+"""Unicast immediate messages in one domain (no router) and the pure parts: targets, frames, the
+routers a context has heard of, a router's hop on a frame."""
+import socket
+
+import pytest
+
+from router.um.context import Context
+from router.um.unicast_immediate import (MAX_PAYLOAD, DomainRoutes, decode_uim, encode_uim, is_uim_frame,
+                                         parse_target, routed_on, source_of)
+from router.um.wire.errors import WireError
+from router.um.wire.lbmc_headers import Destination
+
+from tests.support.processes import wait_for
+
+
+def test_targets_name_an_address_and_maybe_a_domain():
+    assert parse_target("TCP:10.0.0.5:14391") == (None, "10.0.0.5", 14391)
+    assert parse_target("tcp:7:10.0.0.5:14391") == (7, "10.0.0.5", 14391)
+    assert str(parse_target("TCP:7:10.0.0.5:14391")) == "TCP:7:10.0.0.5:14391"
+    for bad, why in (("UDP:10.0.0.5:1", "expected TCP:ip:port"), ("TCP:x:10.0.0.5:1", "domain id 'x'"),
+                     ("TCP:10.0.0:1", "not an IPv4 address"), ("TCP:10.0.0.5:65536", "port '65536'"),
+                     ("TCP:10.0.0.5:0", "port 0"), ("TCP:1:2:3:4:5", "expected")):
+        with pytest.raises(ValueError, match=why):
+            parse_target(bad)
+
+
+def test_frames_round_trip_and_are_told_apart_from_responses():
+    destination = Destination(7, "10.0.0.5", 14391, 0, 3, "10.0.0.9", 14392)
+    for topic, dest in ((None, None), ("a.topic", None), ("a.topic", destination), (None, destination)):
+        frame = encode_uim(9, topic, b"payload", dest)
+        assert is_uim_frame(frame)
+        uim = decode_uim(frame)
+        assert (uim.topic, uim.data, uim.sqn, uim.destination) == (topic, b"payload", 9, dest)
+    response = bytes(encode_uim(0, None, b"x"))
+    response = response[:4] + (5).to_bytes(4, "big") + response[8:]      # a request index: a response
+    assert not is_uim_frame(response)
+    assert len(encode_uim(0, None, b"x" * MAX_PAYLOAD, destination)) == 65535
+    with pytest.raises(ValueError, match="at most"):
+        encode_uim(0, None, b"x" * (MAX_PAYLOAD + 1), destination)
+
+
+def test_a_router_takes_one_hop_and_fills_in_the_origin():
+    frame = encode_uim(0, "t", b"data", Destination(7, "10.0.0.5", 14391, 0, 0, "10.0.0.9", 14392))
+    once = decode_uim(routed_on(frame, 3)).destination
+    assert (once.hops_taken, once.orig_domain_id, once.domain_id, once.port) == (1, 3, 7, 14391)
+    twice = decode_uim(routed_on(routed_on(frame, 3))).destination
+    assert (twice.hops_taken, twice.orig_domain_id) == (2, 3)
+    assert source_of(decode_uim(routed_on(frame, 3)), "TCP:127.0.0.1:5") == "TCP:3:10.0.0.9:14392"
+    with pytest.raises(WireError):
+        routed_on(encode_uim(0, "t", b"no destination"))
+
+
+def test_domain_routes_pick_one_router_per_domain_and_forget_silent_ones():
+    routes = DomainRoutes(timeout=5.0)
+    routes.heard("10.0.0.2", 14391, [2, 3], now=100.0)
+    routes.heard("10.0.0.1", 14391, [3], now=100.0)
+    assert routes.router_for(2, now=101.0) == ("10.0.0.2", 14391)
+    assert routes.router_for(3, now=101.0) == ("10.0.0.1", 14391)         # the same one every time
+    assert routes.router_for(3, now=101.0, besides=("10.0.0.1", 14391)) == ("10.0.0.2", 14391)
+    assert routes.router_for(4, now=101.0) is None
+    assert routes.domains(now=101.0) == {2, 3}
+    assert routes.router_for(2, now=106.0) is None and routes.domains(now=106.0) == set()
+
+
+def test_contexts_in_one_domain_exchange_messages_by_address(make_domain):
+    domain = make_domain()
+    sender, target = Context(**domain.overrides()), Context(**domain.overrides())
+    try:
+        topicless, on_topic = [], []
+        target.immediate_receiver(topicless.append)
+        target.receiver("prices", on_topic.append)
+        ip, port = target.request_address()
+        for n in range(50):
+            sender.send_unicast_immediate(f"TCP:{ip}:{port}", None, b"%d" % n)
+        sender.send_unicast_immediate(f"TCP:{ip}:{port}", "prices", b"on a topic")
+        sender.send_unicast_immediate(f"TCP:{ip}:{port}", "nobody.listens", b"dropped quietly")
+        wait_for(lambda: len(topicless) == 50 and len(on_topic) == 1, 10, message="every message arrived")
+        assert [m.data for m in topicless] == [b"%d" % n for n in range(50)]
+        assert [m.sequence_number for m in topicless] == list(range(50))            # the connection's own numbers
+        assert on_topic[0].topic == "prices" and on_topic[0].data == b"on a topic"
+        assert topicless[0].source.startswith("TCP:127.0.0.1:")
+        wait_for(lambda: target.counters()["uim_received"] == 52, 10, message="all three kinds counted")
+        assert sender.counters()["uim_sent"] == 52
+
+        # Garbage on the request port: counted and logged, the port keeps working.
+        with socket.create_connection((ip, port)) as stray:
+            bad = bytearray(encode_uim(0, "t", b"x"))
+            bad[12] = 0x64                     # TOPICNAME claims to be followed by DESTINATION
+            stray.sendall(bytes(bad))
+            wait_for(lambda: target.counters()["uim_malformed"] == 1, 10, message="the bad message is counted")
+        sender.send_unicast_immediate(f"TCP:{ip}:{port}", None, b"still works")
+        wait_for(lambda: topicless[-1].data == b"still works", 10, message="the port still delivers")
+    finally:
+        sender.close()
+        target.close()
+
+
+def test_an_unreachable_target_is_counted_not_raised(make_domain):
+    domain = make_domain()
+    sender = Context(**domain.overrides())
+    try:
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        closed.close()                     # nothing listens there
+        sender.send_unicast_immediate(f"TCP:127.0.0.1:{port}", None, b"to no one")
+        wait_for(lambda: sender.counters()["uim_frames_dropped"] == 1, 10, message="the drop is counted")
+        with pytest.raises(ValueError, match="not an IPv4 address"):
+            sender.send_unicast_immediate("TCP:localhost:1", None, b"")
+    finally:
+        sender.close()
