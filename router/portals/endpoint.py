@@ -431,12 +431,13 @@ class EndpointPortal(EgressRecords):
 
     def _unicast_in(self, uim: Uim, peer: str) -> None:
         """A message at our request port for another domain (it carries DESTINATION): on by the
-        next hop; this domain is where it came from."""
+        next hop. From an application (no hop taken yet) this domain is where it came from; from
+        another router on this (transit) domain, the first router said that already."""
         if uim.destination.domain_id == self.domain_id:         # ours: the sender did not know
             self.counters.add_pair("unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd", 1, len(uim.frame))
             self._unicast_out(uim.frame, uim.destination)
             return
-        self.unicast.route(uim.frame, uim.destination, self.domain_id)
+        self.unicast.route(uim.frame, uim.destination, self.domain_id if uim.destination.hops_taken == 0 else None)
 
     def egress_unicast(self, ring: int, frame: bytes) -> None:
         try:

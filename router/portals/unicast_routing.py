@@ -9,7 +9,9 @@ and port, the routers crossed, and where it came from.
 Each router sends it on by its next hop toward the target domain — the in-tree toward that domain
 is the same on every router (router.routing.paths), so the message crosses no router twice:
 
-- in by an endpoint portal, which fills in the origin domain (a sender may not know its own);
+- in by an endpoint portal from an application (no hop taken yet): the portal fills in the
+  origin domain (a sender may not know its own); from another router on a transit domain, the
+  first router did;
 - to the portal of this router that is the next hop: a UNICAST ring record (one more hop taken);
 - out by a peer portal: the frame crosses the link as it is (topic index 0: not a response);
 - out by an endpoint portal on the target domain: to the target's request port, DESTINATION kept,

@@ -142,3 +142,39 @@ def test_the_tools_send_and_receive_across_the_router(routers, tools, make_domai
     sent, got = source.result(60), receiver.result(60)
     assert sent["sent"] == count
     assert (got["received"], got["gaps"], got["duplicates"], got["out_of_order"]) == (count, 0, 0, 0), got
+
+
+def test_a_message_crosses_a_transit_domain_to_the_next_router(routers, make_domain):
+    """A joins D1-D2, B joins D2-D3: A's D2 portal hands the message to B's D2 portal, the one that
+    says in D2 it reaches D3. A message for D2 itself goes straight to its target there."""
+    lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
+    a = start(routers, endpoint_xml("E1", 1, lan1.config_path) + endpoint_xml("E2", 2, lan2.config_path), "uta")
+    b = start(routers, endpoint_xml("E2", 2, lan2.config_path) + endpoint_xml("E3", 3, lan3.config_path), "utb")
+    a.wait_ready(), b.wait_ready()
+    wait_for(lambda: converged([a, b], 2), 30, message="route-info crossed the transit domain")
+    sender = Context(**lan1.overrides())
+    far, middle = Context(**lan3.overrides()), Context(**lan2.overrides())
+    try:
+        far_got, middle_got = Inbox(far, "t"), Inbox(middle, "t")
+        far_ip, far_port = far.request_address()
+        middle_ip, middle_port = middle.request_address()
+        wait_for(lambda: _routes_heard(sender, 3) and _routes_heard(sender, 2), 20,
+                 message="A says in D1 it reaches D2 and D3")
+        # In D2, only B says it reaches D3 (A's path to D3 leaves by its D2 portal: B's to offer).
+        wait_for(lambda: middle.resolver.domain_routes.domains() == {1, 3}, 20, message="D2 hears A and B")
+        assert middle.resolver.domain_routes.router_for(3) not in (None, sender.resolver.domain_routes.router_for(3))
+        for n in range(5):
+            sender.send_unicast_immediate(f"TCP:3:{far_ip}:{far_port}", "t", b"far %d" % n)
+        sender.send_unicast_immediate(f"TCP:2:{middle_ip}:{middle_port}", None, b"middle")
+        wait_for(lambda: len(far_got.on_topic) == 5 and len(middle_got.topicless) == 1, 20,
+                 message="both targets got their messages")
+        assert [m.data for m in far_got.on_topic] == [b"far %d" % n for n in range(5)]
+        assert far_got.on_topic[0].source.startswith("TCP:1:"), far_got.on_topic[0]
+        assert middle_got.topicless[0].source.startswith("TCP:1:"), middle_got.topicless[0]
+        a_counts, b_counts = a.counters(), b.counters()
+        assert a_counts[0]["unicast_data_msgs_forwarded"] == 6 and a_counts[1]["unicast_data_msgs_sent"] == 6
+        assert b_counts[0]["unicast_data_msgs_rcvd"] == b_counts[0]["unicast_data_msgs_forwarded"] == 5
+        assert b_counts[1]["unicast_data_msgs_sent"] == 5
+    finally:
+        for context in (sender, far, middle):
+            context.close()
