@@ -37,9 +37,20 @@ def test_a_message_crosses_one_router_and_the_answer_comes_back(routers, make_do
         got = Inbox(target, "orders")
         replies = Inbox(sender, "replies")
         target_ip, target_port = target.request_address()
-        wait_for(lambda: _routes_heard(sender, 2) and _routes_heard(target, 1), 20,
-                 message="each domain's portal says it reaches the other domain")
+        with LiveCapture(capture_filter=f"udp port {lan1.port}", path=tmp_path / "lan1.pcapng"):
+            wait_for(lambda: _routes_heard(sender, 2) and _routes_heard(target, 1), 20,
+                     message="each domain's portal says it reaches the other domain")
         assert sender.resolver.domain_id == 1 and target.resolver.domain_id == 2
+        # What LAN1 heard: the router's LAN1 portal reaches domain 2 at its request port.
+        lbmr = [f"udp.port=={lan1.port},lbmr"]
+        assert_no_expert_info(tmp_path / "lan1.pcapng", lbmr)
+        routes = [f for f in decode(tmp_path / "lan1.pcapng", lbmr, fields=["lbmr.remote_domain_route.domain",
+                                                                             "lbmr.remote_domain_route.ip",
+                                                                             "lbmr.remote_domain_route.port"])
+                  if f.get("lbmr.remote_domain_route.domain")]
+        assert routes and routes[0]["lbmr.remote_domain_route.domain"] == ["2"], routes
+        assert (routes[0]["lbmr.remote_domain_route.ip"][0], int(routes[0]["lbmr.remote_domain_route.port"][0])) \
+            == sender.resolver.domain_routes.router_for(2)
 
         ports = f"tcp portrange {min(lan1.request_low, lan2.request_low)}-{max(lan1.request_high, lan2.request_high)}"
         pcap = tmp_path / "uim.pcapng"
