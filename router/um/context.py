@@ -35,7 +35,8 @@ from router.um.responder import ResponseSender
 from router.um.retention import Retention
 from router.um.source import Source
 from router.um.source_cache import Candidate
-from router.um.unicast_immediate import NoRouteToDomain, Uim, decode_uim, encode_uim, is_uim_frame, parse_target, source_of
+from router.um.unicast_immediate import (NoRouteToDomain, Uim, decode_uim, encode_uim, is_uim_frame, parse_target,
+                                         source_of)
 from router.um.wire.lbmc_headers import Destination
 from router.lbtipc.receiver import LbtipcSessionClient
 from router.lbtipc.source import LbtipcSourceSession

@@ -129,10 +129,6 @@ def is_uim_frame(frame) -> bool:
     return len(frame) >= _MESSAGE_HEADER and frame[0] == LBMC_TYPE_MESSAGE and not any(frame[4:8])
 
 
-def is_uim(message: LbmcMessage) -> bool:
-    return message.msg_type == LBMC_TYPE_MESSAGE and message.tidx == 0
-
-
 def source_of(uim: Uim, peer: str) -> str:
     """Where a message came from, as a target an answer can be sent to."""
     d = uim.destination
