@@ -22,18 +22,17 @@ from router.portals.ingress import Ingress
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings, pattern_problem
 from router.portals.late_join_relay import LateJoinRelay
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
-from router.portals.unicast_routing import UnicastRouting, reached_domains
-from router.um.requests import RequestPortUnavailable
-from router.um.unicast_immediate import Uim, decode_uim
 from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
 from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
 from router.portals.streams import StreamTable
+from router.portals.unicast_routing import UnicastRouting, reached_domains
 from router.um.context import Context
 from router.um.immediate import ImmediateMessage
+from router.um.unicast_immediate import Uim, decode_uim
 from router.um.wire.errors import WireError
 from router.um.wire.lbmc import decode_lbmc
-from router.um.requests import RequestOrigin
+from router.um.requests import RequestOrigin, RequestPortUnavailable
 from router.um.sequence_info import later
 from router.worker.records import RecordError, frame_offsets
 from router.um.wire.lbmr import (SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE, TMR_FLAG_WILDCARD_PCRE,

@@ -47,9 +47,9 @@ from router.portals.peer_dual_link import DualPeerLink
 from router.portals.peer_late_join import PeerLateJoinRelay, is_late_join_answer, is_late_join_request
 from router.portals.peer_link import PeerLink
 from router.portals.peer_responses import is_response, is_unicast, response_message
-from router.portals.unicast_routing import UnicastRouting
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.streams import StreamTable
+from router.portals.unicast_routing import UnicastRouting
 from router.routing.route_info import is_route_info
 from router.um.batching_session import with_topic_index
 from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LbmcMessage, WireError, encode_lbmc

@@ -457,8 +457,9 @@ class Context:
             del self.late_join_clients[request_idx]
 
     def _uim_frame(self, frame: bytes, connection) -> None:
-        """A frame on a UIM connection to our request port that is not a response: late join's
-        requests (we are the source) and answers (we are the receiver)."""
+        """A frame on a UIM connection to our request port that is not a response: a unicast
+        immediate message, or late join's requests (we are the source) and answers (we are the
+        receiver)."""
         kind = frame[0]
         if is_uim_frame(frame):
             self._unicast_in(frame, connection)
