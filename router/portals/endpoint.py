@@ -614,6 +614,15 @@ class EndpointPortal(EgressRecords):
                                             for n in self.routes_channel.neighbors.values()),
                 "interest_sent_to_routers": sorted(f"{_COUNT_NAMES[k][:-1]} {s} for domain {d}"
                                                    for k, s, d in self.announcer.items),
+                # Unicast immediate messages: the domains this portal says it reaches, where it
+                # takes messages for them, and the other routers' offers it has heard here.
+                "unicast_domains": reached_domains(self.view, self.name, self.domain_id),
+                "unicast_address": (f"{self.context.request_port.address[0]}:{self.context.request_port.address[1]}"
+                                    if self.context.request_port is not None else None),
+                "unicast_routers_on_domain": sorted(
+                    f"{ip}:{port} reaches {sorted(domains)}"
+                    for (ip, port), domains in self.context.resolver.domain_routes.live().items()
+                    if self.context.request_port is None or (ip, port) != self.context.request_port.address),
             }
         return {"error": f"unknown query {what!r}"}
 

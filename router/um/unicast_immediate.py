@@ -147,18 +147,21 @@ class DomainRoutes:
     def heard(self, ipaddr: str, port: int, domains, now: float | None = None) -> None:
         self.routers[(ipaddr, port)] = (frozenset(domains), time.monotonic() if now is None else now)
 
+    def live(self, now: float | None = None) -> dict[tuple[str, int], frozenset[int]]:
+        """The routers heard within the timeout, and the domains each reaches."""
+        now = time.monotonic() if now is None else now
+        return {address: domains for address, (domains, heard) in list(self.routers.items())
+                if now - heard <= self.timeout}
+
     def router_for(self, domain: int, now: float | None = None, besides: tuple | None = None) -> tuple[str, int] | None:
         """A router's request port that reaches `domain` (the lowest address, so every message to
         one domain takes the same router and arrives in order), or None. `besides`: an address
         not to take (a router's own portal)."""
-        now = time.monotonic() if now is None else now
-        found = [address for address, (domains, heard) in list(self.routers.items())
-                 if domain in domains and now - heard <= self.timeout and address != besides]
+        found = [address for address, domains in self.live(now).items() if domain in domains and address != besides]
         return min(found) if found else None
 
     def domains(self, now: float | None = None) -> set[int]:
-        now = time.monotonic() if now is None else now
-        return {d for domains, heard in list(self.routers.values()) if now - heard <= self.timeout for d in domains}
+        return {domain for domains in self.live(now).values() for domain in domains}
 
 
 # DESTINATION is the first header of a routed message: at fixed offsets a router can patch.

@@ -7,7 +7,7 @@ import pytest
 from router.um.context import Context
 from router.um.unicast_immediate import NoRouteToDomain
 
-from tests.router.test_multi_hop import converged, start
+from tests.router.test_multi_hop import converged, routerctl, start
 from tests.support.processes import wait_for
 from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
@@ -173,6 +173,10 @@ def test_a_message_crosses_a_transit_domain_to_the_next_router(routers, make_dom
                  message="A says in D1 it reaches D2 and D3")
         # In D2, only B says it reaches D3 (A's path to D3 leaves by its D2 portal: B's to offer).
         wait_for(lambda: middle.resolver.domain_routes.domains() == {1, 3}, 20, message="D2 hears A and B")
+        # routerctl topics says what each portal offers, and what it heard the other router offer.
+        a_e2, b_e2 = routerctl(a, "topics")["portals"]["E2"], routerctl(b, "topics")["portals"]["E2"]
+        assert (a_e2["unicast_domains"], b_e2["unicast_domains"]) == ([1], [3])
+        assert a_e2["unicast_routers_on_domain"] == [f"{b_e2['unicast_address']} reaches [3]"], a_e2
         assert middle.resolver.domain_routes.router_for(3) not in (None, sender.resolver.domain_routes.router_for(3))
         for n in range(5):
             sender.send_unicast_immediate(f"TCP:3:{far_ip}:{far_port}", "t", b"far %d" % n)
