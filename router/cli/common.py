@@ -34,6 +34,21 @@ def add_wait_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait-timeout", type=float, default=60.0, metavar="S")
 
 
+def wait_for_route(context, target, args: argparse.Namespace, stop: threading.Event, tool: str) -> bool:
+    """A unicast target (router.um.unicast_immediate.UimTarget) in another domain: wait, up to
+    --wait-timeout, until a router in this domain says it reaches that domain; False, with a
+    message, if it did not."""
+    deadline = time.monotonic() + args.wait_timeout
+    while target.domain is not None and target.domain != context.domain_id \
+            and context.resolver.domain_routes.router_for(target.domain) is None:
+        if stop.is_set() or time.monotonic() >= deadline:
+            print(f"{tool}: no router in this domain said it reaches domain {target.domain} within "
+                  f"{args.wait_timeout:g} s", file=sys.stderr)
+            return False
+        stop.wait(0.05)
+    return True
+
+
 def wait_for_receivers(source, args: argparse.Namespace, stop: threading.Event, tool: str) -> bool:
     """Wait until --wait-receivers receivers have joined `source` (behind a router: its proxy
     receiver), or `stop`; False, with a message, if --wait-timeout passed first. A multicast source

@@ -1,5 +1,6 @@
 """umreq: send requests on a topic, one after another, and report which were answered and how fast
-(after UM's lbmreq sample).
+(after UM's lbmreq sample). With --unicast TARGET, unicast immediate requests to one context
+(lbm_unicast_immediate_request; through the routers for TCP:domain:ip:port) instead.
 
 Each request waits for its first response or --response-timeout. Requests stay open to the end,
 so late responses, and responses from several responders, are all counted in "responses".
@@ -15,7 +16,8 @@ import time
 import numpy as np
 
 from router.cli.common import (add_context_arguments, add_wait_arguments, open_context, print_json, setup_logging,
-                               stop_event_on_signals, wait_for_receivers)
+                               stop_event_on_signals, wait_for_receivers, wait_for_route)
+from router.um.unicast_immediate import parse_target
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -28,9 +30,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_wait_arguments(parser)
     parser.add_argument("--response-timeout", type=float, default=5.0, metavar="S",
                         help="seconds each request waits for its first response")
+    parser.add_argument("-U", "--unicast", metavar="TARGET",
+                        help="send unicast immediate requests to the context at TARGET (TCP:ip:port, or "
+                             "TCP:domain:ip:port through the routers) instead of requests on a source")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
     parser.add_argument("topic")
     args = parser.parse_args(argv)
+    if args.unicast:
+        try:
+            parse_target(args.unicast)
+        except ValueError as err:
+            parser.error(str(err))
     if args.requests < 0 or args.length < 0 or args.response_timeout < 0:
         parser.error("COUNT, LEN and --response-timeout must not be negative")
     return args
@@ -63,6 +73,19 @@ class _Tally:
         return pending, first.wait(timeout)
 
 
+class UnicastRequests:
+    """The parts of a source umreq uses, for unicast immediate requests to one context."""
+
+    def __init__(self, context, target: str, topic: str):
+        self.context, self.target, self.topic = context, target, topic
+
+    def send_request(self, data, on_response):
+        return self.context.send_unicast_immediate_request(self.target, self.topic, data, on_response)
+
+    def close(self) -> None:
+        pass
+
+
 def _percentiles(values: list[float]) -> dict:
     if not values:
         return {"p50": None, "p99": None, "max": None}
@@ -78,8 +101,12 @@ def main(argv=None) -> int:
     context = open_context(args)
     tally, pending, answered, joined = _Tally(), [], 0, False
     try:
-        source = context.source(args.topic, transport=args.transport)
-        joined = wait_for_receivers(source, args, stop, "umreq")
+        if args.unicast:
+            source = UnicastRequests(context, args.unicast, args.topic)
+            joined = wait_for_route(context, parse_target(args.unicast), args, stop, "umreq")
+        else:
+            source = context.source(args.topic, transport=args.transport)
+            joined = wait_for_receivers(source, args, stop, "umreq")
         for number in range(args.requests if joined else 0):
             if stop.is_set():
                 break

@@ -24,6 +24,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="exit after answering this many requests (0: run until stopped)")
     parser.add_argument("--timeout", type=float, default=0, metavar="S",
                         help="exit after S seconds whatever was received (0: no limit)")
+    parser.add_argument("--unicast", action="store_true",
+                        help="also answer unicast immediate requests to the topic: open this context's request "
+                             "port and say its address on standard error (umreq --unicast sends to it)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
     parser.add_argument("topic")
     return parser.parse_args(argv)
@@ -63,6 +66,10 @@ def main(argv=None) -> int:
     context = open_context(args)
     try:
         context.receiver(args.topic, on_event=responder.on_event, on_batch=responder.on_batch)
+        if args.unicast:
+            ip, port = context.request_address()
+            print(f"umresp: unicast immediate requests to TCP:{ip}:{port} (from another domain: "
+                  f"TCP:<this domain's id>:{ip}:{port})", file=sys.stderr, flush=True)
         deadline = time.monotonic() + args.timeout if args.timeout else None
         while not stop.is_set():
             remaining = deadline - time.monotonic() if deadline is not None else None

@@ -14,7 +14,7 @@ import time
 from router.cli import payload
 from router.um.unicast_immediate import NoRouteToDomain, parse_target
 from router.cli.common import (add_context_arguments, add_wait_arguments, open_context, print_json, setup_logging,
-                               stop_event_on_signals, wait_for_receivers)
+                               stop_event_on_signals, wait_for_receivers, wait_for_route)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -74,7 +74,7 @@ def main(argv=None) -> int:
             source = context.source(args.topic, transport=args.transport)
         if not args.immediate and not wait_for_receivers(source, args, stop, "umsrc"):
             return 1
-        if args.unicast and not _wait_for_route(context, parse_target(args.unicast), args, stop):
+        if args.unicast and not wait_for_route(context, parse_target(args.unicast), args, stop, "umsrc"):
             return 1
         if args.start_on_stdin:
             print("umsrc: waiting for a line on standard input", file=sys.stderr, flush=True)
@@ -97,19 +97,6 @@ def main(argv=None) -> int:
                     "rate_msgs_per_s": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
                     "source_id": f"{source_id:08x}", "receivers": receivers})
     return 0
-
-
-def _wait_for_route(context, target, args, stop) -> bool:
-    """A target in another domain: wait (--wait-timeout) until a router here says it reaches it."""
-    deadline = time.monotonic() + args.wait_timeout
-    while target.domain is not None and target.domain != context.domain_id \
-            and context.resolver.domain_routes.router_for(target.domain) is None:
-        if stop.is_set() or time.monotonic() >= deadline:
-            print(f"umsrc: no router in this domain said it reaches domain {target.domain} within "
-                  f"{args.wait_timeout:g} s", file=sys.stderr)
-            return False
-        stop.wait(0.05)
-    return True
 
 
 class ImmediateSender:

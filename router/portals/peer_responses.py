@@ -11,7 +11,8 @@ request carried (ip, port) and one hop taken; the index alone finds the proxy re
 is there for someone reading the link in Wireshark.
 
 A unicast immediate message crosses a link the same way, with topic index 0 (a request index is
-never 0) and its DESTINATION as its sender made it.
+never 0) and its DESTINATION as its sender made it; so does a response routed back to a unicast
+immediate request, with its request index and a DESTINATION that names where it came from.
 """
 from __future__ import annotations
 
@@ -33,4 +34,7 @@ def is_unicast(message: LbmcMessage) -> bool:
 
 
 def is_response(message: LbmcMessage) -> bool:
-    return is_unicast(message) and message.tidx != 0
+    """A response to one of our proxy requests. One routed by its DESTINATION (a response to a
+    unicast immediate request from another domain) names where it came from (orig_port); these
+    name no origin."""
+    return is_unicast(message) and message.tidx != 0 and not message.headers[0].orig_port

@@ -26,18 +26,18 @@ from router.um import monitoring
 from router.um.immediate import ImmediateChannel, ImmediateMessage
 from router.um.lbmr_channel import LbmrChannel, new_src_id
 from router.um.loop import EventLoop
-from router.um.messages import Message
+from router.um.messages import Message, RequestMessage
 from router.um.netif import resolve_interface
 from router.um.receiver import Accept, OnBatch, OnEvent, OnMessage, Receiver, WildcardReceiver
 from router.um.request_port import RequestPort
-from router.um.requests import RequestIndexes, RequestOrigin, RequestPortUnavailable, Response
+from router.um.requests import PendingRequest, RequestIndexes, RequestOrigin, RequestPortUnavailable, Response
 from router.um.responder import ResponseSender
 from router.um.retention import Retention
 from router.um.source import Source
 from router.um.source_cache import Candidate
 from router.um.unicast_immediate import (NoRouteToDomain, Uim, decode_uim, encode_uim, is_uim_frame, parse_target,
                                          source_of)
-from router.um.wire.lbmc_headers import Destination
+from router.um.wire.lbmc_headers import Destination, Request
 from router.lbtipc.receiver import LbtipcSessionClient
 from router.lbtipc.source import LbtipcSourceSession
 from router.um.late_join import LateJoinClient, LateJoinServer, LateJoinSettings
@@ -221,20 +221,46 @@ class Context:
         this context's other messages to that address. ValueError for a bad target or a message
         larger than one frame; NoRouteToDomain if no router in this domain reaches the domain."""
         where = parse_target(target)
-        own = self.resolver.domain_id
-        destination, address = None, (where.ipaddr, where.port)
-        if where.domain is not None and where.domain != own:
-            address = self.resolver.domain_routes.router_for(where.domain)
-            if address is None:
-                self.uim_counters["uim_no_route"] += 1
-                known = sorted(self.resolver.domain_routes.domains())
-                raise NoRouteToDomain(f"unicast immediate message to {target}: no router in this domain reaches "
-                                      f"domain {where.domain} (domains reached: {known or 'none heard'})")
-            orig_ip, orig_port = self.request_address()        # where an answer to it comes
-            destination = Destination(where.domain, where.ipaddr, where.port, 0, own or 0, orig_ip, orig_port)
+        address, destination = self._unicast_route(where.domain, where.ipaddr, where.port, target)
         frame = encode_uim(0, topic, data, destination)
         self.uim_counters["uim_sent"] += 1
         self.responder.send_unicast(address, frame)
+
+    def send_unicast_immediate_request(self, target: str, topic: str | None, data,
+                                       on_response: Callable[[Response], None] | None = None) -> PendingRequest:
+        """A unicast immediate request (lbm_unicast_immediate_request): a message to `target` as
+        send_unicast_immediate sends it, which its receiver may answer; the responses come to
+        `on_response` on the context's thread, through the routers when the target is in another
+        domain, until the returned PendingRequest is closed."""
+        where = parse_target(target)
+        address, destination = self._unicast_route(where.domain, where.ipaddr, where.port, target)
+        ipaddr, port = self.request_address()
+        pending = self.requests.open(on_response)
+        try:
+            frame = encode_uim(0, topic, data, destination, Request(0, pending.qidx, port, ipaddr))
+        except ValueError:
+            pending.close()
+            raise
+        self.uim_counters["uim_sent"] += 1
+        self._request_sent()
+        self.responder.send_unicast(address, frame)
+        return pending
+
+    def _unicast_route(self, domain: int | None, ipaddr: str, port: int, what: str):
+        """Where a message for (domain, ipaddr, port) goes, and the DESTINATION it carries: the
+        target itself in this domain (no DESTINATION), else the router here that reaches the
+        domain. NoRouteToDomain if none does."""
+        own = self.resolver.domain_id
+        if domain is None or domain == own:
+            return (ipaddr, port), None
+        router = self.resolver.domain_routes.router_for(domain)
+        if router is None:
+            self.uim_counters["uim_no_route"] += 1
+            known = sorted(self.resolver.domain_routes.domains())
+            raise NoRouteToDomain(f"unicast immediate message to {what}: no router in this domain reaches "
+                                  f"domain {domain} (domains reached: {known or 'none heard'})")
+        orig_ip, orig_port = self.request_address()        # where an answer to it comes
+        return router, Destination(domain, ipaddr, port, 0, own or 0, orig_ip, orig_port)
 
     def immediate_receiver(self, on_message: OnMessage) -> None:
         """Deliver topicless immediate messages to `on_message` (topic ones go to the topic's receivers).
@@ -507,9 +533,19 @@ class Context:
         if uim.destination is not None and self.uim_router is not None:
             self.uim_router(uim, connection.source)
             return
+        source = source_of(uim, connection.source)
+        if uim.tidx:                          # a response to one of our requests, from another domain
+            self._response_in(uim.tidx, uim.data, source)
+            return
         self.uim_counters["uim_received"] += 1
-        self._deliver_immediate(uim.topic, Message(uim.topic or "", source_of(uim, connection.source), uim.sqn,
-                                                   uim.data))
+        if uim.request is None:
+            delivered = Message(uim.topic or "", source, uim.sqn, uim.data)
+        else:
+            domain = uim.destination.orig_domain_id if uim.destination is not None else None
+            request = uim.request
+            delivered = RequestMessage(uim.topic or "", source, uim.sqn, uim.data,
+                                       RequestOrigin(request.ipaddr, request.port, request.qidx, domain), self)
+        self._deliver_immediate(uim.topic, delivered)
 
     def _request_sent(self) -> None:
         with self.requests.lock:           # applications may send requests from several threads
@@ -532,7 +568,17 @@ class Context:
         """Answer a request (RequestMessage.respond calls this). From any thread; never blocks:
         what cannot be sent yet is queued, and what cannot be sent at all is counted
         (responses_dropped) and logged with the requester's address."""
-        self.responder.respond(origin, data)
+        if origin.domain is None or origin.domain == self.resolver.domain_id:
+            self.responder.respond(origin, data)
+            return
+        try:                          # a unicast immediate request from another domain: routed back
+            address, destination = self._unicast_route(origin.domain, origin.ipaddr, origin.port,
+                                                       f"TCP:{origin.domain}:{origin.ipaddr}:{origin.port}")
+            frame = encode_uim(0, None, data, destination, tidx=origin.qidx)
+        except (OSError, ValueError) as err:
+            self.responder.drop((origin.ipaddr, origin.port), 1, str(err))
+            return
+        self.responder.send_unicast(address, frame, response=True)
 
     # -- transports --------------------------------------------------------------------------------
     @staticmethod

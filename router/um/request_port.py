@@ -18,6 +18,7 @@ from typing import Callable
 from router.um.accepting import accept_pending, listen_in_range
 from router.um.requests import RequestPortUnavailable
 from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
+from router.um.wire.lbmc_constants import NHDR_DESTINATION
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +74,10 @@ class UimConnection:
     def _frame(self, buffer: bytes, offset: int, msglen: int) -> None:
         ver_type, next_hdr, _, qidx, sqn = _unpack_message(buffer, offset) if msglen >= _MESSAGE_SIZE \
             else (buffer[offset], buffer[offset + 1], 0, 0, 0)
-        if ver_type != LBMC_TYPE_MESSAGE or msglen < _MESSAGE_SIZE or qidx == 0:
-            # Not a response (a request index is never 0): a unicast immediate message, or late
-            # join's controls and retransmissions; the context sorts them.
+        if ver_type != LBMC_TYPE_MESSAGE or msglen < _MESSAGE_SIZE or qidx == 0 or next_hdr == NHDR_DESTINATION:
+            # Not a plain response (a request index is never 0): a unicast immediate message, a
+            # response routed from another domain (DESTINATION first), or late join's controls and
+            # retransmissions; the context sorts them.
             if self.on_other is not None:
                 self.on_other(buffer[offset:offset + msglen], self)
             else:

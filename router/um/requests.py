@@ -56,11 +56,14 @@ _pack_frag = FRAG_HEADER.pack
 
 
 class RequestOrigin(NamedTuple):
-    """Who asked: the requester's request port, and its index for the request."""
+    """Who asked: the requester's request port, and its index for the request. `domain`: the
+    requester's domain when the request came through routers (a unicast immediate request from
+    another domain, router.um.unicast_immediate): the responses go back through them."""
 
     ipaddr: str
     port: int
     qidx: int
+    domain: int | None = None
 
 
 class Response(NamedTuple):

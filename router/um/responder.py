@@ -61,23 +61,31 @@ class ResponseSender:
         else:
             self.loop.call_soon_threadsafe(self._respond, origin, bytes(data))
 
-    def send_unicast(self, address: tuple[str, int], frame: bytes) -> None:
+    def send_unicast(self, address: tuple[str, int], frame: bytes, response: bool = False) -> None:
         """A unicast immediate message's frame (router.um.unicast_immediate) to the request port at
-        `address`, with the connection's next sequence number (thread-safe; never blocks)."""
+        `address`, with the connection's next sequence number (thread-safe; never blocks).
+        `response`: it is a response routed to another domain (counted as a response)."""
         if self.closed:
-            self._drop(address, 1, "the context is closed", response=False)
+            self._drop(address, 1, "the context is closed", response)
         elif self.loop.in_loop_thread():
-            self._send_unicast(address, frame)
+            self._send_unicast(address, frame, response)
         else:
-            self.loop.call_soon_threadsafe(self._send_unicast, address, bytes(frame))
+            self.loop.call_soon_threadsafe(self._send_unicast, address, bytes(frame), response)
 
-    def _send_unicast(self, address: tuple[str, int], frame: bytes) -> None:
+    def _send_unicast(self, address: tuple[str, int], frame: bytes, response: bool) -> None:
         def frames_of(connection: _Outgoing) -> bytes:
             numbered = bytearray(frame)
             numbered[8:12] = connection.sqn.to_bytes(4, "big")
             connection.sqn = (connection.sqn + 1) & 0xFFFFFFFF
             return bytes(numbered)
-        self._enqueue(address, frames_of, response=False)
+        self._enqueue(address, frames_of, response)
+
+    def drop(self, address: tuple[str, int], count: int, reason: str) -> None:
+        """Responses to `address` that could not even be queued (from any thread): counted, logged."""
+        if self.loop.in_loop_thread():
+            self._drop(address, count, reason)
+        else:
+            self.loop.call_soon_threadsafe(self._drop, address, count, reason)
 
     def send_frames(self, address: tuple[str, int], frames: bytes) -> None:
         """Send LBMC frames as they are to the request port at `address` (late join's requests

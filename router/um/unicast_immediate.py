@@ -10,7 +10,11 @@ The message is one LBMC MESSAGE frame on a TCP connection to the target's reques
 another domain, to a router's): topic index 0, the connection's own sequence number, and the
 header chain
 
-    [DESTINATION] [TOPICNAME] DATA
+    [DESTINATION] [REQUEST] [TOPICNAME] DATA
+
+REQUEST makes it a request (lbm_unicast_immediate_request): the requester's request port and its
+index for the request; the receiver's responses go there. A response to a request from another
+domain goes back the same way, routed: topic index = the request's index, DESTINATION -> DATA.
 
 A response's topic index is its request index, never 0 (router.um.requests): that is how a
 request port tells the two apart. TOPICNAME is absent for a topicless message, which goes to the
@@ -37,7 +41,7 @@ from typing import NamedTuple
 from router.um.wire.errors import WireError
 from router.um.wire.lbmc import LbmcMessage, decode_lbmc, encode_lbmc
 from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE
-from router.um.wire.lbmc_headers import Destination, TopicName
+from router.um.wire.lbmc_headers import Destination, Request, TopicName
 
 MAX_FRAME = 65535
 MAX_HOPS = 255                    # a message that has crossed this many routers is in a loop: dropped
@@ -85,11 +89,13 @@ def _number(text: str, what: str, value: str, highest: int) -> int:
     return int(value)
 
 
-def encode_uim(sqn: int, topic: str | None, data, destination: Destination | None = None) -> bytes:
-    """One unicast immediate message as its LBMC frame; ValueError if it does not fit one frame."""
-    headers = ([destination] if destination is not None else []) + ([TopicName(topic)] if topic is not None else [])
+def encode_uim(sqn: int, topic: str | None, data, destination: Destination | None = None,
+               request: Request | None = None, tidx: int = 0) -> bytes:
+    """One unicast immediate message (or, with `request`, request; with `tidx`, a routed response
+    to request index `tidx`) as its LBMC frame; ValueError if it does not fit one frame."""
+    headers = [h for h in (destination, request) if h is not None] + ([TopicName(topic)] if topic is not None else [])
     try:
-        return encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers, bytes(data), tidx=0, sqn=sqn, has_data=True))
+        return encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers, bytes(data), tidx=tidx, sqn=sqn, has_data=True))
     except WireError as err:
         raise ValueError(f"unicast immediate message of {len(data)} bytes"
                          f"{'' if topic is None else f' to topic {topic!r}'}: {err} (at most {MAX_PAYLOAD} bytes "
@@ -98,12 +104,14 @@ def encode_uim(sqn: int, topic: str | None, data, destination: Destination | Non
 
 @dataclass
 class Uim:
-    """A unicast immediate message as it arrived."""
+    """A unicast immediate message (or request, or routed response) as it arrived."""
     topic: str | None
     data: bytes
     sqn: int
     destination: Destination | None
     frame: bytes
+    request: Request | None = None
+    tidx: int = 0                  # a routed response's request index; 0 for a message or request
 
 
 def decode_uim(frame: bytes) -> Uim:
@@ -113,20 +121,28 @@ def decode_uim(frame: bytes) -> Uim:
 
 
 def uim_of(message: LbmcMessage, frame: bytes) -> Uim:
-    destination = topic = None
-    for header in message.headers:
-        if isinstance(header, Destination) and destination is None and topic is None:
+    """The headers in their order: [DESTINATION] [REQUEST] [TOPICNAME]; a routed response has
+    DESTINATION only."""
+    destination = request = topic = None
+    for position, header in enumerate(message.headers):
+        if isinstance(header, Destination) and position == 0:
             destination = header
-        elif isinstance(header, TopicName) and topic is None:
+        elif isinstance(header, Request) and request is None and topic is None and not message.tidx:
+            request = header
+        elif isinstance(header, TopicName) and topic is None and not message.tidx:
             topic = header.topic
         else:
             raise WireError(f"unicast immediate message with an unexpected {type(header).__name__} header")
-    return Uim(topic, bytes(message.payload), message.sqn, destination, frame)
+    if message.tidx and destination is None:
+        raise WireError("a routed response without its DESTINATION")
+    return Uim(topic, bytes(message.payload), message.sqn, destination, frame, request, message.tidx)
 
 
 def is_uim_frame(frame) -> bool:
-    """An LBMC MESSAGE with topic index 0: a unicast immediate message, not a response."""
-    return len(frame) >= _MESSAGE_HEADER and frame[0] == LBMC_TYPE_MESSAGE and not any(frame[4:8])
+    """An LBMC MESSAGE with topic index 0 (a unicast immediate message or request, not a response),
+    or one whose first header is DESTINATION (anything routed across domains, responses too)."""
+    return len(frame) >= _MESSAGE_HEADER and frame[0] == LBMC_TYPE_MESSAGE \
+        and (not any(frame[4:8]) or frame[1] == Destination.HEADER_TYPE)
 
 
 def source_of(uim: Uim, peer: str) -> str:

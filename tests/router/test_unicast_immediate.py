@@ -28,10 +28,23 @@ def _routes_heard(context: Context, domain: int) -> bool:
     return context.resolver.domain_routes.router_for(domain) is not None
 
 
-def test_a_message_crosses_one_router_and_the_answer_comes_back(routers, make_domain, tmp_path):
+def _two_lans(routers, make_domain):
+    """LAN1 (domain 1) and LAN2 (domain 2) joined by one router: (lan1, lan2, router)."""
     lan1, lan2 = make_domain(), make_domain()
     router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
                            FAST_ROUTING).wait_ready()
+    return lan1, lan2, router
+
+
+def _said_address(tool, what: str) -> str:
+    """The ip:port a tool started with --unicast says it takes `what` at."""
+    tool.wait_for_stderr(f"{what} to TCP:", 30)
+    line = next(line for line in tool.stderr.splitlines() if f"{what} to TCP:" in line)
+    return line.split("TCP:", 1)[1].split(" ", 1)[0]
+
+
+def test_a_message_crosses_one_router_and_the_answer_comes_back(routers, make_domain, tmp_path):
+    lan1, lan2, router = _two_lans(routers, make_domain)
     sender, target = Context(**lan1.overrides()), Context(**lan2.overrides())
     try:
         got = Inbox(target, "orders")
@@ -140,14 +153,10 @@ def test_a_message_crosses_a_peer_link_and_no_route_is_counted(routers, make_dom
 
 def test_the_tools_send_and_receive_across_the_router(routers, tools, make_domain):
     """umsrc --unicast TCP:domain:ip:port to a umrcv --unicast in the other domain: every message, in order."""
-    lan1, lan2 = make_domain(), make_domain()
-    routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
-                  FAST_ROUTING).wait_ready()
+    lan1, lan2, _ = _two_lans(routers, make_domain)
     count = 200
     receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 60, "--unicast", "--topicless")
-    receiver.wait_for_stderr("unicast immediate messages to TCP:", 30)
-    address = next(line for line in receiver.stderr.splitlines() if "unicast immediate messages to" in line)
-    ip_port = address.split("TCP:", 1)[1].split(" ", 1)[0]
+    ip_port = _said_address(receiver, "unicast immediate messages")
     source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", 64, "--topicless",
                          "--unicast", f"TCP:2:{ip_port}", "--wait-timeout", 30)
     sent, got = source.result(60), receiver.result(60)
@@ -193,3 +202,71 @@ def test_a_message_crosses_a_transit_domain_to_the_next_router(routers, make_dom
     finally:
         for context in (sender, far, middle):
             context.close()
+
+
+@pytest.mark.parametrize("linked", [False, True], ids=["one router", "peer link"])
+def test_a_unicast_request_from_another_domain_is_answered_through_the_routers(routers, make_domain, tmp_path,
+                                                                                linked):
+    """lbm_unicast_immediate_request to TCP:2:ip:port: the target answers the RequestMessage it got,
+    and each response goes back to domain 1 by its DESTINATION, hop by hop, to the requester."""
+    if linked:
+        lan1, lan2 = make_domain(), make_domain()
+        port = free_port()
+        first = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port), "uqa")
+        last = start(routers, peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path), "uqb")
+        first.wait_ready(), last.wait_ready()
+        wait_for(lambda: converged([first, last], 2), 30, message="both routers know both")
+    else:
+        lan1, lan2, first = _two_lans(routers, make_domain)
+        last = first
+    requester, target = Context(**lan1.overrides()), Context(**lan2.overrides())
+    try:
+        asked, answers = [], []
+        target.receiver("svc.quote", asked.append)
+        ip, port = target.request_address()
+        wait_for(lambda: _routes_heard(requester, 2) and _routes_heard(target, 1), 20,
+                 message="each domain hears its router's offer")
+        low, high = min(lan1.request_low, lan2.request_low), max(lan1.request_high, lan2.request_high)
+        pcap = tmp_path / "requests.pcapng"
+        with LiveCapture(capture_filter=f"tcp portrange {low}-{high}", path=pcap), \
+                requester.send_unicast_immediate_request(f"TCP:2:{ip}:{port}", "svc.quote", b"bid?",
+                                                         answers.append):
+            wait_for(lambda: len(asked) == 1, 20, message="the request crossed")
+            request = asked[0]
+            assert request.data == b"bid?" and request.origin.domain == 1 and request.source.startswith("TCP:1:")
+            for n in range(3):
+                request.respond(b"offer %d" % n)
+            wait_for(lambda: len(answers) == 3, 20, message="every response came back to domain 1")
+        decode_as = [f"tcp.port=={p},lbttcp" for p in range(low, high + 1)]
+        prefs = [f"lbttcp.request_port_low:{low}", f"lbttcp.request_port_high:{high}"]
+        assert_no_expert_info(pcap, decode_as, prefs, min_severity="warn")
+        frames = decode(pcap, decode_as, prefs, fields=["lbmc.tcp_request.qidx", "lbmc.topicname.topic",
+                                                        "lbmc.destination.domain_id"])
+        requests = [f for f in frames if f.get("lbmc.tcp_request.qidx")]
+        assert requests and all(f["lbmc.topicname.topic"] == ["svc.quote"] for f in requests), requests
+        routed_back = [f for f in frames if f.get("lbmc.destination.domain_id") == ["1"]]
+        assert len(routed_back) >= 3, frames
+        assert [a.data for a in answers] == [b"offer %d" % n for n in range(3)]
+        assert answers[0].source.startswith("TCP:2:")
+        assert requester.counters()["responses_received"] == 3
+        # Each router moved the request one way and the responses the other.
+        wait_for(lambda: last.counters()[len(last.counters()) - 1]["unicast_data_msgs_sent"] == 1, 10,
+                 message="the request went into LAN2")
+        assert first.counters()[0]["unicast_data_msgs_sent"] == 3, first.counters()[0]
+    finally:
+        requester.close()
+        target.close()
+
+
+def test_umreq_asks_a_umresp_in_another_domain_by_its_address(routers, tools, make_domain):
+    lan1, lan2, _ = _two_lans(routers, make_domain)
+    count = 20
+    responder = tools.start("router.cli.umresp", "-c", lan2.config_path, "--json", "-C", count, "--timeout", 60,
+                            "--unicast", "svc.quote")
+    ip_port = _said_address(responder, "unicast immediate requests")
+    requester = tools.start("router.cli.umreq", "-c", lan1.config_path, "--json", "-R", count, "-l", 32,
+                            "--unicast", f"TCP:2:{ip_port}", "--wait-timeout", 30, "--response-timeout", 10,
+                            "svc.quote")
+    asked, answered = requester.result(60), responder.result(60)
+    assert (asked["requests"], asked["answered"], asked["unanswered"]) == (count, count, 0), asked
+    assert answered["requests"] == answered["responded"] == count, answered

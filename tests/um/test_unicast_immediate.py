@@ -109,3 +109,37 @@ def test_an_unreachable_target_is_counted_not_raised(make_domain):
             sender.send_unicast_immediate("TCP:localhost:1", None, b"")
     finally:
         sender.close()
+
+
+def test_a_unicast_request_is_answered_at_the_requesters_port(make_domain):
+    domain = make_domain()
+    requester, target = Context(**domain.overrides()), Context(**domain.overrides())
+    try:
+        asked, answers = [], []
+        target.immediate_receiver(asked.append)
+        ip, port = target.request_address()
+        with requester.send_unicast_immediate_request(f"TCP:{ip}:{port}", None, b"how much?", answers.append):
+            wait_for(lambda: len(asked) == 1, 10, message="the request arrived")
+            request = asked[0]
+            assert request.data == b"how much?" and request.origin.domain is None
+            request.respond(b"42")
+            request.respond(b"43")
+            wait_for(lambda: len(answers) == 2, 10, message="both responses came back")
+        assert [a.data for a in answers] == [b"42", b"43"]
+        assert requester.counters()["responses_received"] == 2
+    finally:
+        requester.close()
+        target.close()
+
+
+def test_request_and_routed_response_frames():
+    from router.um.wire.lbmc_headers import Request
+    destination = Destination(7, "10.0.0.5", 14391, 0, 3, "10.0.0.9", 14392)
+    frame = encode_uim(0, "svc", b"ask", destination, Request(0, 5, 14392, "10.0.0.9"))
+    uim = decode_uim(frame)
+    assert (uim.topic, uim.request.qidx, uim.request.port, uim.tidx) == ("svc", 5, 14392, 0)
+    response = encode_uim(0, None, b"answer", Destination(3, "10.0.0.9", 14392, 0, 7, "10.0.0.5", 14391), tidx=5)
+    assert is_uim_frame(response)
+    assert (decode_uim(response).tidx, decode_uim(response).data) == (5, b"answer")
+    with pytest.raises(WireError, match="without its DESTINATION"):
+        decode_uim(encode_uim(0, None, b"x", tidx=5))
