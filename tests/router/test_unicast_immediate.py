@@ -128,8 +128,10 @@ def test_a_message_crosses_a_peer_link_and_no_route_is_counted(routers, make_dom
         assert b.counters()[1]["unicast_data_msgs_sent"] == 10
         link = decode(tmp_path / "link.pcapng", [f"tcp.port=={port},lbttcp"], [],
                       fields=["lbmc.destination.domain_id", "lbmc.destination.hops_taken", "lbmc.topicname.topic"])
-        assert any(f.get("lbmc.destination.hops_taken") == ["1"] and f.get("lbmc.topicname.topic") == ["orders"]
-                   for f in link), link[:5]
+        # Under load the link batches several messages into one segment: each field is a list.
+        crossed = [(hops, topic) for f in link
+                   for hops, topic in zip(f.get("lbmc.destination.hops_taken", []), f.get("lbmc.topicname.topic", []))]
+        assert crossed.count(("1", "orders")) == 10, [f for f in link if f.get("lbmc.destination.hops_taken")]
         assert_no_expert_info(tmp_path / "link.pcapng", [f"tcp.port=={port},lbttcp"], [], min_severity="warn")
 
         # Domain 7 is nowhere: the application is told at once, nothing is sent.
@@ -243,9 +245,10 @@ def test_a_unicast_request_from_another_domain_is_answered_through_the_routers(r
         frames = decode(pcap, decode_as, prefs, fields=["lbmc.tcp_request.qidx", "lbmc.topicname.topic",
                                                         "lbmc.destination.domain_id"])
         requests = [f for f in frames if f.get("lbmc.tcp_request.qidx")]
-        assert requests and all(f["lbmc.topicname.topic"] == ["svc.quote"] for f in requests), requests
-        routed_back = [f for f in frames if f.get("lbmc.destination.domain_id") == ["1"]]
-        assert len(routed_back) >= 3, frames
+        assert requests and all("svc.quote" in f["lbmc.topicname.topic"] for f in requests), requests
+        # Responses routed to domain 1, each leg (a segment may carry several: each field is a list).
+        routed_back = sum(f.get("lbmc.destination.domain_id", []).count("1") for f in frames)
+        assert routed_back >= 3, frames
         assert [a.data for a in answers] == [b"offer %d" % n for n in range(3)]
         assert answers[0].source.startswith("TCP:2:")
         assert requester.counters()["responses_received"] == 3
