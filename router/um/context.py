@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -72,6 +73,13 @@ def _repairing_options(config: UMConfig, transport: str) -> dict:
             "ignore_interval": get("source", "ignore_interval") / 1000,
             "sm_minimum_interval": get("source", "sm_minimum_interval") / 1000,
             "sm_maximum_interval": get("source", "sm_maximum_interval") / 1000}
+
+# A response routed to another domain waits this long for a router here to say it reaches that
+# domain (s), looking again every ROUTE_RETRY: a context that has just started hears them within a
+# propagation interval (1 s by default).
+ROUTE_WAIT = 5.0
+ROUTE_RETRY = 0.05
+
 
 class Context:
     def __init__(self, config_file: str | Path | None = None, *, config: UMConfig | None = None,
@@ -570,8 +578,25 @@ class Context:
         (responses_dropped) and logged with the requester's address."""
         if origin.domain is None or origin.domain == self.resolver.domain_id:
             self.responder.respond(origin, data)
+        elif self.loop.in_loop_thread():
+            self._respond_routed(origin, bytes(data), time.monotonic() + ROUTE_WAIT)
+        else:
+            self.loop.call_soon_threadsafe(self._respond_routed, origin, bytes(data), time.monotonic() + ROUTE_WAIT)
+
+    def _respond_routed(self, origin: RequestOrigin, data: bytes, deadline: float) -> None:
+        """A response to a unicast immediate request from another domain, back through the routers
+        (loop thread). A context that has just started may not have heard yet which router here
+        reaches that domain (each says so every propagation interval): it waits for one up to
+        ROUTE_WAIT, then the response is dropped, counted and logged."""
+        router = self.resolver.domain_routes.router_for(origin.domain)
+        if router is None:
+            if time.monotonic() < deadline:
+                self.loop.call_later(ROUTE_RETRY, self._respond_routed, origin, data, deadline)
+            else:
+                self.responder.drop((origin.ipaddr, origin.port), 1, f"no router in this domain reaches domain "
+                                                                     f"{origin.domain} (waited {ROUTE_WAIT:g} s)")
             return
-        try:                          # a unicast immediate request from another domain: routed back
+        try:
             address, destination = self._unicast_route(origin.domain, origin.ipaddr, origin.port,
                                                        f"TCP:{origin.domain}:{origin.ipaddr}:{origin.port}")
             frame = encode_uim(0, None, data, destination, tidx=origin.qidx)

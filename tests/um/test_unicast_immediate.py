@@ -143,3 +143,37 @@ def test_request_and_routed_response_frames():
     assert (decode_uim(response).tidx, decode_uim(response).data) == (5, b"answer")
     with pytest.raises(WireError, match="without its DESTINATION"):
         decode_uim(encode_uim(0, None, b"x", tidx=5))
+
+
+def test_a_response_to_another_domain_waits_for_a_router_to_be_heard(make_domain, monkeypatch):
+    """A context that has just started may answer a request from another domain before it has
+    heard the router here say it reaches that domain: the response waits for the router (up to
+    ROUTE_WAIT), then goes; one for a domain no router reaches is dropped and counted."""
+    import router.um.context as context_module
+    monkeypatch.setattr(context_module, "ROUTE_WAIT", 1.0)
+    domain = make_domain()
+    responder = Context(**domain.overrides())
+    router = socket.socket()                  # stands in for a router's request port
+    router.bind(("127.0.0.1", 0))
+    router.listen(1)
+    router.settimeout(10)
+    try:
+        from router.um.requests import RequestOrigin
+        responder.respond(RequestOrigin("10.9.9.9", 14391, 5, 7), b"late but there")
+        responder.respond(RequestOrigin("10.9.9.9", 14391, 6, 8), b"nowhere to go")
+        assert responder.counters()["responses_dropped"] == 0          # both wait for a router
+        responder.resolver.domain_routes.heard("127.0.0.1", router.getsockname()[1], [7])
+        connection, _ = router.accept()
+        with connection:
+            connection.settimeout(10)
+            data = b""
+            while len(data) < 4 or len(data) < int.from_bytes(data[2:4], "big"):
+                data += connection.recv(65536)
+        routed = decode_uim(data)
+        assert (routed.tidx, routed.data, routed.destination.domain_id, routed.destination.port) == (
+            5, b"late but there", 7, 14391)
+        wait_for(lambda: responder.counters()["responses_dropped"] == 1, 10,
+                 message="the response for domain 8 is dropped after the wait")
+    finally:
+        router.close()
+        responder.close()
