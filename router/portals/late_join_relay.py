@@ -33,10 +33,11 @@ from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
 log = logging.getLogger(__name__)
 
 MAX_RELAYED = 262_144          # requests remembered at once (oldest forgotten first, answers then unknown)
-# A retransmission asked of an origin in the last quarter second is not asked again: several late
-# receivers of one topic ask for the same messages at once, and each answer serves them all. A
-# requester asking again later (UM's retransmit_request_interval, 500 ms by default) is asked for
-# again: the first request or its answer may have been lost.
+# A retransmission asked of an origin in the last quarter second is not asked again for another
+# requester: several late receivers of one topic ask for the same messages at once, and each answer
+# serves them all. A requester asking again (after its retransmit_request_interval, 500 ms by
+# default, whatever that is set to) is asked for again at once: its first request or the answer
+# may have been lost.
 REASK_AFTER = 0.25
 
 
@@ -114,9 +115,10 @@ class LateJoinRelay:
                     waiting = self.retransmissions[(origin, origin_tidx, header.seqnum)] = [now - REASK_AFTER]
                     self._trim(self.retransmissions)
                 entry = (egress, header.rx_ip, header.rx_port, header.id_2)
-                if entry not in waiting:
+                again = entry in waiting              # its own retry: asked again, whenever it comes
+                if not again:
                     waiting.append(entry)
-                if now - waiting[0] < REASK_AFTER:
+                if not again and now - waiting[0] < REASK_AFTER:
                     self.counters.add("late_join_requests_joined")   # one answer will serve both
                     continue
                 waiting[0] = now

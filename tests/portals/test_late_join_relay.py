@@ -180,18 +180,22 @@ def test_a_second_receiver_asking_for_a_message_already_asked_for_joins_the_requ
     assert counters.get("late_join_answers_unknown") == 0
 
 
-def test_a_request_repeated_after_the_reask_interval_goes_to_the_origin_again(monkeypatch):
-    """The first request or its answer may have been lost: a requester asking again later (its
-    retransmit_request_interval) is asked for again, and the answer still reaches it once."""
+def test_a_requester_asking_again_goes_to_the_origin_again_however_soon(monkeypatch):
+    """The first request or its answer may have been lost: a requester asking again (after its
+    retransmit_request_interval, however short) is asked for again at once, and the answer still
+    reaches it once; another requester within REASK_AFTER is joined to the request."""
     import router.portals.late_join_relay as module
     now = [1000.0]
     monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
     lj, responder, datapath, counters = relay()
     lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
-    now[0] += module.REASK_AFTER / 2
+    now[0] += module.REASK_AFTER / 4              # a requester with a 60 ms retransmit_request_interval
     lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    now[0] += module.REASK_AFTER / 4              # another requester: joined
+    lj.request_in(3, 4, control(UmeRxReq(1, 1, 8, 42, 14394, "10.4.4.4")))
     now[0] += module.REASK_AFTER
     lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
-    assert _rxreqs_sent(responder) == [42, 42]
+    assert _rxreqs_sent(responder) == [42, 42, 42]
+    assert counters.get("late_join_requests_joined") == 1
     assert lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
-    assert len(datapath.sent) == 1
+    assert sorted(portal for _, portal, _, _, _ in datapath.sent) == [2, 3]        # once to each requester
