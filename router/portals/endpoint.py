@@ -462,7 +462,7 @@ class EndpointPortal(EgressRecords):
                                       f"a unicast immediate message for domain {destination.domain_id}: no router "
                                       f"on domain {self.domain_id} says it reaches it; dropped")
                 return
-        self.context.responder.send_unicast(address, frame)
+        self.context.responder.send_frames(address, frame)       # as it came: its numbers are its sender's
         self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(frame))
 
     def egress_response(self, ring: int, ipaddr: str, port: int, qidx: int, data: bytes) -> None:

@@ -36,8 +36,8 @@ from router.um.responder import ResponseSender
 from router.um.retention import Retention
 from router.um.source import Source
 from router.um.source_cache import Candidate
-from router.um.unicast_immediate import (NoRouteToDomain, Uim, decode_uim, encode_uim, is_uim_frame, parse_target,
-                                         source_of)
+from router.um.unicast_immediate import (NoRouteToDomain, Uim, UimReassembly, decode_uim, is_uim_frame,
+                                         parse_target, source_of, uim_frames)
 from router.um.wire.lbmc_headers import Destination, Request
 from router.lbtipc.receiver import LbtipcSessionClient
 from router.lbtipc.source import LbtipcSourceSession
@@ -142,7 +142,9 @@ class Context:
         # Unicast immediate messages (router.um.unicast_immediate). A router's portal takes those
         # that carry a DESTINATION (uim, the connection's "TCP:ip:port") instead of delivering them.
         self.uim_router: Callable[[Uim, str], None] | None = None
-        self.uim_counters = {"uim_sent": 0, "uim_received": 0, "uim_no_route": 0, "uim_malformed": 0}
+        self.uim_counters = {"uim_sent": 0, "uim_received": 0, "uim_no_route": 0, "uim_malformed": 0,
+                             "uim_incomplete": 0}
+        self.uim_pieces = UimReassembly(self.uim_counters)
         # Multicast immediate messaging (router.um.immediate): opened on first use.
         self.immediate: ImmediateChannel | None = None
         self.immediate_callbacks: list[OnMessage] = []           # topicless messages
@@ -230,9 +232,9 @@ class Context:
         larger than one frame; NoRouteToDomain if no router in this domain reaches the domain."""
         where = parse_target(target)
         address, destination = self._unicast_route(where.domain, where.ipaddr, where.port, target)
-        frame = encode_uim(0, topic, data, destination)
+        frames, first_sqn_at = uim_frames(topic, data, destination)
         self.uim_counters["uim_sent"] += 1
-        self.responder.send_unicast(address, frame)
+        self.responder.send_unicast(address, frames, first_sqn_at)
 
     def send_unicast_immediate_request(self, target: str, topic: str | None, data,
                                        on_response: Callable[[Response], None] | None = None) -> PendingRequest:
@@ -245,13 +247,13 @@ class Context:
         ipaddr, port = self.request_address()
         pending = self.requests.open(on_response)
         try:
-            frame = encode_uim(0, topic, data, destination, Request(0, pending.qidx, port, ipaddr))
+            frames, first_sqn_at = uim_frames(topic, data, destination, Request(0, pending.qidx, port, ipaddr))
         except ValueError:
             pending.close()
             raise
         self.uim_counters["uim_sent"] += 1
         self._request_sent()
-        self.responder.send_unicast(address, frame)
+        self.responder.send_unicast(address, frames, first_sqn_at)
         return pending
 
     def _unicast_route(self, domain: int | None, ipaddr: str, port: int, what: str):
@@ -539,8 +541,15 @@ class Context:
                         connection.source, err)
             return
         if uim.destination is not None and self.uim_router is not None:
-            self.uim_router(uim, connection.source)
+            self.uim_router(uim, connection.source)       # a router forwards pieces as they are
             return
+        if uim.fragment is not None:
+            d = uim.destination
+            whole = self.uim_pieces.add(connection if d is None else (d.orig_domain_id, d.orig_ipaddr, d.orig_port),
+                                        uim)
+            if whole is None:
+                return
+            uim.data = whole
         source = source_of(uim, connection.source)
         if uim.tidx:                          # a response to one of our requests, from another domain
             self._response_in(uim.tidx, uim.data, source)
@@ -599,11 +608,11 @@ class Context:
         try:
             address, destination = self._unicast_route(origin.domain, origin.ipaddr, origin.port,
                                                        f"TCP:{origin.domain}:{origin.ipaddr}:{origin.port}")
-            frame = encode_uim(0, None, data, destination, tidx=origin.qidx)
+            frames, first_sqn_at = uim_frames(None, data, destination, tidx=origin.qidx)
         except (OSError, ValueError) as err:
             self.responder.drop((origin.ipaddr, origin.port), 1, str(err))
             return
-        self.responder.send_unicast(address, frame, response=True)
+        self.responder.send_unicast(address, frames, first_sqn_at, response=True)
 
     # -- transports --------------------------------------------------------------------------------
     @staticmethod

@@ -61,22 +61,29 @@ class ResponseSender:
         else:
             self.loop.call_soon_threadsafe(self._respond, origin, bytes(data))
 
-    def send_unicast(self, address: tuple[str, int], frame: bytes, response: bool = False) -> None:
-        """A unicast immediate message's frame (router.um.unicast_immediate) to the request port at
-        `address`, with the connection's next sequence number (thread-safe; never blocks).
-        `response`: it is a response routed to another domain (counted as a response)."""
+    def send_unicast(self, address: tuple[str, int], frames: list[bytes], first_sqn_at: int = 0,
+                     response: bool = False) -> None:
+        """A unicast immediate message's frames (router.um.unicast_immediate.uim_frames) to the
+        request port at `address`, numbered with the connection's next sequence numbers, and, in
+        each piece of a message in pieces, the first one's number at `first_sqn_at` (FRAG's
+        first_sqn). Thread-safe; never blocks. `response`: a response routed to another domain."""
         if self.closed:
             self._drop(address, 1, "the context is closed", response)
         elif self.loop.in_loop_thread():
-            self._send_unicast(address, frame, response)
+            self._send_unicast(address, frames, first_sqn_at, response)
         else:
-            self.loop.call_soon_threadsafe(self._send_unicast, address, bytes(frame), response)
+            self.loop.call_soon_threadsafe(self._send_unicast, address, frames, first_sqn_at, response)
 
-    def _send_unicast(self, address: tuple[str, int], frame: bytes, response: bool) -> None:
+    def _send_unicast(self, address: tuple[str, int], frames: list[bytes], first_sqn_at: int, response: bool) -> None:
         def frames_of(connection: _Outgoing) -> bytes:
-            numbered = bytearray(frame)
-            numbered[8:12] = connection.sqn.to_bytes(4, "big")
-            connection.sqn = (connection.sqn + 1) & 0xFFFFFFFF
+            first, numbered = connection.sqn, bytearray()
+            for number, frame in enumerate(frames):
+                start = len(numbered)
+                numbered += frame
+                numbered[start + 8:start + 12] = ((first + number) & 0xFFFFFFFF).to_bytes(4, "big")
+                if first_sqn_at:
+                    numbered[start + first_sqn_at:start + first_sqn_at + 4] = first.to_bytes(4, "big")
+            connection.sqn = (first + len(frames)) & 0xFFFFFFFF
             return bytes(numbered)
         self._enqueue(address, frames_of, response)
 

@@ -28,8 +28,12 @@ Which router takes a message for a domain: each router's endpoint portal says, i
 which domains it reaches and its request port (LBMR REMOTE_DOMAIN_ROUTE, ext 0x06, every
 propagation interval); a context keeps what it heard for ROUTE_TIMEOUT (`DomainRoutes`).
 
-A message is one frame: at most MAX_PAYLOAD bytes of data with its topic (UM fragments larger
-ones; here they are refused with ValueError rather than cut).
+A message larger than one frame (65535 bytes with its headers) goes in pieces, as UM sends it:
+each piece a frame of its own with the same headers and FRAG (the sequence number of the first
+piece, the piece's offset, the whole length) before DATA. The sender numbers the pieces on its
+connection; routers forward them as they are; the receiving context puts the message back together
+(`UimReassembly`), keyed by where it came from and that first sequence number. A message is at most
+MAX_MESSAGE bytes.
 """
 from __future__ import annotations
 
@@ -41,14 +45,16 @@ from typing import NamedTuple
 from router.um.wire.errors import WireError
 from router.um.wire.lbmc import LbmcMessage, decode_lbmc, encode_lbmc
 from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE
-from router.um.wire.lbmc_headers import Destination, Request, TopicName
+from router.um.wire.lbmc_headers import Destination, Frag, Request, TopicName
 
 MAX_FRAME = 65535
 MAX_HOPS = 255                    # a message that has crossed this many routers is in a loop: dropped
 ROUTE_TIMEOUT = 5.0               # s: a router not heard for this long no longer takes messages
 _MESSAGE_HEADER = 12
 _DESTINATION_SIZE = 28
-MAX_PAYLOAD = MAX_FRAME - _MESSAGE_HEADER - _DESTINATION_SIZE   # with no topic: a topic takes 5 + its length
+MAX_PAYLOAD = MAX_FRAME - _MESSAGE_HEADER - _DESTINATION_SIZE   # in one frame, with no topic (a topic takes 5 + its length)
+MAX_MESSAGE = 64 * 1024 * 1024    # bytes of one message, in pieces
+_FRAG_SIZE = 16
 
 
 class NoRouteToDomain(OSError):
@@ -93,13 +99,38 @@ def encode_uim(sqn: int, topic: str | None, data, destination: Destination | Non
                request: Request | None = None, tidx: int = 0) -> bytes:
     """One unicast immediate message (or, with `request`, request; with `tidx`, a routed response
     to request index `tidx`) as its LBMC frame; ValueError if it does not fit one frame."""
-    headers = [h for h in (destination, request) if h is not None] + ([TopicName(topic)] if topic is not None else [])
+    headers = _headers(topic, destination, request)
     try:
         return encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers, bytes(data), tidx=tidx, sqn=sqn, has_data=True))
     except WireError as err:
         raise ValueError(f"unicast immediate message of {len(data)} bytes"
                          f"{'' if topic is None else f' to topic {topic!r}'}: {err} (at most {MAX_PAYLOAD} bytes "
                          f"of data less the topic's)") from None
+
+
+def uim_frames(topic: str | None, data, destination: Destination | None = None, request: Request | None = None,
+               tidx: int = 0) -> tuple[list[bytes], int]:
+    """A message as the frames that carry it — one, or pieces with FRAG — and the offset of FRAG's
+    first_sqn in each piece (0: one frame), which the sender sets when it numbers them.
+    ValueError for a message above MAX_MESSAGE or headers too long for any piece."""
+    data = bytes(data)
+    if len(data) > MAX_MESSAGE:
+        raise ValueError(f"unicast immediate message of {len(data)} bytes: at most {MAX_MESSAGE}")
+    headers = _headers(topic, destination, request)
+    head = encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers, b"", tidx=tidx, has_data=True))
+    if len(head) + len(data) <= MAX_FRAME:
+        return [encode_uim(0, topic, data, destination, request, tidx)], 0
+    piece = MAX_FRAME - len(head) - _FRAG_SIZE
+    if piece <= 0:
+        raise ValueError(f"unicast immediate message headers of {len(head)} bytes leave no room for data")
+    frames = [encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers + [Frag(0, offset, len(data))],
+                                      data[offset:offset + piece], tidx=tidx, has_data=True))
+              for offset in range(0, len(data), piece)]
+    return frames, len(head) + 4            # FRAG comes last, its first_sqn 4 bytes in
+
+
+def _headers(topic, destination, request) -> list:
+    return [h for h in (destination, request) if h is not None] + ([TopicName(topic)] if topic is not None else [])
 
 
 @dataclass
@@ -112,6 +143,7 @@ class Uim:
     frame: bytes
     request: Request | None = None
     tidx: int = 0                  # a routed response's request index; 0 for a message or request
+    fragment: Frag | None = None   # one piece of a larger message
 
 
 def decode_uim(frame: bytes) -> Uim:
@@ -123,7 +155,8 @@ def decode_uim(frame: bytes) -> Uim:
 def uim_of(message: LbmcMessage, frame: bytes) -> Uim:
     """The headers in their order: [DESTINATION] [REQUEST] [TOPICNAME]; a routed response has
     DESTINATION only."""
-    destination = request = topic = None
+    destination = request = topic = fragment = None
+    last = len(message.headers) - 1
     for position, header in enumerate(message.headers):
         if isinstance(header, Destination) and position == 0:
             destination = header
@@ -131,11 +164,16 @@ def uim_of(message: LbmcMessage, frame: bytes) -> Uim:
             request = header
         elif isinstance(header, TopicName) and topic is None and not message.tidx:
             topic = header.topic
+        elif isinstance(header, Frag) and position == last:
+            fragment = header
         else:
             raise WireError(f"unicast immediate message with an unexpected {type(header).__name__} header")
     if message.tidx and destination is None:
         raise WireError("a routed response without its DESTINATION")
-    return Uim(topic, bytes(message.payload), message.sqn, destination, frame, request, message.tidx)
+    if fragment is not None and (fragment.length > MAX_MESSAGE or fragment.offset + len(message.payload) > fragment.length):
+        raise WireError(f"a piece at {fragment.offset} of {len(message.payload)} bytes of a "
+                        f"{fragment.length}-byte message (at most {MAX_MESSAGE})")
+    return Uim(topic, bytes(message.payload), message.sqn, destination, frame, request, message.tidx, fragment)
 
 
 def is_uim_frame(frame) -> bool:
@@ -151,6 +189,37 @@ def source_of(uim: Uim, peer: str) -> str:
     if d is None or not d.orig_port:
         return peer
     return f"TCP:{d.orig_domain_id}:{d.orig_ipaddr}:{d.orig_port}"
+
+
+class UimReassembly:
+    """Pieces of messages being put back together, by (who sent it, first sequence number). At most
+    MAX_MESSAGE bytes wait in all: beyond, the oldest incomplete message is given up (counted)."""
+
+    def __init__(self, counters: dict, limit: int = MAX_MESSAGE):
+        self.counters = counters
+        self.limit = limit
+        self.partial: dict[tuple, list] = {}      # key -> [bytearray of the whole, bytes received]
+        self.waiting = 0
+
+    def add(self, sender, uim: Uim) -> bytes | None:
+        """The whole message once its last piece came, else None."""
+        piece = uim.fragment
+        key = (sender, piece.first_sqn)
+        entry = self.partial.get(key)
+        if entry is None:
+            while self.partial and self.waiting + piece.length > self.limit:
+                whole, _ = self.partial.pop(next(iter(self.partial)))      # the oldest
+                self.waiting -= len(whole)
+                self.counters["uim_incomplete"] += 1
+            entry = self.partial[key] = [bytearray(piece.length), 0]
+            self.waiting += piece.length
+        entry[0][piece.offset:piece.offset + len(uim.data)] = uim.data
+        entry[1] += len(uim.data)
+        if entry[1] < len(entry[0]):
+            return None
+        del self.partial[key]
+        self.waiting -= len(entry[0])
+        return bytes(entry[0])
 
 
 class DomainRoutes:

@@ -123,9 +123,14 @@ def test_a_message_crosses_a_peer_link_and_no_route_is_counted(routers, make_dom
             wait_for(lambda: len(got.on_topic) == 10, 20, message="every message crossed the link")
         assert [m.data for m in got.on_topic] == [b"hop %d" % n for n in range(10)]
         assert got.on_topic[0].source.startswith("TCP:1:")
-        wait_for(lambda: a.counters()[1]["unicast_data_msgs_sent"] == 10, 10, message="A's peer portal sent them")
-        assert b.counters()[0]["unicast_data_msgs_rcvd"] == b.counters()[0]["unicast_data_msgs_forwarded"] == 10
-        assert b.counters()[1]["unicast_data_msgs_sent"] == 10
+        # A message of 300,000 bytes goes in five pieces, each routed as it is, and arrives whole.
+        big = bytes(range(250)) * 1200
+        sender.send_unicast_immediate(f"TCP:2:{target_ip}:{target_port}", "orders", big)
+        wait_for(lambda: len(got.on_topic) == 11, 20, message="the large message crossed")
+        assert got.on_topic[10].data == big
+        wait_for(lambda: a.counters()[1]["unicast_data_msgs_sent"] == 15, 10, message="A's peer portal sent them")
+        assert b.counters()[0]["unicast_data_msgs_rcvd"] == b.counters()[0]["unicast_data_msgs_forwarded"] == 15
+        assert b.counters()[1]["unicast_data_msgs_sent"] == 15            # 10 messages and 5 pieces
         link = decode(tmp_path / "link.pcapng", [f"tcp.port=={port},lbttcp"], [],
                       fields=["lbmc.destination.domain_id", "lbmc.destination.hops_taken", "lbmc.topicname.topic"])
         # Under load the link batches several messages into one segment: each field is a list.
@@ -144,7 +149,7 @@ def test_a_message_crosses_a_peer_link_and_no_route_is_counted(routers, make_dom
         from router.um.unicast_immediate import encode_uim
         from router.um.wire.lbmc_headers import Destination
         stray = encode_uim(0, None, b"nowhere", Destination(7, target_ip, target_port, 0, 1, "127.0.0.1", 1))
-        alone.responder.send_unicast(router_port, stray)
+        alone.responder.send_unicast(router_port, [stray])
         wait_for(lambda: a.counters()[0]["unicast_data_msgs_dropped_no_route"] == 1, 10,
                  message="router A counted the message it had no route for")
         wait_for(lambda: "UMR-3005-1" in a.log(), 10, message="and logged it")

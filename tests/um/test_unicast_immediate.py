@@ -177,3 +177,46 @@ def test_a_response_to_another_domain_waits_for_a_router_to_be_heard(make_domain
     finally:
         router.close()
         responder.close()
+
+
+def test_a_message_larger_than_a_frame_goes_in_pieces_and_comes_back_whole(make_domain):
+    from router.um.unicast_immediate import uim_frames
+    big = bytes(range(256)) * 1000                       # 256,000 bytes: four pieces
+    frames, first_sqn_at = uim_frames("bulk", big, Destination(7, "10.0.0.5", 14391, 0, 3, "10.0.0.9", 14392))
+    assert len(frames) == 4 and first_sqn_at and all(len(f) <= 65535 for f in frames)
+    pieces = [decode_uim(f) for f in frames]
+    assert [p.fragment.offset for p in pieces] == [0, 65470, 130940, 196410]     # 65535 less 65 bytes of headers
+    assert all(p.topic == "bulk" and p.fragment.length == len(big) for p in pieces)
+    domain = make_domain()
+    sender, target = Context(**domain.overrides()), Context(**domain.overrides())
+    try:
+        got, topicless = [], []
+        target.receiver("bulk", got.append)
+        target.immediate_receiver(topicless.append)
+        ip, port = target.request_address()
+        sender.send_unicast_immediate(f"TCP:{ip}:{port}", "bulk", big)
+        sender.send_unicast_immediate(f"TCP:{ip}:{port}", None, b"small, after it")
+        sender.send_unicast_immediate(f"TCP:{ip}:{port}", None, big[::-1])
+        wait_for(lambda: len(got) == 1 and len(topicless) == 2, 10, message="all three arrived whole")
+        assert got[0].data == big and [m.data for m in topicless] == [b"small, after it", big[::-1]]
+        with pytest.raises(ValueError, match="at most"):
+            sender.send_unicast_immediate(f"TCP:{ip}:{port}", None, b"x" * (64 * 1024 * 1024 + 1))
+    finally:
+        sender.close()
+        target.close()
+
+
+def test_reassembly_gives_up_the_oldest_message_when_too_much_waits():
+    from router.um.unicast_immediate import UimReassembly, uim_frames
+    counters = {"uim_incomplete": 0}
+    pieces = UimReassembly(counters, limit=300_000)
+    first = [decode_uim(f) for f in uim_frames(None, b"a" * 200_000)[0]]
+    second = [decode_uim(f) for f in uim_frames(None, b"b" * 200_000)[0]]
+    for uim in second:
+        uim.fragment.first_sqn = 9                      # another message from the same sender
+    assert pieces.add("sender", first[0]) is None       # 200,000 bytes wait
+    assert pieces.add("sender", second[0]) is None      # 400,000 would: the first is given up
+    assert counters["uim_incomplete"] == 1
+    for uim in second[1:-1]:
+        assert pieces.add("sender", uim) is None
+    assert pieces.add("sender", second[-1]) == b"b" * 200_000 and pieces.waiting == 0
