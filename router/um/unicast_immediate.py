@@ -28,7 +28,7 @@ Which router takes a message for a domain: each router's endpoint portal says, i
 which domains it reaches and its request port (LBMR REMOTE_DOMAIN_ROUTE, ext 0x06, every
 propagation interval); a context keeps what it heard for ROUTE_TIMEOUT (`DomainRoutes`).
 
-A message larger than one frame (65535 bytes with its headers) goes in pieces, as UM sends it:
+A message larger than one frame (PIECE_FRAME bytes with its headers) goes in pieces, as UM sends it:
 each piece a frame of its own with the same headers and FRAG (the sequence number of the first
 piece, the piece's offset, the whole length) before DATA. The sender numbers the pieces on its
 connection; routers forward them as they are; the receiving context puts the message back together
@@ -54,6 +54,10 @@ _MESSAGE_HEADER = 12
 _DESTINATION_SIZE = 28
 MAX_PAYLOAD = MAX_FRAME - _MESSAGE_HEADER - _DESTINATION_SIZE   # in one frame, with no topic (a topic takes 5 + its length)
 MAX_MESSAGE = 64 * 1024 * 1024    # bytes of one message, in pieces
+# A message goes in pieces above this many bytes a frame: each then fits one datagram of a peer
+# link's UDP path (65,487 bytes), which a 65,535-byte frame would not (the DRO loses responses
+# above 65,000 bytes on UDP peer links; these get through).
+PIECE_FRAME = 65000
 _FRAG_SIZE = 16
 
 
@@ -118,9 +122,9 @@ def uim_frames(topic: str | None, data, destination: Destination | None = None, 
         raise ValueError(f"unicast immediate message of {len(data)} bytes: at most {MAX_MESSAGE}")
     headers = _headers(topic, destination, request)
     head = encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers, b"", tidx=tidx, has_data=True))
-    if len(head) + len(data) <= MAX_FRAME:
+    if len(head) + len(data) <= PIECE_FRAME:
         return [encode_uim(0, topic, data, destination, request, tidx)], 0
-    piece = MAX_FRAME - len(head) - _FRAG_SIZE
+    piece = PIECE_FRAME - len(head) - _FRAG_SIZE
     if piece <= 0:
         raise ValueError(f"unicast immediate message headers of {len(head)} bytes leave no room for data")
     frames = [encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers + [Frag(0, offset, len(data))],

@@ -278,3 +278,28 @@ def test_umreq_asks_a_umresp_in_another_domain_by_its_address(routers, tools, ma
     asked, answered = requester.result(60), responder.result(60)
     assert (asked["requests"], asked["answered"], asked["unanswered"]) == (count, count, 0), asked
     assert answered["requests"] == answered["responded"] == count, answered
+
+
+def test_a_large_request_and_its_large_answer_cross_a_udp_peer_link(routers, make_domain):
+    """Pieces are small enough for a peer link's UDP datagrams: a 200,000-byte request and a
+    150,000-byte response both cross a link with a UDP data path whole."""
+    from tests.router.test_peer_udp import udp_linked_pair
+    lan1, lan2 = make_domain(), make_domain()
+    udp_linked_pair(routers, lan1, lan2, "uud")
+    requester, target = Context(**lan1.overrides()), Context(**lan2.overrides())
+    try:
+        asked, answers = [], []
+        target.immediate_receiver(asked.append)
+        ip, port = target.request_address()
+        wait_for(lambda: _routes_heard(requester, 2) and _routes_heard(target, 1), 20,
+                 message="each domain hears its router's offer")
+        question, answer = bytes(range(200)) * 1000, bytes(range(150)) * 1000
+        with requester.send_unicast_immediate_request(f"TCP:2:{ip}:{port}", None, question, answers.append):
+            wait_for(lambda: len(asked) == 1, 20, message="the request crossed whole")
+            assert asked[0].data == question
+            asked[0].respond(answer)
+            wait_for(lambda: len(answers) == 1, 20, message="the answer came back whole")
+        assert answers[0].data == answer
+    finally:
+        requester.close()
+        target.close()
