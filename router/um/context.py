@@ -228,8 +228,9 @@ class Context:
         `TCP:ip:port` in this domain or `TCP:domain:ip:port` anywhere a router reaches; `topic`
         None for a topicless one (router.um.unicast_immediate). From any thread; it is queued on a
         TCP connection to the target (or to the router that takes it there) and sent in order with
-        this context's other messages to that address. ValueError for a bad target or a message
-        larger than one frame; NoRouteToDomain if no router in this domain reaches the domain."""
+        this context's other messages to that address; one larger than a frame goes in pieces.
+        ValueError for a bad target or a message above 64 MB; NoRouteToDomain if no router in this
+        domain reaches the domain."""
         where = parse_target(target)
         address, destination = self._unicast_route(where.domain, where.ipaddr, where.port, target)
         frames, first_sqn_at = uim_frames(topic, data, destination)
