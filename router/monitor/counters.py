@@ -129,9 +129,11 @@ BAD_INPUT_COUNTERS = ("patterns_invalid", "transport_malformed", "link_handshake
 
 # Added with unicast immediate messages routed across domains (router/portals/unicast_routing.py):
 # those dropped because no path led to their domain (before the first route calculation, none at
-# all, or a loop), as the DRO's Endpoint.Receive/Peer.Receive statistics name them. The ones
-# received, forwarded, sent and dropped for errors count with the responses (REQUEST_COUNTERS).
-UNICAST_COUNTERS = ("unicast_data_msgs_dropped_no_route", "unicast_data_msg_bytes_dropped_no_route")
+# all, or a loop), as the DRO's Endpoint.Receive/Peer.Receive statistics name them, and those that
+# did not parse (unicast_malformed). The ones received, forwarded, sent and dropped for errors count
+# with the responses (REQUEST_COUNTERS).
+UNICAST_COUNTERS = ("unicast_data_msgs_dropped_no_route", "unicast_data_msg_bytes_dropped_no_route",
+                    "unicast_malformed")
 
 # Added with early wake-ups (router/worker/datapath.py): workers this portal's worker woke as data
 # for them arrived, before it was in the ring, and early wake-ups of this one that waited for a

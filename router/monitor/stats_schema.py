@@ -21,7 +21,7 @@ SCHEMA_VERSION = "9"            # 2: request/response counters (monitor/counters
                                 # 6: late_join_requests_joined
                                 # 7: bad input dropped (BAD_INPUT_COUNTERS)
                                 # 8: early wake-ups between workers (EARLY_WAKE_COUNTERS)
-                                # 9: unicast immediate messages with no route (UNICAST_COUNTERS)
+                                # 9: unicast immediate messages with no route, malformed (UNICAST_COUNTERS)
 METADATA_KEY = b"umrouter.stats.schema_version"
 COUNTERS_METADATA_KEY = b"umrouter.stats.counters"
 

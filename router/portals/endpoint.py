@@ -120,6 +120,7 @@ class EndpointPortal(EgressRecords):
         # Unicast immediate messages for other domains: this portal takes them at its request port.
         self.unicast = UnicastRouting(self.name, self.view, datapath, counters, self._rate_limited)
         self.context.uim_router = self._unicast_in
+        self.context.on_bad_uim = self._bad_unicast
         self._sent_frames = self._sent_bytes = 0          # added to the counters once per ring batch
         self._queue_timer = loop.call_every(0.25, self.refresh_queue_counters)
         self._start_requests()
@@ -437,6 +438,11 @@ class EndpointPortal(EgressRecords):
             self._unicast_out(uim.frame, uim.destination)
             return
         self.unicast.route(uim.frame, uim.destination, self.domain_id if uim.destination.hops_taken == 0 else None)
+
+    def _bad_unicast(self, sender: str, why: str) -> None:
+        self.counters.add("unicast_malformed")
+        self._rate_limited("malformed-input", f"a unicast immediate message from {sender} does not parse ({why}); "
+                                              "dropped")
 
     def egress_unicast(self, ring: int, frame: bytes) -> None:
         try:

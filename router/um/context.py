@@ -79,6 +79,7 @@ def _repairing_options(config: UMConfig, transport: str) -> dict:
 # propagation interval (1 s by default).
 ROUTE_WAIT = 5.0
 ROUTE_RETRY = 0.05
+BAD_UIM_LOG_INTERVAL = 10.0      # s: malformed unicast immediate messages are logged at most this often
 
 
 class Context:
@@ -142,6 +143,10 @@ class Context:
         # Unicast immediate messages (router.um.unicast_immediate). A router's portal takes those
         # that carry a DESTINATION (uim, the connection's "TCP:ip:port") instead of delivering them.
         self.uim_router: Callable[[Uim, str], None] | None = None
+        # What to do with a unicast immediate message that does not parse ("from", why), besides
+        # counting it: a router's portal counts and logs it its way; else logged, at most every 10 s.
+        self.on_bad_uim: Callable[[str, str], None] | None = None
+        self._bad_uim_logged = -BAD_UIM_LOG_INTERVAL
         self.uim_counters = {"uim_sent": 0, "uim_received": 0, "uim_no_route": 0, "uim_malformed": 0,
                              "uim_incomplete": 0}
         self.uim_pieces = UimReassembly(self.uim_counters)
@@ -538,8 +543,12 @@ class Context:
             uim = decode_uim(frame)
         except WireError as err:
             self.uim_counters["uim_malformed"] += 1
-            log.warning("context %s: a malformed unicast immediate message from %s dropped: %s", self.name,
-                        connection.source, err)
+            if self.on_bad_uim is not None:
+                self.on_bad_uim(connection.source, str(err))
+            elif time.monotonic() - self._bad_uim_logged >= BAD_UIM_LOG_INTERVAL:
+                self._bad_uim_logged = time.monotonic()
+                log.warning("context %s: a malformed unicast immediate message from %s dropped: %s (%d so far)",
+                            self.name, connection.source, err, self.uim_counters["uim_malformed"])
             return
         if uim.destination is not None and self.uim_router is not None:
             self.uim_router(uim, connection.source)       # a router forwards pieces as they are

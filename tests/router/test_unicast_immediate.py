@@ -2,6 +2,8 @@
 context in another domain, hop by hop; the receiver sees where it came from and can answer the same
 way; a message for a domain no path reaches is dropped, counted and logged. tshark decodes every
 frame on the request ports and the peer link, DESTINATION included, with no expert warnings."""
+import socket
+
 import pytest
 
 from router.um.context import Context
@@ -153,6 +155,15 @@ def test_a_message_crosses_a_peer_link_and_no_route_is_counted(routers, make_dom
         wait_for(lambda: a.counters()[0]["unicast_data_msgs_dropped_no_route"] == 1, 10,
                  message="router A counted the message it had no route for")
         wait_for(lambda: "UMR-3005-1" in a.log(), 10, message="and logged it")
+        # A message that does not parse, at the same port: counted and logged; the router goes on.
+        junk = bytearray(stray)
+        junk[13] = 8                            # DESTINATION says it is 8 bytes long, not 28
+        with socket.create_connection(router_port, timeout=10) as bad:
+            bad.sendall(bytes(junk))
+            wait_for(lambda: a.counters()[0]["unicast_malformed"] == 1, 10, message="the bad message is counted")
+        wait_for(lambda: "does not parse" in a.log(), 10, message="and logged")
+        sender.send_unicast_immediate(f"TCP:2:{target_ip}:{target_port}", "orders", b"still routed")
+        wait_for(lambda: got.on_topic[-1].data == b"still routed", 20, message="the router still routes")
     finally:
         for context in (sender, target, alone):
             context.close()
