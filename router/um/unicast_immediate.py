@@ -54,6 +54,7 @@ _MESSAGE_HEADER = 12
 _DESTINATION_SIZE = 28
 MAX_PAYLOAD = MAX_FRAME - _MESSAGE_HEADER - _DESTINATION_SIZE   # in one frame, with no topic (a topic takes 5 + its length)
 MAX_MESSAGE = 64 * 1024 * 1024    # bytes of one message, in pieces
+PIECES_TIMEOUT = 30.0             # s: a message whose pieces stop coming for this long is given up
 # A message goes in pieces above this many bytes a frame: each then fits one datagram of a peer
 # link's UDP path (65,487 bytes), which a 65,535-byte frame would not (the DRO loses responses
 # above 65,000 bytes on UDP peer links; these get through).
@@ -197,25 +198,31 @@ def source_of(uim: Uim, peer: str) -> str:
 
 class UimReassembly:
     """Pieces of messages being put back together, by (who sent it, first sequence number). At most
-    MAX_MESSAGE bytes wait in all: beyond, the oldest incomplete message is given up (counted)."""
+    MAX_MESSAGE bytes wait in all, none longer than PIECES_TIMEOUT (a sender gone, a piece lost on a
+    failed connection): beyond either, the oldest incomplete message is given up (counted)."""
 
-    def __init__(self, counters: dict, limit: int = MAX_MESSAGE):
+    def __init__(self, counters: dict, limit: int = MAX_MESSAGE, timeout: float = PIECES_TIMEOUT):
         self.counters = counters
-        self.limit = limit
-        self.partial: dict[tuple, list] = {}      # key -> [bytearray of the whole, bytes received]
+        self.limit, self.timeout = limit, timeout
+        self.partial: dict[tuple, list] = {}      # key -> [bytearray of the whole, bytes received, started]
         self.waiting = 0
 
-    def add(self, sender, uim: Uim) -> bytes | None:
+    def add(self, sender, uim: Uim, now: float | None = None) -> bytes | None:
         """The whole message once its last piece came, else None."""
+        now = time.monotonic() if now is None else now
         piece = uim.fragment
         key = (sender, piece.first_sqn)
         entry = self.partial.get(key)
         if entry is None:
-            while self.partial and self.waiting + piece.length > self.limit:
-                whole, _ = self.partial.pop(next(iter(self.partial)))      # the oldest
-                self.waiting -= len(whole)
+            while self.partial:
+                first = next(iter(self.partial))                   # the oldest
+                oldest = self.partial[first]
+                if self.waiting + piece.length <= self.limit and now - oldest[2] < self.timeout:
+                    break
+                del self.partial[first]
+                self.waiting -= len(oldest[0])
                 self.counters["uim_incomplete"] += 1
-            entry = self.partial[key] = [bytearray(piece.length), 0]
+            entry = self.partial[key] = [bytearray(piece.length), 0, now]
             self.waiting += piece.length
         entry[0][piece.offset:piece.offset + len(uim.data)] = uim.data
         entry[1] += len(uim.data)
@@ -226,6 +233,9 @@ class UimReassembly:
         return bytes(entry[0])
 
 
+_KEPT_ROUTERS = 64
+
+
 class DomainRoutes:
     """The routers heard in this domain (REMOTE_DOMAIN_ROUTE) and the domains each reaches."""
 
@@ -234,7 +244,11 @@ class DomainRoutes:
         self.routers: dict[tuple[str, int], tuple[frozenset[int], float]] = {}
 
     def heard(self, ipaddr: str, port: int, domains, now: float | None = None) -> None:
-        self.routers[(ipaddr, port)] = (frozenset(domains), time.monotonic() if now is None else now)
+        now = time.monotonic() if now is None else now
+        self.routers[(ipaddr, port)] = (frozenset(domains), now)
+        if len(self.routers) > _KEPT_ROUTERS:        # routers come and go over months: forget the silent
+            for address in [a for a, (_, heard) in self.routers.items() if now - heard > self.timeout]:
+                del self.routers[address]
 
     def live(self, now: float | None = None) -> dict[tuple[str, int], frozenset[int]]:
         """The routers heard within the timeout, and the domains each reaches."""

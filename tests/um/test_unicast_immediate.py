@@ -220,3 +220,19 @@ def test_reassembly_gives_up_the_oldest_message_when_too_much_waits():
     for uim in second[1:-1]:
         assert pieces.add("sender", uim) is None
     assert pieces.add("sender", second[-1]) == b"b" * 200_000 and pieces.waiting == 0
+
+
+def test_pieces_that_stop_coming_are_given_up_and_silent_routers_forgotten():
+    from router.um.unicast_immediate import UimReassembly, uim_frames
+    counters = {"uim_incomplete": 0}
+    pieces = UimReassembly(counters, timeout=30.0)
+    stalled = [decode_uim(f) for f in uim_frames(None, b"s" * 100_000)[0]]
+    fresh = [decode_uim(f) for f in uim_frames(None, b"f" * 100_000)[0]]
+    assert pieces.add("gone", stalled[0], now=0.0) is None
+    assert pieces.add("alive", fresh[0], now=31.0) is None          # the stalled one is given up
+    assert counters["uim_incomplete"] == 1 and pieces.waiting == 100_000
+    assert pieces.add("alive", fresh[1], now=31.5) == b"f" * 100_000
+    routes = DomainRoutes(timeout=5.0)
+    for n in range(100):                                             # routers come and go
+        routes.heard(f"10.0.{n}.1", 14391, [2], now=float(n * 10))
+    assert len(routes.routers) <= 65 and routes.router_for(2, now=990.0) == ("10.0.99.1", 14391)
