@@ -5,7 +5,7 @@ import importlib
 import sys
 
 BENCHMARKS = ["bench.direct_bench", "bench.ring_bench", "bench.router_bench", "bench.wake_cost", "bench.scheduling_bench", "bench.hops_bench",
-              "bench.pipeline_bench", "bench.soak_bench"]
+              "bench.uim_bench", "bench.pipeline_bench", "bench.soak_bench"]
 
 
 def main() -> int:

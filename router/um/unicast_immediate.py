@@ -38,6 +38,8 @@ MAX_MESSAGE bytes.
 from __future__ import annotations
 
 import ipaddress
+import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -270,6 +272,22 @@ class DomainRoutes:
 # DESTINATION is the first header of a routed message: at fixed offsets a router can patch.
 _HOPS_AT = _MESSAGE_HEADER + 14
 _ORIG_DOMAIN_AT = _MESSAGE_HEADER + 16
+
+
+_DESTINATION = struct.Struct(">BBHI4sHHI4sH")   # next, len, flags, domain, ip, port, hops, orig domain, ip, port
+
+
+def destination_of(frame) -> Destination | None:
+    """The DESTINATION of a routed frame, read in place (a router's egress: the frame was checked
+    whole where it came in); None if the frame does not start with one."""
+    if len(frame) < _MESSAGE_HEADER + _DESTINATION_SIZE or frame[1] != Destination.HEADER_TYPE:
+        return None
+    _, length, flags, domain, ipaddr, port, hops, orig_domain, orig_ipaddr, orig_port = \
+        _DESTINATION.unpack_from(frame, _MESSAGE_HEADER)
+    if length != _DESTINATION_SIZE:
+        return None
+    return Destination(domain, socket.inet_ntoa(ipaddr), port, hops, orig_domain, socket.inet_ntoa(orig_ipaddr),
+                       orig_port, flags)
 
 
 def routed_on(frame, orig_domain: int | None = None) -> bytes:

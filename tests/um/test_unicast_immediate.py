@@ -236,3 +236,14 @@ def test_pieces_that_stop_coming_are_given_up_and_silent_routers_forgotten():
     for n in range(100):                                             # routers come and go
         routes.heard(f"10.0.{n}.1", 14391, [2], now=float(n * 10))
     assert len(routes.routers) <= 65 and routes.router_for(2, now=990.0) == ("10.0.99.1", 14391)
+
+
+def test_a_router_reads_the_destination_in_place():
+    from router.um.unicast_immediate import destination_of
+    from router.um.wire.lbmc_headers import Request
+    destination = Destination(2, "10.0.0.5", 14391, 3, 1, "10.0.0.9", 14392)
+    assert destination_of(encode_uim(4, "t", b"x" * 64, destination, Request(0, 5, 14392, "10.0.0.9"))) == destination
+    assert destination_of(encode_uim(4, "t", b"x")) is None
+    wrong = bytearray(encode_uim(4, None, b"x", destination))
+    wrong[13] = 8
+    assert destination_of(bytes(wrong)) is None
