@@ -82,7 +82,11 @@ class LbtipcSourceSession(BatchingSession):
 
     @property
     def receiver_count(self) -> int:
-        return naming.live_slots(self.segment.name, SLOTS)
+        """Receivers that hold a slot and read the ring. A receiver claims its slot before it
+        attaches to the ring (from the tail it finds then), so one counted on its slot alone could
+        miss what a source waiting for it sends at once; a slot whose claimant died is not counted
+        even while its last heartbeat is fresh."""
+        return min(naming.live_slots(self.segment.name, SLOTS), self.producer.live_consumers())
 
     def _deliver(self, data) -> None:
         """Write one batch into the ring (lock held): an application waits for space; a router's
