@@ -54,7 +54,8 @@ MAX_HOPS = 255                    # a message that has crossed this many routers
 ROUTE_TIMEOUT = 5.0               # s: a router not heard for this long no longer takes messages
 _MESSAGE_HEADER = 12
 _DESTINATION_SIZE = 28
-MAX_PAYLOAD = MAX_FRAME - _MESSAGE_HEADER - _DESTINATION_SIZE   # in one frame, with no topic (a topic takes 5 + its length)
+# Data in one frame with DESTINATION and no topic (a topic takes 5 bytes more than its length).
+MAX_PAYLOAD = MAX_FRAME - _MESSAGE_HEADER - _DESTINATION_SIZE
 MAX_MESSAGE = 64 * 1024 * 1024    # bytes of one message, in pieces
 PIECES_TIMEOUT = 30.0             # s: a message whose pieces stop coming for this long is given up
 # A message goes in pieces above this many bytes a frame: each then fits one datagram of a peer
@@ -126,7 +127,9 @@ def uim_frames(topic: str | None, data, destination: Destination | None = None, 
     headers = _headers(topic, destination, request)
     head = encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, headers, b"", tidx=tidx, has_data=True))
     if len(head) + len(data) <= PIECE_FRAME:
-        return [encode_uim(0, topic, data, destination, request, tidx)], 0
+        frame = bytearray(head) + data                # DATA is the rest of the frame: msglen grows
+        frame[2:4] = len(frame).to_bytes(2, "big")
+        return [bytes(frame)], 0
     piece = PIECE_FRAME - len(head) - _FRAG_SIZE
     if piece <= 0:
         raise ValueError(f"unicast immediate message headers of {len(head)} bytes leave no room for data")
@@ -177,7 +180,8 @@ def uim_of(message: LbmcMessage, frame: bytes) -> Uim:
             raise WireError(f"unicast immediate message with an unexpected {type(header).__name__} header")
     if message.tidx and destination is None:
         raise WireError("a routed response without its DESTINATION")
-    if fragment is not None and (fragment.length > MAX_MESSAGE or fragment.offset + len(message.payload) > fragment.length):
+    if fragment is not None and (fragment.length > MAX_MESSAGE
+                                 or fragment.offset + len(message.payload) > fragment.length):
         raise WireError(f"a piece at {fragment.offset} of {len(message.payload)} bytes of a "
                         f"{fragment.length}-byte message (at most {MAX_MESSAGE})")
     return Uim(topic, bytes(message.payload), message.sqn, destination, frame, request, message.tidx, fragment)

@@ -4,6 +4,7 @@ wakes the source again (real ring and shared memory, one process: the dead recei
 that attached and then stopped)."""
 from __future__ import annotations
 
+import contextlib
 import time
 
 from router.ipc.ring_consumer import RingConsumer
@@ -48,34 +49,43 @@ def _proxy_session(loop, hold: float):
                                       max_queue=4 << 20, hold_for_receiver=hold)
 
 
-def test_what_is_sent_before_the_first_receiver_attaches_reaches_it_in_order():
+@contextlib.contextmanager
+def _session_and_its_segment(hold: float):
+    """(loop, a proxy LBT-IPC session, its ring's segment attached as a receiver would), closed after."""
     loop = EventLoop("test")
-    session = _proxy_session(loop, hold=30.0)
-    name = session.segment.name
-    segment = SharedSegment.attach(name)
-    slot, receiver = None, None
+    session = _proxy_session(loop, hold)
+    segment = SharedSegment.attach(session.segment.name)
     try:
-        for n in range(3):
-            session.send_raw(b"early-%d" % n)
-        assert len(session.held) == 3 and session.queued_bytes() == 3 * 7
-        assert session.producer.position == 0                 # nothing in the ring: nobody would read it
-        slot = naming.claim_slot(name, source.SLOTS)
-        receiver = RingConsumer(segment.memory, slot)         # attaches at the tail, as a receiver does
-        deadline = time.monotonic() + 10
-        while session.held and time.monotonic() < deadline:
-            loop.run_once(0.05)
-        session.send_raw(b"late")                             # after the held ones, not before
-        got = []
-        receiver.read_batch(lambda record_type, payload: got.append(bytes(payload)))
-        assert got == [b"early-0", b"early-1", b"early-2", b"late"]
-        assert session.counters["held_batches_delivered"] == 3 and session.counters["held_batches_expired"] == 0
+        yield loop, session, segment
     finally:
-        if receiver is not None:
-            receiver.close()
-            naming.release_slot(name, slot)
         segment.close()
         session.close()
         loop.close()
+
+
+def test_what_is_sent_before_the_first_receiver_attaches_reaches_it_in_order():
+    with _session_and_its_segment(hold=30.0) as (loop, session, segment):
+        name = session.segment.name
+        slot, receiver = None, None
+        try:
+            for n in range(3):
+                session.send_raw(b"early-%d" % n)
+            assert len(session.held) == 3 and session.queued_bytes() == 3 * 7
+            assert session.producer.position == 0                 # nothing in the ring: nobody would read it
+            slot = naming.claim_slot(name, source.SLOTS)
+            receiver = RingConsumer(segment.memory, slot)         # attaches at the tail, as a receiver does
+            deadline = time.monotonic() + 10
+            while session.held and time.monotonic() < deadline:
+                loop.run_once(0.05)
+            session.send_raw(b"late")                             # after the held ones, not before
+            got = []
+            receiver.read_batch(lambda record_type, payload: got.append(bytes(payload)))
+            assert got == [b"early-0", b"early-1", b"early-2", b"late"]
+            assert session.counters["held_batches_delivered"] == 3 and session.counters["held_batches_expired"] == 0
+        finally:
+            if receiver is not None:
+                receiver.close()
+                naming.release_slot(name, slot)
 
 
 def test_held_batches_expire_after_the_hold_and_an_application_source_holds_nothing():
@@ -99,22 +109,17 @@ def test_a_receiver_counts_once_it_reads_the_ring_not_when_it_claims_its_slot():
     """A receiver claims its slot, then attaches to the ring at the tail it finds: a source that
     counted it on its slot alone and sent at once lost what it sent in between (seen once in CI:
     17 of 500 messages)."""
-    loop = EventLoop("test")
-    session = _proxy_session(loop, 0.0)
-    name = session.segment.name
-    segment = SharedSegment.attach(name)
-    slot = naming.claim_slot(name, source.SLOTS)
-    consumer = None
-    try:
-        assert session.receiver_count == 0            # claimed, not reading yet
-        consumer = RingConsumer(segment.memory, slot)
-        assert session.receiver_count == 1
-        naming.release_slot(name, slot)
-        assert session.receiver_count == 0            # its slot released: gone, heartbeat or not
-    finally:
-        if consumer is not None:
-            consumer.close()
-        naming.release_slot(name, slot)
-        segment.close()
-        session.close()
-        loop.close()
+    with _session_and_its_segment(hold=0.0) as (_, session, segment):
+        name = session.segment.name
+        slot = naming.claim_slot(name, source.SLOTS)
+        consumer = None
+        try:
+            assert session.receiver_count == 0            # claimed, not reading yet
+            consumer = RingConsumer(segment.memory, slot)
+            assert session.receiver_count == 1
+            naming.release_slot(name, slot)
+            assert session.receiver_count == 0            # its slot released: gone, heartbeat or not
+        finally:
+            if consumer is not None:
+                consumer.close()
+            naming.release_slot(name, slot)
