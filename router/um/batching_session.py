@@ -11,9 +11,7 @@ from __future__ import annotations
 import struct
 import threading
 
-import numpy as np
-
-from router.um.frame_runs import frames_and_last_sequence_numbers
+from router.um.frame_runs import frames_and_last_sequence_numbers, strided_column
 from router.um.sequence_info import later
 from router.um.requests import RequestOrigin, message_frames
 from router.um.retention import Retention
@@ -37,9 +35,8 @@ def set_topic_index(frames: bytearray, start: int, tidx: int, count: int) -> Non
     end = len(frames)
     first = (frames[start + 2] << 8) | frames[start + 3]
     if count >= _UNIFORM_RUN and first * count == end - start and first >= _MESSAGE_OVERHEAD:
-        rows = np.frombuffer(frames, dtype=np.uint8, count=end - start, offset=start).reshape(count, first)
-        if (rows[:, 2] == first >> 8).all() and (rows[:, 3] == first & 0xFF).all():
-            rows[:, 4:8] = np.frombuffer(tidx.to_bytes(4, "big"), dtype=np.uint8)
+        if (strided_column(frames, start + 2, count, first, ">u2") == first).all():
+            strided_column(frames, start + 4, count, first, ">u4")[:] = tidx
             return
     position = start
     while position + _MESSAGE_OVERHEAD <= end:

@@ -14,7 +14,13 @@ import numpy as np
 from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE
 
 _TIDX_SQN = struct.Struct(">II")
-MIN_RUN = 32          # fewer frames than this are walked one by one: as cheap as numpy's set-up
+MIN_RUN = 8           # fewer frames than this are walked one by one: as cheap as numpy's set-up
+
+
+def strided_column(buf, offset: int, count: int, stride: int, dtype) -> np.ndarray:
+    """The `count` values of `dtype` at `offset`, `offset + stride`, ... of `buf`, in place: a
+    strided view, so one comparison reads only those bytes (not whole frames, not a copy)."""
+    return np.ndarray((count,), dtype=dtype, buffer=buf, offset=offset, strides=(stride,))
 
 
 def equal_frames(buf, offset: int, end: int, length: int) -> int:
@@ -23,21 +29,25 @@ def equal_frames(buf, offset: int, end: int, length: int) -> int:
     count = (end - offset) // length
     if count < MIN_RUN or length < 8:
         return 0
-    heads = np.frombuffer(buf, dtype=np.uint8, count=count * length, offset=offset).reshape(count, length)[:, :8]
-    differs = (heads != heads[0]).any(axis=1)
+    if buf[offset:offset + 8] != buf[offset + length:offset + length + 8]:
+        return 1                    # a lone frame (a walk tries each): not worth numpy's set-up
+    # Each frame's first 8 bytes as one 64-bit word: the first that differs ends the run (the
+    # first word equals itself, so argmax is 0 only when none differs).
+    heads = strided_column(buf, offset, count, length, np.uint64)
+    first_different = int((heads != heads[0]).argmax())
     del heads                       # let go of `buf` (a reader's buffer) before anyone resizes it
-    return int(differs.argmax()) if differs.any() else count
+    return first_different or count
 
 
 def consecutive_sequence_numbers(buf, count: int, length: int, first: int) -> int:
     """Of `count` frames of `length` bytes at the start of `buf` (an equal_frames run), how many
     in a row carry the sequence numbers first, first + 1, ... (bytes 8-11, big-endian); the
     caller keeps the run below the 32-bit wrap."""
-    rows = np.frombuffer(buf, dtype=np.uint8, count=count * length).reshape(count, length)
-    sqns = rows[:, 8:12].copy().view(">u4").ravel().astype(np.int64)
-    del rows                        # let go of `buf`
+    sqns = strided_column(buf, 8, count, length, ">u4")
     differs = sqns != np.arange(first, first + count, dtype=np.int64)
-    return int(differs.argmax()) if differs.any() else count
+    del sqns                        # let go of `buf`
+    first_different = int(differs.argmax())
+    return first_different if first_different or differs[0] else count
 
 
 def whole_frames_within(buf, limit: int) -> int:

@@ -33,10 +33,17 @@ MAX_REASSEMBLED = 64 * 1024 * 1024
 _OLD_FRAME_WINDOW = 1 << 20          # a frame at most this far behind its topic's next one is old
 
 
+def run_payloads(data: bytes, first: int, count: int, length: int) -> list[tuple[int, bytes]]:
+    """An on_run's frames as a batch: [(sqn, payload), ...]."""
+    return [(number, data[start:start + length - _MESSAGE_SIZE])
+            for number, start in zip(range(first, first + count), range(_MESSAGE_SIZE, count * length, length))]
+
+
 class Subscription(Protocol):
     """What a connection delivers to: one joined source (topic index) of one receiver."""
 
     def on_batch(self, messages: list[tuple]) -> None: ...
+    def on_run(self, data: bytes, first: int, count: int, length: int) -> None: ...
     def on_request(self, sqn: int, payload: bytes, origin) -> None: ...
     def on_frames(self, frames: bytes, count: int, longest: int) -> None: ...
     def on_request_frames(self, frames: bytes, count: int, longest: int) -> None: ...
@@ -52,7 +59,9 @@ class Subscription(Protocol):
 # to `on_sequence_info(last sqn)`, after the frames of the read it came in. A topic index is
 # either raw or not within one stream (a router's context holds only proxy receivers).
 #
-# Other subscriptions get `on_batch([(sqn, payload), ...])` per read and, for a request,
+# Other subscriptions get `on_batch([(sqn, payload), ...])` per read, or for a run of equal DATA
+# frames in sequence at the start of a read (a busy stream) `on_run(data, first sqn, count,
+# length)`, the frames being data[:count * length] (run_payloads makes them a batch); and, for a request,
 # `on_request(sqn, payload, origin)` after the batch of the messages before it. A jump in their
 # topic's sequence numbers is told first, `on_gap(first missing, count)`, during the read (before
 # that read's batch): what the transport lost for good (a router dropped it, LBT-RM gave it up).
@@ -143,7 +152,7 @@ class FrameStream:
             if raw_indexes:
                 frames, offset = self._uniform_run(data, end, view)
             elif subscriptions and type(data) is bytes:     # payloads are slices: never of a reused buffer
-                frames, offset = self._uniform_batch(data, end, batches)
+                frames, offset = self._uniform_batch(data, end)
         while end - offset >= 4:
             msglen = (data[offset + 2] << 8) | data[offset + 3]
             if msglen < 4:
@@ -433,12 +442,13 @@ class FrameStream:
                 sub.on_frames(frames, count, length)
         return count, count * length
 
-    def _uniform_batch(self, data: bytes, end: int, batches: dict) -> tuple[int, int]:
+    def _uniform_batch(self, data: bytes, end: int) -> tuple[int, int]:
         """An application receiver's fast path, the steady state of a busy stream: the equal DATA
         frames of one subscribed topic index at the start of `data`, each the next in sequence,
-        become its batch in one pass: (frames, bytes); (0, 0) if none. Everything else (a first
-        frame, a gap, a topic waiting out one, a fragment, a request, the 32-bit wrap) does not
-        start such a run, and the walk after it takes what follows frame by frame."""
+        go to its subscriptions as one run, at once (they come before anything after them in the
+        read): (frames, bytes); (0, 0) if none. Everything else (a first frame, a gap, a topic
+        waiting out one, a fragment, a request, the 32-bit wrap) does not start such a run, and
+        the walk after it takes what follows frame by frame."""
         length = (data[2] << 8) | data[3]
         if length < _MESSAGE_SIZE or data[0] != LBMC_TYPE_MESSAGE or data[1] != NHDR_DATA:
             return 0, 0
@@ -449,11 +459,10 @@ class FrameStream:
         if not count or sqn + count > MASK + 1:
             return 0, 0
         count = consecutive_sequence_numbers(data, count, length, sqn)
-        size = count * length
-        batches[tidx] = [(number, data[start:start + length - _MESSAGE_SIZE]) for number, start
-                         in zip(range(sqn, sqn + count), range(_MESSAGE_SIZE, size, length))]
         self.next_sqns[tidx] = sqn + count        # unmasked, as a run's next number is kept
-        return count, size
+        for sub in tuple(self.subscriptions[tidx]):     # one may leave from its callback
+            sub.on_run(data, sqn, count, length)
+        return count, count * length
 
     def _fragment(self, data: bytes, header: int, end: int, tidx: int, subs):
         """Fold in one fragment whose FRAG header is at `header` (its frame ends at `end`); returns

@@ -11,9 +11,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Callable
 
+from router.um.frame_stream import run_payloads
 from router.um.messages import BOS, EOS, UNRECOVERABLE_LOSS, Message, ReceiverEvent, RequestMessage
 from router.um.sequence_numbers import distance
 from router.um.source_cache import Candidate
+from router.um.wire.lbmc import MESSAGE_HEADER
 
 if TYPE_CHECKING:
     from router.um.context import Context
@@ -78,6 +80,22 @@ class JoinedSource:
             otr.hold(messages)
             return
         self.deliver_live(messages)
+
+    def on_run(self, data: bytes, first: int, count: int, length: int) -> None:
+        """`count` DATA frames of `length` bytes at the start of `data`, numbered from `first` (a
+        busy stream's steady state): live, they become the application's messages in one pass."""
+        if self.late_join is not None or self.late_join_floor is not None or (self.otr is not None and self.otr.holding):
+            self.on_batch(run_payloads(data, first, count, length))
+            return
+        topic, source, new, size = self.topic, self.source, tuple.__new__, length - MESSAGE_HEADER.size
+        messages = [new(Message, (topic, source, number, data[start:start + size])) for number, start
+                    in zip(range(first, first + count), range(MESSAGE_HEADER.size, count * length, length))]
+        if self._on_batch is not None:
+            self._on_batch(messages)
+            return
+        on_message = self._on_message
+        for message in messages:
+            on_message(message)
 
     def deliver_live(self, messages: list[tuple]) -> None:
         """Live messages ((sqn, payload)) to the application, in one batch."""

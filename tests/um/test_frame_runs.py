@@ -1,7 +1,10 @@
 """Walking LBMC frames by their lengths (router.um.frame_runs), without a network."""
 from __future__ import annotations
 
-from router.um.frame_runs import consecutive_sequence_numbers, whole_frames_within
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router.um.frame_runs import MIN_RUN, consecutive_sequence_numbers, equal_frames, whole_frames_within
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
 
 
@@ -39,3 +42,56 @@ def test_consecutive_sequence_numbers_counts_the_frames_in_sequence_from_the_fir
     assert consecutive_sequence_numbers(data, len(sqns), 40, 4) == 0
     high = [0xFFFFFFF0 + n for n in range(8)]
     assert consecutive_sequence_numbers(b"".join(_frame(n, 40) for n in high), 8, 40, 0xFFFFFFF0) == 8
+
+
+def _equal_frames_by_walking(buf, offset: int, end: int, length: int) -> int:
+    """What equal_frames answers, one frame at a time (the reference its strided view must match)."""
+    count = (end - offset) // length
+    if count < MIN_RUN or length < 8:
+        return 0
+    head = bytes(buf[offset:offset + 8])
+    for k in range(count):
+        if bytes(buf[offset + k * length:offset + k * length + 8]) != head:
+            return k
+    return count
+
+
+def test_equal_frames_counts_the_frames_whose_first_8_bytes_repeat():
+    run = b"".join(_frame(n, 40) for n in range(20))          # sequence numbers differ: bytes 8-11
+    assert equal_frames(run, 0, len(run), 40) == 20
+    assert equal_frames(run, 0, len(run) - 1, 40) == 19         # the last frame is not whole
+    assert equal_frames(run, 40, len(run), 40) == 19            # from an offset (not 8-aligned below)
+    for byte in range(8):                                       # any one of the 8 bytes ends the run
+        changed = bytearray(run)
+        changed[13 * 40 + byte] ^= 0xFF
+        assert equal_frames(changed, 0, len(changed), 40) == 13, byte
+    second = bytearray(run)
+    second[40 + 3] ^= 1                                         # the second frame's length differs
+    assert equal_frames(second, 0, len(second), 40) == 1
+    assert equal_frames(run, 0, (MIN_RUN - 1) * 40, 40) == 0    # too few frames to be worth it
+    assert equal_frames(run, 0, len(run), 7) == 0               # shorter than the 8 bytes compared
+
+
+def test_equal_frames_reads_any_buffer_and_lets_go_of_it():
+    run = bytearray(b"\x00" * 3 + b"".join(_frame(n, 33) for n in range(MIN_RUN + 5)))   # odd offset and length
+    assert equal_frames(bytes(run), 3, len(run), 33) == MIN_RUN + 5
+    assert equal_frames(run, 3, len(run), 33) == MIN_RUN + 5
+    run += b"more"            # a reader's buffer grows after a run was found: no view holds it
+    with memoryview(run) as view:
+        assert equal_frames(view, 3, len(run), 33) == MIN_RUN + 5
+        assert consecutive_sequence_numbers(view[3:], MIN_RUN + 5, 33, 0) == MIN_RUN + 5
+    run += b"again"
+
+
+@settings(max_examples=200, deadline=None)
+@given(lengths=st.lists(st.sampled_from([12, 13, 40, 76]), min_size=1, max_size=60),
+       topics=st.lists(st.sampled_from([1, 2]), min_size=60, max_size=60),
+       offset=st.integers(0, 9), start=st.integers(0, 5))
+def test_equal_frames_agrees_with_a_walk(lengths, topics, offset, start):
+    frames = b"".join(MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_DATA, size, topic, k) + bytes(size - 12)
+                      for k, (size, topic) in enumerate(zip(lengths, topics)))
+    buf = bytes(offset) + frames
+    first = offset + sum(lengths[:start]) if start < len(lengths) else offset
+    if start < len(lengths):
+        length = lengths[start]
+        assert equal_frames(buf, first, len(buf), length) == _equal_frames_by_walking(buf, first, len(buf), length)

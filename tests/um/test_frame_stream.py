@@ -7,7 +7,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.um.frame_stream import FrameStream
+from router.um.frame_stream import FrameStream, run_payloads
 from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA,
                                  NHDR_FRAG, LbmcMessage, Tsni, encode_lbmc)
 
@@ -92,6 +92,9 @@ class _Messages:
     def on_batch(self, messages):
         self.messages += messages
 
+    def on_run(self, data, first, count, length):
+        self.messages += run_payloads(data, first, count, length)
+
     def on_gap(self, first, count):
         self.gaps.append((first, count))
 
@@ -119,7 +122,7 @@ def test_a_partial_message_older_than_the_cutoff_is_expired_and_counted_and_a_wh
 class _Walked(_Stream):
     """The same stream without the fast path: every frame walked one by one."""
 
-    def _uniform_batch(self, data, end, batches):
+    def _uniform_batch(self, data, end):
         return 0, 0
 
 

@@ -23,7 +23,7 @@ from router.um import otr as otr_module
 from router.um import sequence_info as sequence_info_module
 from router.um.config import UMConfig, from_overrides
 from router.um.frame_runs import frames_and_last_sequence_numbers
-from router.um.frame_stream import FrameStream
+from router.um.frame_stream import FrameStream, run_payloads
 from router.um.messages import UNRECOVERABLE_LOSS, OtrMessage, ReceiverEvent
 from router.um.otr import OtrRecovery, OtrSettings
 from router.um.requests import RequestOrigin, message_frames
@@ -639,6 +639,9 @@ class _Sub:
 
     def __init__(self):
         self.log: list[tuple] = []
+
+    def on_run(self, data, first, count, length):
+        self.on_batch(run_payloads(data, first, count, length))
 
     def on_batch(self, messages):
         self.log.append(("batch", [sqn for sqn, _ in messages]))

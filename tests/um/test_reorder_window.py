@@ -7,7 +7,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.um.frame_stream import FrameStream
+from router.um.frame_stream import FrameStream, run_payloads
 from router.um.loop import EventLoop
 from router.um.reorder_window import MASK, MAX_WAITED, ReorderWindow, distance
 from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, LbmcMessage, encode_lbmc
@@ -25,6 +25,9 @@ class _Sub:
     def __init__(self):
         self.seen: list[tuple] = []
         self.eos = False
+
+    def on_run(self, data, first, count, length):
+        self.on_batch(run_payloads(data, first, count, length))
 
     def on_batch(self, messages):
         self.seen += [("msg", sqn) for sqn, *_ in messages]

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from router.um.context import Context
-from router.um.frame_stream import FrameStream
+from router.um.frame_stream import FrameStream, run_payloads
 from router.um.loop import EventLoop
 from router.um.reorder_window import MASK, MAX_WAITED
 from router.um.requests import RequestOrigin, message_frames
@@ -45,6 +45,9 @@ class _Sub:
     def __init__(self):
         self.seen: list[tuple] = []
         self.eos = False
+
+    def on_run(self, data, first, count, length):
+        self.on_batch(run_payloads(data, first, count, length))
 
     def on_batch(self, messages):
         for entry in messages:

@@ -4,7 +4,7 @@ delivered in sequence with data, and what a router's raw subscription is told.""
 import pytest
 
 from router.um.frame_runs import MIN_RUN
-from router.um.frame_stream import FrameStream
+from router.um.frame_stream import FrameStream, run_payloads
 from router.um.messages import Message, RequestMessage
 from router.um.receiver import JoinedSource
 from router.um.requests import (REQUEST_HEADER, REQUEST_HEADER_OFFSET, RequestOrigin, message_frames, read_request,
@@ -84,6 +84,9 @@ class _Application:
 
     def __init__(self):
         self.seen = []
+
+    def on_run(self, data, first, count, length):
+        self.on_batch(run_payloads(data, first, count, length))
 
     def on_batch(self, messages):
         self.seen += [("data", sqn, bytes(payload)) for sqn, payload in messages]
