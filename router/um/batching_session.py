@@ -122,18 +122,19 @@ class BatchingSession:
         try:
             if length <= self.datagram_max_size:
                 batch = self.batch
-                start = len(batch)
                 batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_DATA, length, tidx, sqn)
                 batch += payload
                 if self.retained:
-                    self._retain(batch, start, len(batch))
+                    self._retain(batch, len(batch) - length, len(batch))
                 sqn = (sqn + 1) & 0xFFFFFFFF    # topic sequence numbers wrap
             else:
                 sqn = self._append_fragments(tidx, sqn, payload)
-            if flush:
+            # _flush_or_arm_timer, inline (a call less a message, about 30 ns of 400)
+            if flush or len(self.batch) >= self.batching_minimum_length:
                 self._flush_locked()
-            else:
-                self._flush_or_arm_timer()
+            elif not self.flush_timer_armed:
+                self.flush_timer_armed = True
+                self.loop.call_soon_threadsafe(self._arm_flush_timer)
         finally:
             lock.release()
         return sqn
