@@ -38,7 +38,10 @@ def domain(directory: Path, n: int) -> Path:
     base = 17000 + (os.getpid() % 200) * 40 + n * 10
     path.write_text(f"context resolver_multicast_address 239.198.{os.getpid() % 200}.{n}\n"
                     f"context resolver_multicast_port {base}\ncontext resolver_multicast_interface 127.0.0.1\n"
-                    f"context transport_tcp_port_low {base + 1}\ncontext transport_tcp_port_high {base + 9}\n")
+                    f"context transport_tcp_port_low {base + 1}\ncontext transport_tcp_port_high {base + 9}\n"
+                    # Request ports of its own too (UM's default range is 5 ports, 14391-14395, for
+                    # every context on the host: the router's portals, umresp and umreq fill it).
+                    f"context request_tcp_port_low {base - 10000}\ncontext request_tcp_port_high {base - 9991}\n")
     return path
 
 

@@ -81,9 +81,12 @@ def main() -> int:
             table(["request", "one domain p50", "one domain p99", "across the router p50",
                    "across the router p99", "added p50", "unanswered (one domain / router)"], rows) +
             "\n\nEach way, the router adds what a paced data message meets (\"Router (1 hop)\" above) "
-            "and more: the portal's context reads the message at its request port and checks it whole, the "
-            "egress portal's worker is woken by the ring with no early wake-up (requests are not streams), "
-            "and a TCP connection to the target carries it on. Both ends here are Python tools whose "
+            "and more: the portal's context reads the message at its request port and checks it whole, "
+            "and a TCP connection to the target carries it on (the egress portal's worker is woken early, "
+            "as for a stream's frames: the next request, or answer, most likely goes where the last one "
+            "went). Across the router a round trip wakes a sleeping process six times in turn (the "
+            "two workers, umresp, the two workers, umreq; in one domain twice), and each waits for the "
+            "process, and often its CPU, to wake. Both ends here are Python tools whose "
             "requests wait on a thread of their own (umreq's round trip in one domain is itself over 100 µs).")
     print(body)
     write_section("Unicast immediate requests: one domain vs across a router", body, COMMAND)

@@ -225,10 +225,14 @@ class DataPath:
 
     def response(self, portal: int, ipaddr: str, port: int, qidx: int, data) -> None:
         """A response for the requester behind `portal` (the portal its request came in by)."""
+        self._frames_mask |= (1 << portal) & ~self.local_mask     # the next request's answer: early wake-ups
         self._write([(RECORD_RESPONSE, encode_response(ipaddr, port, qidx, data), 1 << portal)])
 
     def unicast(self, mask: int, frame: bytes) -> None:
-        """A unicast immediate message for the portal of `mask`, the next hop toward its domain."""
+        """A unicast immediate message for the portal of `mask`, the next hop toward its domain.
+        Requests and their answers come and go as a stream's frames do: the next one is likely
+        to go the same way, so it gets the same early wake-ups."""
+        self._frames_mask |= mask & ~self.local_mask
         self._write([(RECORD_UNICAST, frame, mask)])
 
     def late_join(self, portal: int, stream_id: int, message) -> None:
