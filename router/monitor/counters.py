@@ -140,10 +140,16 @@ UNICAST_COUNTERS = ("unicast_data_msgs_dropped_no_route", "unicast_data_msg_byte
 # record in vain (the data was for no one here: topic resolution, say).
 EARLY_WAKE_COUNTERS = ("ring_early_wakeups_sent", "ring_early_wakeups_idle")
 
+# Added with <sqn-window> (router/portals/sequence_window.py): a stream's frames an egress had sent
+# already (they came again by another way, or from a source that repeated them), dropped as the
+# DRO's Endpoint.Send and Peer.Send statistics count them, "dropped (duplicate)".
+DUPLICATE_COUNTERS = ("transport_topic_fragments_dropped_duplicate", "transport_topic_fragment_bytes_dropped_duplicate",
+                      "data_fragments_dropped_duplicate", "data_fragment_bytes_dropped_duplicate")
+
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
                  + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS
-                 + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS)
+                 + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

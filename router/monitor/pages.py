@@ -49,6 +49,8 @@ ENDPOINT_SEND = (
      "transport_topic_fragments_dropped_size_error", "transport_topic_fragment_bytes_dropped_size_error"),
     ("Transport topic fragments/bytes dropped due to queue failure", "transport_topic_fragments_dropped_queue_failure",
      "transport_topic_fragment_bytes_dropped_queue_failure"),
+    ("Transport topic fragments/bytes dropped as duplicates", "transport_topic_fragments_dropped_duplicate",
+     "transport_topic_fragment_bytes_dropped_duplicate"),
     ("Transport topic request fragments/bytes sent", "transport_topic_req_fragments_sent",
      "transport_topic_req_fragment_bytes_sent"),
     ("Unicast data messages/bytes forwarded", "unicast_data_msgs_forwarded", "unicast_data_msg_bytes_forwarded"),
@@ -86,6 +88,8 @@ PEER_RECEIVE = (
 PEER_SEND = (
     ("Transport topic data fragments/bytes forwarded", "data_fragments_forwarded", "data_fragment_bytes_forwarded"),
     ("Transport topic data fragments/bytes sent", "data_fragments_sent", "data_fragment_bytes_sent"),
+    ("Transport topic data fragments/bytes dropped (duplicate)", "data_fragments_dropped_duplicate",
+     "data_fragment_bytes_dropped_duplicate"),
     ("Transport topic data fragments/bytes dropped (blocking)", "data_fragments_dropped_would_block",
      "data_fragment_bytes_dropped_would_block"),
     ("Transport topic data fragments/bytes dropped (not operational)", "data_fragments_dropped_not_operational",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from router.monitor.counters import COUNTER_NAMES
 
-SCHEMA_VERSION = "9"            # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
+SCHEMA_VERSION = "10"           # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
                                 # 3: multicast immediate message counters (IMMEDIATE_COUNTERS)
                                 # 4: a peer link's UDP data path (UDP_PEER_COUNTERS)
                                 # 5: late join relayed to the origin (LATE_JOIN_COUNTERS)
@@ -22,6 +22,7 @@ SCHEMA_VERSION = "9"            # 2: request/response counters (monitor/counters
                                 # 7: bad input dropped (BAD_INPUT_COUNTERS)
                                 # 8: early wake-ups between workers (EARLY_WAKE_COUNTERS)
                                 # 9: unicast immediate messages with no route, malformed (UNICAST_COUNTERS)
+                                # 10: frames dropped as duplicates by <sqn-window> (DUPLICATE_COUNTERS)
 METADATA_KEY = b"umrouter.stats.schema_version"
 COUNTERS_METADATA_KEY = b"umrouter.stats.counters"
 

@@ -86,7 +86,8 @@ class EndpointPortal(EgressRecords):
         topic_um = getattr(config, "topic_um", None)
         self.egress = ProxySourceTable(self.context, self.cost, self.domain_id, config.max_queue,
                                        config.source_deletion_delay / 1000, counters, log_event,
-                                       topic_options=topic_um.for_topic if topic_um is not None else None)
+                                       topic_options=topic_um.for_topic if topic_um is not None else None,
+                                       sqn_window=config.sqn_window)
         self.requests = ProxyRequestTable()
         self.context.response_handler = self._response_in
         self.datapath = datapath
@@ -375,6 +376,12 @@ class EndpointPortal(EgressRecords):
         if entry is None:
             return self.access.stream_rejected(ring, stream_id)     # not ours to send: not an error
         proxy, rewrite = entry
+        frames, count, duplicates, duplicate_bytes = proxy.window.admit(frames, count, longest)
+        if duplicates:
+            self.counters.add_pair("transport_topic_fragments_dropped_duplicate",
+                                   "transport_topic_fragment_bytes_dropped_duplicate", duplicates, duplicate_bytes)
+            if not count:
+                return True
         session = proxy.source.session
         if longest > session.datagram_max_size:
             self._send_fitting_frames(proxy, rewrite, frames)

@@ -48,6 +48,7 @@ from router.portals.peer_late_join import PeerLateJoinRelay, is_late_join_answer
 from router.portals.peer_link import PeerLink
 from router.portals.peer_responses import is_response, is_unicast, response_message
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
+from router.portals.sequence_window import SequenceWindow
 from router.portals.streams import StreamTable
 from router.portals.unicast_routing import UnicastRouting
 from router.routing.route_info import is_route_info
@@ -69,11 +70,12 @@ _NO_INDEX = bytes(8)
 
 
 class _Outbound:
-    __slots__ = ("advert", "link_index", "rewrite")
+    __slots__ = ("advert", "link_index", "rewrite", "window")
 
-    def __init__(self, advert: StreamAdvert, link_index: int):
+    def __init__(self, advert: StreamAdvert, link_index: int, window: SequenceWindow):
         self.advert, self.link_index = advert, link_index
         self.rewrite = None if link_index == advert.origin_index else link_index
+        self.window = window          # the origin's numbers sent over the link, by any of its streams
 
 
 class _LinkReader:
@@ -115,6 +117,9 @@ class PeerPortal(EgressRecords):
         datapath.backlog = self.link.backlog
         self.reader = _LinkReader(self.link)
         self.outbound: dict[tuple[int, int], _Outbound] = {}      # (ring, stream id) -> stream on the link
+        # Per originating source (OTID), what its streams sent over the link (<sqn-window>), and
+        # how many streams of it there are: two while a path change has the old one draining.
+        self.windows: dict[bytes, list] = {}
         self.link_indexes: dict[int, tuple[int, int]] = {}         # link topic index -> (ring, stream id)
         self._spare_indexes = itertools.count(0x40000000)
         self.inbound: dict[int, object] = {}                       # link topic index -> Stream
@@ -340,6 +345,12 @@ class PeerPortal(EgressRecords):
         outbound = self.outbound.get((ring, stream_id))
         if outbound is None:
             return self.access.stream_rejected(ring, stream_id)     # not ours to send: not an error
+        frames, count, duplicates, duplicate_bytes = outbound.window.admit(frames, count, longest)
+        if duplicates:
+            self.counters.add_pair("data_fragments_dropped_duplicate", "data_fragment_bytes_dropped_duplicate",
+                                   duplicates, duplicate_bytes)
+            if not count:
+                return True
         data = frames if outbound.rewrite is None else with_topic_index(frames, outbound.rewrite, count)
         self.link.send_data(data, count)        # the link counts what it could not take
         return True
@@ -407,7 +418,12 @@ class PeerPortal(EgressRecords):
             while index in self.link_indexes:
                 index = next(self._spare_indexes) & 0xFFFFFFFF
             self.link_indexes[index] = (ring, advert.stream_id)
-            outbound = self.outbound[(ring, advert.stream_id)] = _Outbound(advert, index)
+            shared = self.windows.get(advert.otid)
+            if shared is None:
+                window = self.config.sqn_window
+                shared = self.windows[advert.otid] = [SequenceWindow(window.size, window.increment), 0]
+            shared[1] += 1
+            outbound = self.outbound[(ring, advert.stream_id)] = _Outbound(advert, index, shared[0])
             self.counters.add("streams_out")
         self._send_advert(outbound)
 
@@ -416,6 +432,11 @@ class PeerPortal(EgressRecords):
         if outbound is None:
             return
         self.link_indexes.pop(outbound.link_index, None)
+        shared = self.windows.get(outbound.advert.otid)
+        if shared is not None:
+            shared[1] -= 1
+            if not shared[1]:
+                del self.windows[outbound.advert.otid]
         self._send_advert(outbound, eos=True)
 
     def _send_advert(self, outbound: _Outbound, eos: bool = False) -> None:

@@ -3,7 +3,7 @@
 A stream advertisement from another portal creates (or re-points) the proxy source for that OTID;
 its TIRs carry the original OTID, the cost so far plus this portal's cost, one more hop, and the
 origin's domain id. Data records become frames on the proxy source with the origin's sequence
-numbers and fragmentation. What arrives before the interested receivers have connected (they
+numbers and fragmentation, each number at most once (router.portals.sequence_window). What arrives before the interested receivers have connected (they
 connect on hearing the proxy's advertisement) is held for them through the advertisement's
 initial phase, so a requester's first request is not lost on a path still being built. When the
 stream ends the proxy source waits `source-deletion-delay`, then sends final advertisements and
@@ -15,6 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
+from router.config.model import SqnWindow
+from router.portals.sequence_window import SequenceWindow
 from router.um.config import ConfigError
 from router.worker.records import StreamAdvert
 
@@ -27,13 +29,15 @@ FINAL_ADVERTISEMENTS = 3
 class ProxySource:
     advert: StreamAdvert
     source: object                        # router.um.source.Source
+    window: SequenceWindow                       # the origin's numbers it has sent (<sqn-window>)
     streams: set = field(default_factory=set)    # (ring index, stream id) feeding it
     deletion_timer: object | None = None
 
 
 class ProxySourceTable:
     def __init__(self, context, portal_cost: int, domain_id: int, max_queue: int,
-                 deletion_delay: float, counters, log_event: Callable[[str, str], None], topic_options=None):
+                 deletion_delay: float, counters, log_event: Callable[[str, str], None], topic_options=None,
+                 sqn_window: SqnWindow | None = None):
         self.context = context
         self.portal_cost = portal_cost
         self.domain_id = domain_id
@@ -42,6 +46,7 @@ class ProxySourceTable:
         self.counters = counters
         self.log_event = log_event
         self.topic_options = topic_options           # topic -> its UMConfig (UM XML files), or None
+        self.sqn_window = sqn_window or SqnWindow()
         self.smx_converted = False                   # said once per portal
         # Receivers hear a new advertisement within the source's initial advertising phase.
         self.hold_for_receiver = context.config.get("source", "resolver_advertisement_minimum_initial_duration") / 1000
@@ -67,7 +72,8 @@ class ProxySourceTable:
                 # dropped due to error as it comes, and the next advertisement tries again.
                 self.log_event("proxy-source-failed", f"topic {advert.topic} for {advert.source}: {err}")
                 return None
-            proxy = self.by_otid[advert.otid] = ProxySource(advert, source)
+            proxy = self.by_otid[advert.otid] = ProxySource(
+                advert, source, SequenceWindow(self.sqn_window.size, self.sqn_window.increment))
             self.counters.add("proxy_sources_created")
             self.counters.set("proxy_sources", len(self.by_otid))
             self.log_event("proxy-source-created", f"topic {advert.topic} for {advert.source} "
