@@ -23,6 +23,9 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "bytes_in": ("transport_topic_fragment_bytes_rcvd", "data_msg_bytes_rcvd"),
     "msgs_out": ("transport_topic_fragments_sent", "data_fragments_sent"),
     "bytes_out": ("transport_topic_fragment_bytes_sent", "data_fragment_bytes_sent"),
+    # Frames <sqn-window> found sent already (another way brought them too): not lost, so not
+    # among the drops below (their fraction is what was lost of what was offered).
+    "duplicates_dropped": ("transport_topic_fragments_dropped_duplicate", "data_fragments_dropped_duplicate"),
 }
 # Immediate messages (MIM) a portal could not send count with the data drops of the same reason.
 DROP_REASONS: dict[str, tuple[str, ...]] = {

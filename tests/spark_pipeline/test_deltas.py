@@ -72,6 +72,16 @@ def test_endpoint_and_peer_counters_of_one_meaning_add_up_and_drops_keep_their_r
     assertDataFrameEqual(actual, expected(spark, [(at(0), 0, 0, 0, 0, 0), (at(1), 9, 40, 5, 3, 2)], columns))
 
 
+def test_duplicates_dropped_are_counted_apart_from_the_drops_of_what_was_lost(spark, make_stats):
+    rows = [stats_row(0), stats_row(1, transport_topic_fragments_sent=50, transport_topic_fragments_dropped_duplicate=7,
+                                    transport_topic_fragments_dropped_would_block=1),
+            stats_row(0, kind="peer", portal="P"), stats_row(1, kind="peer", portal="P", data_fragments_dropped_duplicate=4)]
+    columns = ("ts", "msgs_out", "duplicates_dropped", "dropped")
+    actual = intervals_table(interval_rows(make_stats(rows))).where("ts = timestamp'2026-03-01 12:00:01'") \
+        .select("portal", *columns[1:])
+    assertDataFrameEqual(actual, [("LAN1", 50, 7, 1), ("P", 0, 4, 0)])
+
+
 def test_portals_and_routers_are_independent(spark, make_stats):
     rows = [stats_row(0, portal="A"), stats_row(0, portal="B"), stats_row(0, portal="A", router="r2"),
             stats_row(1, portal="A", **{SENT: 10}), stats_row(1, portal="B", **{SENT: 20}),
