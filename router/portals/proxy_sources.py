@@ -3,11 +3,11 @@
 A stream advertisement from another portal creates (or re-points) the proxy source for that OTID;
 its TIRs carry the original OTID, the cost so far plus this portal's cost, one more hop, and the
 origin's domain id. Data records become frames on the proxy source with the origin's sequence
-numbers and fragmentation, each number at most once (router.portals.sequence_window). What arrives before the interested receivers have connected (they
-connect on hearing the proxy's advertisement) is held for them through the advertisement's
-initial phase, so a requester's first request is not lost on a path still being built. When the
-stream ends the proxy source waits `source-deletion-delay`, then sends final advertisements and
-goes away.
+numbers and fragmentation, each number at most once (router.portals.sequence_window). What
+arrives before the interested receivers have connected (they connect on hearing the proxy's
+advertisement) is held for them through the advertisement's initial phase, so a requester's
+first request is not lost on a path still being built. When the stream ends the proxy source
+waits `source-deletion-delay`, then sends final advertisements and goes away.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ FINAL_ADVERTISEMENTS = 3
 class ProxySource:
     advert: StreamAdvert
     source: object                        # router.um.source.Source
-    window: SequenceWindow                       # the origin's numbers it has sent (<sqn-window>)
+    window: SequenceWindow                # the origin's numbers it has sent (<sqn-window>)
     streams: set = field(default_factory=set)    # (ring index, stream id) feeding it
     deletion_timer: object | None = None
 

@@ -84,7 +84,8 @@ class JoinedSource:
     def on_run(self, data: bytes, first: int, count: int, length: int) -> None:
         """`count` DATA frames of `length` bytes at the start of `data`, numbered from `first` (a
         busy stream's steady state): live, they become the application's messages in one pass."""
-        if self.late_join is not None or self.late_join_floor is not None or (self.otr is not None and self.otr.holding):
+        otr = self.otr
+        if self.late_join is not None or self.late_join_floor is not None or (otr is not None and otr.holding):
             self.on_batch(run_payloads(data, first, count, length))
             return
         topic, source, new, size = self.topic, self.source, tuple.__new__, length - MESSAGE_HEADER.size

@@ -75,7 +75,8 @@ def test_endpoint_and_peer_counters_of_one_meaning_add_up_and_drops_keep_their_r
 def test_duplicates_dropped_are_counted_apart_from_the_drops_of_what_was_lost(spark, make_stats):
     rows = [stats_row(0), stats_row(1, transport_topic_fragments_sent=50, transport_topic_fragments_dropped_duplicate=7,
                                     transport_topic_fragments_dropped_would_block=1),
-            stats_row(0, kind="peer", portal="P"), stats_row(1, kind="peer", portal="P", data_fragments_dropped_duplicate=4)]
+            stats_row(0, kind="peer", portal="P"),
+            stats_row(1, kind="peer", portal="P", data_fragments_dropped_duplicate=4)]
     columns = ("ts", "msgs_out", "duplicates_dropped", "dropped")
     actual = intervals_table(interval_rows(make_stats(rows))).where("ts = timestamp'2026-03-01 12:00:01'") \
         .select("portal", *columns[1:])
