@@ -44,6 +44,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "drops-queue-failure": ("UMR-3001-3", logging.WARNING),
     "drops-immediate-size-error": ("UMR-3001-4", logging.WARNING),
     "drops-immediate-error": ("UMR-3001-5", logging.WARNING),
+    "drops-duplicate": ("UMR-3001-6", logging.INFO),           # <sqn-window>: copies, nothing lost
     "ring-full": ("UMR-3002-1", logging.WARNING),
     "malformed-input": ("UMR-3003-1", logging.WARNING),
     "pattern-invalid": ("UMR-3003-2", logging.WARNING),

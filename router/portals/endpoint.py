@@ -380,6 +380,9 @@ class EndpointPortal(EgressRecords):
         if duplicates:
             self.counters.add_pair("transport_topic_fragments_dropped_duplicate",
                                    "transport_topic_fragment_bytes_dropped_duplicate", duplicates, duplicate_bytes)
+            self._rate_limited("drops-duplicate", f"{duplicates} frames of topic {proxy.advert.topic} (from "
+                                                  f"{proxy.advert.source}) came again, by another path or from the "
+                                                  "source; dropped as duplicates")
             if not count:
                 return True
         session = proxy.source.session

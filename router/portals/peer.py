@@ -349,6 +349,9 @@ class PeerPortal(EgressRecords):
         if duplicates:
             self.counters.add_pair("data_fragments_dropped_duplicate", "data_fragment_bytes_dropped_duplicate",
                                    duplicates, duplicate_bytes)
+            self._rate_limited("drops-duplicate", f"{duplicates} frames of topic {outbound.advert.topic} (from "
+                                                  f"{outbound.advert.source}) came again, by another path or from "
+                                                  "the source; not sent over the link again")
             if not count:
                 return True
         data = frames if outbound.rewrite is None else with_topic_index(frames, outbound.rewrite, count)

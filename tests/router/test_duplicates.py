@@ -73,6 +73,9 @@ def test_an_endpoint_sends_each_number_into_its_domain_once(routers, make_domain
     assert counters["transport_topic_fragment_bytes_dropped_duplicate"] == 50 * 18, counters
     assert counters["transport_topic_fragments_sent"] == 150, counters
     assert sorted(_sqns_on_the_wire(pcap, lan2.tcp_low, lan2.tcp_high)) == list(range(150))
+    wait_for(lambda: "UMR-3001-6" in router.log(), 10, message="the drop is logged")
+    line = next(line for line in router.log().splitlines() if "UMR-3001-6" in line)
+    assert "[information]" in line and "portal LAN2" in line and "50 frames of topic dup.endpoint" in line, line
 
 
 def test_a_peer_link_carries_each_number_once(routers, make_domain):
@@ -92,3 +95,4 @@ def test_a_peer_link_carries_each_number_once(routers, make_domain):
     assert link()["data_fragment_bytes_dropped_duplicate"] == 50 * 18
     # Nothing reached the far router twice: its proxy source had nothing left to drop.
     assert chain[-1].counters()[1]["transport_topic_fragments_dropped_duplicate"] == 0
+    wait_for(lambda: "UMR-3001-6" in chain[0].log(), 10, message="the drop is logged")
