@@ -4,12 +4,13 @@ Both portal kinds take the same records from the rings — a stream's ADVERT, it
 or holding requests), its EOS, RESPONSEs to requests that came in by this portal, the
 IMMEDIATE messages other portals flood, and late-join requests and answers relayed between an
 endpoint's proxy source and the stream's ingress, and the origin's last sequence number (its
-TSNI) behind a stream's frames — and differ
-only in where they send them (proxy sources in a domain, or a peer link). `EgressRecords.on_record`
-decodes and checks each record once, counts what is malformed or meant for a stream this portal
-does not know, and calls the portal's `egress_advert`, `egress_frames`, `egress_request_frames`,
-`egress_eos`, `egress_response`, `egress_immediate` and `egress_unicast` (unicast immediate
-messages on their way to another domain).
+TSNI) behind a stream's frames — and differ only in where they send them (proxy sources in a
+domain, or a peer link). `EgressRecords.on_record` decodes and checks each record once, counts
+what is malformed or meant for a stream this portal does not know, and calls the portal's
+`egress_advert`, `egress_frames`, `egress_request_frames`, `egress_eos`, `egress_response`,
+`egress_immediate` and `egress_unicast` (unicast immediate messages on their way to another
+domain). `without_duplicates` takes out, counts and logs the frames a stream's `<sqn-window>`
+says this portal sent already.
 """
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ log = logging.getLogger(__name__)
 
 
 class EgressRecords:
-    """Mixed into a portal that has `name`, `counters` and the egress_* methods."""
+    """Mixed into a portal that has `name`, `counters`, `_rate_limited` and the egress_* methods."""
+
+    # What a portal kind counts duplicates as (<sqn-window>): frames, bytes.
+    DUPLICATE_COUNTERS = ("transport_topic_fragments_dropped_duplicate",
+                          "transport_topic_fragment_bytes_dropped_duplicate")
 
     def on_record(self, ring: int, record_type: int, payload, now: bool = False) -> None:
         """One record from a ring. `now`: the reader found nothing else to batch it with, so
@@ -64,6 +69,17 @@ class EgressRecords:
         if not send(ring, stream_id, count, longest, frames, now):
             self.counters.add_pair("transport_topic_fragments_dropped_error",
                                    "transport_topic_fragment_bytes_dropped_error", count, len(frames))
+
+    def without_duplicates(self, window, advert: StreamAdvert, frames, count: int, longest: int):
+        """A stream's frames less those `window` (router.portals.sequence_window) says this portal
+        sent already, which are counted and logged (rate-limited): (frames, count)."""
+        frames, count, duplicates, duplicate_bytes = window.admit(frames, count, longest)
+        if duplicates:
+            self.counters.add_pair(*self.DUPLICATE_COUNTERS, duplicates, duplicate_bytes)
+            self._rate_limited("drops-duplicate", f"{duplicates} frames of topic {advert.topic} (from {advert.source}) "
+                                                  "came again, by another path or from the source; dropped as "
+                                                  "duplicates")
+        return frames, count
 
     def egress_frames(self, ring: int, stream_id: int, count: int, longest: int, frames, now: bool = False) -> bool:
         """Send a stream's frames on (`now`: without batching them); False if the stream is unknown

@@ -376,15 +376,9 @@ class EndpointPortal(EgressRecords):
         if entry is None:
             return self.access.stream_rejected(ring, stream_id)     # not ours to send: not an error
         proxy, rewrite = entry
-        frames, count, duplicates, duplicate_bytes = proxy.window.admit(frames, count, longest)
-        if duplicates:
-            self.counters.add_pair("transport_topic_fragments_dropped_duplicate",
-                                   "transport_topic_fragment_bytes_dropped_duplicate", duplicates, duplicate_bytes)
-            self._rate_limited("drops-duplicate", f"{duplicates} frames of topic {proxy.advert.topic} (from "
-                                                  f"{proxy.advert.source}) came again, by another path or from the "
-                                                  "source; dropped as duplicates")
-            if not count:
-                return True
+        frames, count = self.without_duplicates(proxy.window, proxy.advert, frames, count, longest)
+        if not count:
+            return True
         session = proxy.source.session
         if longest > session.datagram_max_size:
             self._send_fitting_frames(proxy, rewrite, frames)

@@ -93,6 +93,7 @@ class _LinkReader:
 
 class PeerPortal(EgressRecords):
     kind = "peer"
+    DUPLICATE_COUNTERS = ("data_fragments_dropped_duplicate", "data_fragment_bytes_dropped_duplicate")
 
     def __init__(self, config, index: int, portal_indexes: dict[str, int], loop, node_id: int, router_name: str,
                  datapath, counters, log_event):
@@ -117,9 +118,9 @@ class PeerPortal(EgressRecords):
         datapath.backlog = self.link.backlog
         self.reader = _LinkReader(self.link)
         self.outbound: dict[tuple[int, int], _Outbound] = {}      # (ring, stream id) -> stream on the link
-        # Per originating source (OTID), what its streams sent over the link (<sqn-window>), and
-        # how many streams of it there are: two while a path change has the old one draining.
-        self.windows: dict[bytes, list] = {}
+        # Per originating source (OTID), what its streams sent over the link (<sqn-window>): while
+        # a path change has the old stream draining, two streams share it.
+        self.windows: dict[bytes, SequenceWindow] = {}
         self.link_indexes: dict[int, tuple[int, int]] = {}         # link topic index -> (ring, stream id)
         self._spare_indexes = itertools.count(0x40000000)
         self.inbound: dict[int, object] = {}                       # link topic index -> Stream
@@ -345,15 +346,9 @@ class PeerPortal(EgressRecords):
         outbound = self.outbound.get((ring, stream_id))
         if outbound is None:
             return self.access.stream_rejected(ring, stream_id)     # not ours to send: not an error
-        frames, count, duplicates, duplicate_bytes = outbound.window.admit(frames, count, longest)
-        if duplicates:
-            self.counters.add_pair("data_fragments_dropped_duplicate", "data_fragment_bytes_dropped_duplicate",
-                                   duplicates, duplicate_bytes)
-            self._rate_limited("drops-duplicate", f"{duplicates} frames of topic {outbound.advert.topic} (from "
-                                                  f"{outbound.advert.source}) came again, by another path or from "
-                                                  "the source; not sent over the link again")
-            if not count:
-                return True
+        frames, count = self.without_duplicates(outbound.window, outbound.advert, frames, count, longest)
+        if not count:
+            return True
         data = frames if outbound.rewrite is None else with_topic_index(frames, outbound.rewrite, count)
         self.link.send_data(data, count)        # the link counts what it could not take
         return True
@@ -421,12 +416,10 @@ class PeerPortal(EgressRecords):
             while index in self.link_indexes:
                 index = next(self._spare_indexes) & 0xFFFFFFFF
             self.link_indexes[index] = (ring, advert.stream_id)
-            shared = self.windows.get(advert.otid)
-            if shared is None:
-                window = self.config.sqn_window
-                shared = self.windows[advert.otid] = [SequenceWindow(window.size, window.increment), 0]
-            shared[1] += 1
-            outbound = self.outbound[(ring, advert.stream_id)] = _Outbound(advert, index, shared[0])
+            window = self.windows.get(advert.otid)
+            if window is None:
+                window = self.windows[advert.otid] = SequenceWindow.configured(self.config.sqn_window)
+            outbound = self.outbound[(ring, advert.stream_id)] = _Outbound(advert, index, window)
             self.counters.add("streams_out")
         self._send_advert(outbound)
 
@@ -435,11 +428,9 @@ class PeerPortal(EgressRecords):
         if outbound is None:
             return
         self.link_indexes.pop(outbound.link_index, None)
-        shared = self.windows.get(outbound.advert.otid)
-        if shared is not None:
-            shared[1] -= 1
-            if not shared[1]:
-                del self.windows[outbound.advert.otid]
+        otid = outbound.advert.otid
+        if all(other.advert.otid != otid for other in self.outbound.values()):
+            self.windows.pop(otid, None)          # its last stream ended
         self._send_advert(outbound, eos=True)
 
     def _send_advert(self, outbound: _Outbound, eos: bool = False) -> None:

@@ -72,8 +72,7 @@ class ProxySourceTable:
                 # dropped due to error as it comes, and the next advertisement tries again.
                 self.log_event("proxy-source-failed", f"topic {advert.topic} for {advert.source}: {err}")
                 return None
-            proxy = self.by_otid[advert.otid] = ProxySource(
-                advert, source, SequenceWindow(self.sqn_window.size, self.sqn_window.increment))
+            proxy = self.by_otid[advert.otid] = ProxySource(advert, source, SequenceWindow.configured(self.sqn_window))
             self.counters.add("proxy_sources_created")
             self.counters.set("proxy_sources", len(self.by_otid))
             self.log_event("proxy-source-created", f"topic {advert.topic} for {advert.source} "

@@ -21,8 +21,9 @@ import bisect
 
 from router.um.frame_runs import MIN_RUN, consecutive_sequence_numbers
 from router.um.sequence_numbers import MASK, distance
+from router.um.wire.lbmc import MESSAGE_HEADER
 
-_MESSAGE_SIZE = 12              # LBMC MESSAGE header: ver_type, next_hdr, msglen, tidx, sqn
+_MESSAGE_SIZE = MESSAGE_HEADER.size     # ver_type, next_hdr, msglen, tidx, sqn
 _SQN_AT = 8
 
 
@@ -56,6 +57,11 @@ class SequenceWindow:
         self.high: int | None = None       # the highest number sent, unwrapped (counts past 2^32)
         self.low = 0                       # the window's low edge, unwrapped
         self.gaps: list[list[int]] = []    # [start, end) numbers inside the window not sent, in order
+
+    @classmethod
+    def configured(cls, sqn_window) -> "SequenceWindow":
+        """A window as a portal's `<sqn-window>` (router.config.model.SqnWindow) says."""
+        return cls(sqn_window.size, sqn_window.increment)
 
     def admit(self, frames, count: int, longest: int):
         """`count` whole LBMC MESSAGE frames of one stream, in its order; returns (frames to send,

@@ -89,25 +89,23 @@ class JoinedSource:
             self.on_batch(run_payloads(data, first, count, length))
             return
         topic, source, new, size = self.topic, self.source, tuple.__new__, length - MESSAGE_HEADER.size
-        messages = [new(Message, (topic, source, number, data[start:start + size])) for number, start
-                    in zip(range(first, first + count), range(MESSAGE_HEADER.size, count * length, length))]
+        self._hand([new(Message, (topic, source, number, data[start:start + size])) for number, start
+                    in zip(range(first, first + count), range(MESSAGE_HEADER.size, count * length, length))])
+
+    def deliver_live(self, messages: list[tuple]) -> None:
+        """Live messages ((sqn, payload)) to the application, in one batch."""
+        # tuple.__new__ is namedtuple's _make without its Python frame (a quarter less per message).
+        topic, source, new = self.topic, self.source, tuple.__new__
+        self._hand([new(Message, (topic, source, sqn, payload)) for sqn, payload in messages])
+
+    def _hand(self, messages: list) -> None:
+        """The application's messages: one batch to on_batch, else each to on_message."""
         if self._on_batch is not None:
             self._on_batch(messages)
             return
         on_message = self._on_message
         for message in messages:
             on_message(message)
-
-    def deliver_live(self, messages: list[tuple]) -> None:
-        """Live messages ((sqn, payload)) to the application, in one batch."""
-        # tuple.__new__ is namedtuple's _make without its Python frame (a quarter less per message).
-        topic, source, new = self.topic, self.source, tuple.__new__
-        if self._on_batch is not None:
-            self._on_batch([new(Message, (topic, source, sqn, payload)) for sqn, payload in messages])
-            return
-        on_message = self._on_message
-        for sqn, payload in messages:
-            on_message(new(Message, (topic, source, sqn, payload)))
 
     def _above(self, messages: list[tuple], floor: int) -> list[tuple]:
         """The messages past what late join delivered; the floor goes once one is past it (the

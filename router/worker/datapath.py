@@ -212,6 +212,11 @@ class DataPath:
         if woken:
             self.counters.add("ring_early_wakeups_sent", woken)
 
+    def _wake_early_next(self, mask: int) -> None:
+        """Records just went to the portals of `mask`: the next readable socket wakes those in
+        other processes early (portals in this one get records handed over, no wake-up)."""
+        self._frames_mask |= mask & ~self.local_mask
+
     # -- writing ---------------------------------------------------------------------------------
     def advert(self, mask: int, advert) -> None:
         self._write([(RECORD_ADVERT, advert.encode(), mask)])
@@ -225,14 +230,14 @@ class DataPath:
 
     def response(self, portal: int, ipaddr: str, port: int, qidx: int, data) -> None:
         """A response for the requester behind `portal` (the portal its request came in by)."""
-        self._frames_mask |= (1 << portal) & ~self.local_mask     # the next request's answer: early wake-ups
+        self._wake_early_next(1 << portal)
         self._write([(RECORD_RESPONSE, encode_response(ipaddr, port, qidx, data), 1 << portal)])
 
     def unicast(self, mask: int, frame: bytes) -> None:
         """A unicast immediate message for the portal of `mask`, the next hop toward its domain.
         Requests and their answers come and go as a stream's frames do: the next one is likely
         to go the same way, so it gets the same early wake-ups."""
-        self._frames_mask |= mask & ~self.local_mask
+        self._wake_early_next(mask)
         self._write([(RECORD_UNICAST, frame, mask)])
 
     def late_join(self, portal: int, stream_id: int, message) -> None:
@@ -256,7 +261,7 @@ class DataPath:
         Portals in this process get the view itself, before this returns."""
         if count >= BURST_FRAMES:
             self.on_burst()
-        self._frames_mask |= mask & ~self.local_mask
+        self._wake_early_next(mask)
         if mask & self.local_mask:
             mask = self._hand_over(mask, record_type, frames, (stream_id, count, longest))
             if not mask:

@@ -12,27 +12,14 @@ from __future__ import annotations
 import pytest
 
 from router.um.context import Context
-from router.um.messages import BOS
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
 from tests.router.test_late_join_links_adversarial import _chain
+from tests.router.test_sequence_info_across_routers import _Collector
 from tests.support.processes import wait_for
 from tests.support.routers import endpoint_xml
 from tests.support.tshark import LiveCapture, decode
 
 pytestmark = pytest.mark.integration
-
-
-class _Collector:
-    def __init__(self):
-        self.sqns: list[int] = []
-        self.joined = False
-
-    def on_batch(self, messages) -> None:
-        self.sqns.extend(message.sequence_number for message in messages)
-
-    def on_event(self, event) -> None:
-        if event.kind == BOS:
-            self.joined = True
 
 
 def _send_with_a_repeat(source) -> None:
