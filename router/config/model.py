@@ -292,7 +292,7 @@ class PortalConfig:
     # filled in by validation; part of equality so that an edited lbm-config file is a change.
     source_um: UMConfig | None = field(default=None, repr=False)
     receiver_um: UMConfig | None = field(default=None, repr=False)
-    topic_um: object | None = field(default=None, repr=False)     # portal_um.TopicOptions, or None
+    topic_um: object | None = field(default=None, repr=False)     # portal_um.TopicOptions (once validated)
     line: int | None = field(default=None, compare=False)
     locations: dict[str, Location] = _where()
 

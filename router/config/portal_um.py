@@ -43,17 +43,20 @@ def portal_um_configs(portal: Portal, daemon: DaemonConfig) -> tuple[UMConfig, U
     if provide is not None:
         base.set("source", "late_join", "1" if provide == "always" else "0", portal.where("late-join"))
     default_name = base.get("context", "context_name") or None
-    receive = _context(portal, base, xml_files, portal.receiver_context_name or default_name)
-    portal.topic_um = TopicOptions(tuple(xml_files), portal.receiver_context_name or default_name, receive,
-                                   _digest(xml_files)) if xml_files else None
-    return (_context(portal, base, xml_files, portal.source_context_name or default_name), receive)
+    source_name = portal.source_context_name or default_name
+    source = _context(portal, base, xml_files, source_name)
+    # Proxy sources belong to the source context (the DRO's src_ctx): its name selects their
+    # templates and per-topic options, its options are theirs where no topic says otherwise.
+    portal.topic_um = TopicOptions(tuple(xml_files), source_name, source, _digest(xml_files))
+    return (source, _context(portal, base, xml_files, portal.receiver_context_name or default_name))
 
 
 @dataclass(frozen=True)
 class TopicOptions:
-    """The options of one topic's proxy source: the portal context's, then what the UM XML
-    configuration files say for that topic under <sources> (seed 001 §4.1: "assign unique UM
-    attributes to the topics ... used for the proxy sources ... the gateway creates")."""
+    """The options of one topic's proxy source: the portal's source context's, then what the UM
+    XML configuration files say for that topic under that context's <sources> (seed 001 §4.1:
+    "assign unique UM attributes to the topics ... used for the proxy sources ... the gateway
+    creates")."""
     xml_files: tuple[Path, ...]
     context_name: str | None
     base: UMConfig
@@ -62,6 +65,8 @@ class TopicOptions:
     digest: str = field(default="")
 
     def for_topic(self, topic: str) -> UMConfig:
+        if not self.xml_files:
+            return self.base
         config = self.base.copy()
         for path in self.xml_files:
             config = topic_options(path, ROUTER_APPLICATION, self.context_name, topic, into=config)

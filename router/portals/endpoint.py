@@ -83,7 +83,7 @@ class EndpointPortal(EgressRecords):
         self.view = ForwardingView(self.name, portal_indexes)
         self.context = Context(config=um_config, loop=loop, packet_options=self._packet_options)
         self.context.add_lbmr_listener(self._on_lbmr)
-        topic_um = getattr(config, "topic_um", None)
+        topic_um = getattr(config, "topic_um", None)       # the source context's options, by topic
         self.egress = ProxySourceTable(self.context, self.cost, self.domain_id, config.max_queue,
                                        config.source_deletion_delay / 1000, counters, log_event,
                                        topic_options=topic_um.for_topic if topic_um is not None else None,

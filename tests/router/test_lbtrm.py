@@ -59,7 +59,9 @@ def test_lbtrm_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
     assert messages == list(range(count)), "every message, once, in the DATA the receiver got"
 
 
-UM_XML_TOPIC_TRANSPORT = """<um-configuration version="1.0">
+def um_xml_with_rm_template(contexts: str) -> str:
+    """A UM XML configuration for the router's contexts with a template, rm-source, of LBT-RM sources."""
+    return f"""<um-configuration version="1.0">
   <templates>
     <template name="rm-source">
       <options type="source">
@@ -70,16 +72,19 @@ UM_XML_TOPIC_TRANSPORT = """<um-configuration version="1.0">
   <applications>
     <application name="tnwgd">
       <contexts>
-        <context>
-          <sources>
-            <topic topicname="rm.by.topic" template="rm-source" />
-          </sources>
-        </context>
-      </contexts>
+{contexts}      </contexts>
     </application>
   </applications>
 </um-configuration>
 """
+
+
+UM_XML_TOPIC_TRANSPORT = um_xml_with_rm_template("""        <context>
+          <sources>
+            <topic topicname="rm.by.topic" template="rm-source" />
+          </sources>
+        </context>
+""")
 
 
 def test_a_um_xml_configuration_gives_one_topics_proxy_sources_their_own_transport(routers, tools, make_domain,
@@ -99,3 +104,29 @@ def test_a_um_xml_configuration_gives_one_topics_proxy_sources_their_own_transpo
     other_got = send_and_receive(other_source, other, count)
     assert [s.split(":")[0] for s in by_topic_got["um_sources"]] == ["LBTRM"], by_topic_got["um_sources"]
     assert [s.split(":")[0] for s in other_got["um_sources"]] == ["TCP"], other_got["um_sources"]
+
+
+# The portal's two contexts configured apart by name: sources of the source context multicast.
+UM_XML_SOURCE_CONTEXT = um_xml_with_rm_template("""        <context name="lan2-src">
+          <sources template="rm-source" />
+        </context>
+        <context name="lan2-rcv" />
+""")
+
+
+def test_proxy_sources_take_the_source_contexts_options(routers, tools, make_domain, tmp_path):
+    """Seed §4.1.1: <source-context-name> names the context the portal's proxy sources belong to,
+    so a UM XML configuration's template for that context is theirs; the receive context, named
+    apart, has no say in them."""
+    lan1, lan2 = make_domain(), make_domain()
+    um_xml = tmp_path / "um.xml"
+    um_xml.write_text(UM_XML_SOURCE_CONTEXT)
+    names = ("      <source-context-name>lan2-src</source-context-name>\n"
+             "      <receiver-context-name>lan2-rcv</receiver-context-name>\n")
+    routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
+                  + endpoint_xml("LAN2", 2, lan2.config_path, after_config=names),
+                  daemon_extra=f"    <xml-config>{um_xml}</xml-config>\n").wait_ready()
+    count = 3000
+    receiver = _receiver(tools, lan2, "ctx.rm", count)
+    got = send_and_receive(start_source(tools, lan1, "ctx.rm", count), receiver, count)
+    assert [s.split(":")[0] for s in got["um_sources"]] == ["LBTRM"], got["um_sources"]
