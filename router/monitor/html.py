@@ -23,6 +23,7 @@ pre { background: #f6f6f6; padding: 1em; border: 1px solid #ddd; overflow-x: aut
 .muted { color: #777; }
 .forbidden { background: #fdd; border: 2px solid #c00; color: #900; padding: 0.5em 1em; font-weight: bold; }
 .error { color: #900; font-weight: bold; }
+tr.set td { font-weight: bold; }
 """
 
 
@@ -72,6 +73,8 @@ def portals(data: dict) -> bytes:
 
 def portal(data: dict) -> bytes:
     kind = data["kind"].capitalize()
+    links = "".join(f'<li><a href="{escape(link["href"])}">{escape(link["title"])}</a></li>'
+                    for link in data["options"])
     head = [("Domain ID", "-" if data["domain_id"] is None else str(data["domain_id"])),
             ("Portal Cost", f'<span data-counter="cost">{data["cost"]}</span>')]
     head += [(row["label"], f'<span data-counter="{row["counter"]}">{row["value"]}</span>') for row in data["summary"]]
@@ -80,17 +83,37 @@ def portal(data: dict) -> bytes:
                  f'<span data-counter="data_bytes_enqueued">{enqueued["current"]}</span> / '
                  f'<span data-counter="data_bytes_enqueued_max">{enqueued["max"]}</span> '
                  f'(limit: <span data-counter="data_bytes_enqueued_limit">{enqueued["limit"]}</span>)'))
-    body = _pairs(head)
-    body += "<h2>Receive Statistics</h2>" + _statistics(data["receive"])
-    body += "<h2>Send Statistics</h2>" + _statistics(data["send"])
+    body = (f"<ul>{links}</ul>" if links else "") + _pairs(head)
+    for section in data["sections"]:
+        body += f"<h2>{escape(section['title'])}</h2>" + _statistics(section["rows"], section["paired"])
     body += _proxies(data.get("topics"))
     return page(f"{kind} Portal {data['name']}", data["router"], body)
 
 
-def _statistics(rows: list[dict]) -> str:
+def _statistics(rows: list[dict], paired: bool) -> str:
+    if not paired:
+        cells = "".join(f"<tr><th>{escape(r['label'])}</th>{_number(r['count_counter'], r['count'])}</tr>"
+                        for r in rows)
+        return f"<table>{cells}</table>"
     cells = "".join(f"<tr><th>{escape(r['label'])}</th>{_number(r['count_counter'], r['count'])}"
                     f"{_number(r['bytes_counter'], r['bytes'])}</tr>" for r in rows)
     return f"<table><tr><th></th><th>fragments / messages</th><th>bytes</th></tr>{cells}</table>"
+
+
+def portal_options(data: dict) -> bytes:
+    """One scope of a portal context's UM options: value, default, and the file and line that set it."""
+    rows = "".join(_option_row(option) for option in data["options"])
+    back = f'<p><a href="{escape(data["portal_href"])}">Endpoint Portal {escape(data["portal"])}</a></p>'
+    table = f"<table><tr><th>Option</th><th>Value</th><th>Default</th><th>Set by</th></tr>{rows}</table>"
+    return page(f"{data['title']} - {data['portal']}", data["router"], back + table)
+
+
+def _option_row(option: dict) -> str:
+    origin = option["origin"] or ("set by the router" if option["set"] else "default")
+    emphasis = ' class="set"' if option["set"] else ""
+    return (f'<tr{emphasis} data-option="{escape(option["option"])}"><td>{escape(option["option"])}</td>'
+            f'<td>{escape(option["value"])}</td><td class="muted">{escape(option["default"])}</td>'
+            f'<td>{escape(origin)}</td></tr>')
 
 
 def _proxies(topics: dict | None) -> str:

@@ -1,9 +1,10 @@
 """The web monitor's pages as data: one function per page, shared by the HTML and /json views.
 
 Pages follow the DRO's web monitor (seed section 6, spec/dro.md §3.4): a main page with the map
-sizes and unknown fragments, a portals page, one page per portal with its receive and send
-statistics in two columns (fragments or messages | bytes), a topology page, a path-info page
-(the path between two domains, hop by hop), the configuration.
+sizes and unknown fragments, a portals page, one page per portal with all its statistics in the
+DRO's rows and sections (router/monitor/portal_statistics.py) and, for an endpoint, links to the
+UM options of its contexts by scope, a topology page, a path-info page (the path between two
+domains, hop by hop), the configuration.
 Every figure comes from router/monitor/views.py, as `routerctl stats` does.
 """
 from __future__ import annotations
@@ -12,125 +13,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from router.monitor import views
-
-# (label as the DRO prints it, count counter, bytes counter or None)
-# Multicast immediate messages arrive at either portal kind (from the domain, or over the link).
-IMMEDIATE_RECEIVE = (
-    ("Immediate topic messages/bytes received", "immediate_topic_fragments_rcvd",
-     "immediate_topic_fragment_bytes_rcvd"),
-    ("Immediate topicless messages/bytes received", "immediate_topicless_fragments_rcvd",
-     "immediate_topicless_fragment_bytes_rcvd"),
-    ("Immediate messages/bytes dropped as duplicates", "immediate_fragments_dropped_dup",
-     "immediate_fragment_bytes_dropped_dup"),
-)
-ENDPOINT_RECEIVE = (
-    ("Transport topic fragments/bytes received", "transport_topic_fragments_rcvd",
-     "transport_topic_fragment_bytes_rcvd"),
-    ("Transport topic fragments/bytes received from an unknown source", "transport_topic_fragments_rcvd_unknown",
-     "transport_topic_fragment_bytes_rcvd_unknown"),
-    ("Transport topic request fragments/bytes received", "transport_topic_req_fragments_rcvd",
-     "transport_topic_req_fragment_bytes_rcvd"),
-    ("Unicast data messages/bytes received", "unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd"),
-    ("Unicast data messages/bytes received with unknown forwarding info", "unicast_data_msgs_rcvd_unknown_fwd",
-     "unicast_data_msg_bytes_rcvd_unknown_fwd"),
-    ("Unicast data messages/bytes dropped due to no route", "unicast_data_msgs_dropped_no_route",
-     "unicast_data_msg_bytes_dropped_no_route"),
-    *IMMEDIATE_RECEIVE,
-)
-ENDPOINT_SEND = (
-    ("Transport topic fragments/bytes forwarded", "transport_topic_fragments_forwarded",
-     "transport_topic_fragment_bytes_forwarded"),
-    ("Transport topic fragments/bytes sent", "transport_topic_fragments_sent", "transport_topic_fragment_bytes_sent"),
-    ("Transport topic fragments/bytes dropped due to blocking", "transport_topic_fragments_dropped_would_block",
-     "transport_topic_fragment_bytes_dropped_would_block"),
-    ("Transport topic fragments/bytes dropped due to error", "transport_topic_fragments_dropped_error",
-     "transport_topic_fragment_bytes_dropped_error"),
-    ("Transport topic fragments/bytes dropped due to fragment size error",
-     "transport_topic_fragments_dropped_size_error", "transport_topic_fragment_bytes_dropped_size_error"),
-    ("Transport topic fragments/bytes dropped due to queue failure", "transport_topic_fragments_dropped_queue_failure",
-     "transport_topic_fragment_bytes_dropped_queue_failure"),
-    ("Transport topic fragments/bytes dropped as duplicates", "transport_topic_fragments_dropped_duplicate",
-     "transport_topic_fragment_bytes_dropped_duplicate"),
-    ("Transport topic request fragments/bytes sent", "transport_topic_req_fragments_sent",
-     "transport_topic_req_fragment_bytes_sent"),
-    ("Unicast data messages/bytes forwarded", "unicast_data_msgs_forwarded", "unicast_data_msg_bytes_forwarded"),
-    ("Unicast data messages/bytes sent", "unicast_data_msgs_sent", "unicast_data_msg_bytes_sent"),
-    ("Immediate topic messages/bytes forwarded", "immediate_topic_fragments_forwarded",
-     "immediate_topic_fragment_bytes_forwarded"),
-    ("Immediate topic messages/bytes sent", "immediate_topic_fragments_sent", "immediate_topic_fragment_bytes_sent"),
-    ("Immediate topic messages/bytes dropped due to error", "immediate_topic_fragments_dropped_error",
-     "immediate_topic_fragment_bytes_dropped_error"),
-    ("Immediate topic messages/bytes dropped due to fragment size error",
-     "immediate_topic_fragments_dropped_size_error", "immediate_topic_fragment_bytes_dropped_size_error"),
-    ("Immediate topicless messages/bytes forwarded", "immediate_topicless_fragments_forwarded",
-     "immediate_topicless_fragment_bytes_forwarded"),
-    ("Immediate topicless messages/bytes sent", "immediate_topicless_fragments_sent",
-     "immediate_topicless_fragment_bytes_sent"),
-    ("Immediate topicless messages/bytes dropped due to error", "immediate_topicless_fragments_dropped_error",
-     "immediate_topicless_fragment_bytes_dropped_error"),
-    ("Immediate topicless messages/bytes dropped due to fragment size error",
-     "immediate_topicless_fragments_dropped_size_error", "immediate_topicless_fragment_bytes_dropped_size_error"),
-)
-PEER_RECEIVE = (
-    ("Data messages/bytes received", "data_msgs_rcvd", "data_msg_bytes_rcvd"),
-    ("Gateway control messages/bytes received", "gateway_cntl_msgs_rcvd", "gateway_cntl_msg_bytes_rcvd"),
-    ("Unicast data messages/bytes received", "unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd"),
-    ("Unicast data messages/bytes received with unknown forwarding info", "unicast_data_msgs_rcvd_unknown_fwd",
-     "unicast_data_msg_bytes_rcvd_unknown_fwd"),
-    ("Unicast data messages/bytes dropped due to no route", "unicast_data_msgs_dropped_no_route",
-     "unicast_data_msg_bytes_dropped_no_route"),
-    *IMMEDIATE_RECEIVE,
-    ("UDP datagrams/bytes received", "udp_datagrams_rcvd", "udp_datagram_bytes_rcvd"),
-    ("UDP NAKs sent", "udp_naks_sent", None),
-    ("UDP retransmissions received", "udp_retransmissions_rcvd", None),
-    ("UDP datagrams lost (not repaired)", "udp_datagrams_lost", None),
-)
-PEER_SEND = (
-    ("Transport topic data fragments/bytes forwarded", "data_fragments_forwarded", "data_fragment_bytes_forwarded"),
-    ("Transport topic data fragments/bytes sent", "data_fragments_sent", "data_fragment_bytes_sent"),
-    ("Transport topic data fragments/bytes dropped (duplicate)", "data_fragments_dropped_duplicate",
-     "data_fragment_bytes_dropped_duplicate"),
-    ("Transport topic data fragments/bytes dropped (blocking)", "data_fragments_dropped_would_block",
-     "data_fragment_bytes_dropped_would_block"),
-    ("Transport topic data fragments/bytes dropped (not operational)", "data_fragments_dropped_not_operational",
-     "data_fragment_bytes_dropped_not_operational"),
-    ("Transport topic data fragments/bytes dropped (queue failure)", "data_fragments_dropped_queue_failure",
-     "data_fragment_bytes_dropped_queue_failure"),
-    ("Transport topic request fragments/bytes sent", "transport_topic_req_fragments_sent",
-     "transport_topic_req_fragment_bytes_sent"),
-    ("Unicast data messages/bytes forwarded", "unicast_data_msgs_forwarded", "unicast_data_msg_bytes_forwarded"),
-    ("Unicast data messages/bytes sent", "unicast_data_msgs_sent", "unicast_data_msg_bytes_sent"),
-    ("Unicast data messages/bytes dropped due to error", "unicast_data_msgs_dropped_error",
-     "unicast_data_msg_bytes_dropped_error"),
-    ("Gateway control messages sent", "gateway_cntl_msgs_sent", None),
-    ("Batches", "batches", None),
-    ("UDP datagrams/bytes sent", "udp_datagrams_sent", "udp_datagram_bytes_sent"),
-    ("UDP NAKs received", "udp_naks_rcvd", None),
-    ("UDP retransmissions sent", "udp_retransmissions_sent", None),
-    ("UDP NAKs shed (retransmit rate spent)", "udp_naks_shed", None),
-    ("Keepalive/RTT samples", "rtt_samples", None),
-    ("Minimum RTT (microseconds)", "rtt_min", None),
-    ("Mean RTT (microseconds)", "rtt_mean", None),
-    ("Maximum RTT (microseconds)", "rtt_max", None),
-    ("Immediate topic messages/bytes sent", "immediate_topic_fragments_sent", "immediate_topic_fragment_bytes_sent"),
-    ("Immediate topicless messages/bytes sent", "immediate_topicless_fragments_sent",
-     "immediate_topicless_fragment_bytes_sent"),
-)
-# Endpoint summary lines, as on the DRO's endpoint page: (label, counter)
-ENDPOINT_INTEREST = (
-    ("Local interest: topics", "local_interest_topics"),
-    ("Local interest: PCRE patterns", "local_interest_pcre_patterns"),
-    ("Local interest: REGEX patterns", "local_interest_regex_patterns"),
-    ("Remote interest: topics", "remote_interest_topics"),
-    ("Remote interest: PCRE patterns", "remote_interest_pcre_patterns"),
-    ("Remote interest: REGEX patterns", "remote_interest_regex_patterns"),
-    ("Proxy receivers", "proxy_receivers"),
-    ("Receiver topics", "receiver_topics"),
-    ("Receiver PCRE patterns", "receiver_pcre_patterns"),
-    ("Receiver REGEX patterns", "receiver_regex_patterns"),
-    ("Proxy sources", "proxy_sources"),
-    ("Proxy requests", "proxy_requests"),
-)
+from router.monitor.portal_statistics import ENQUEUED, SECTIONS, SUMMARY
 
 LINKS = (("Main", "/"), ("Portals", "/portals"), ("Topology Info", "/topology"), ("Path Info", "/path"),
          ("UM Router Configuration", "/config"), ("Prometheus metrics", "/metrics"))
@@ -159,23 +42,47 @@ def portal_page(supervisor, name: str, answer: dict | None) -> dict:
     """`answer` is the worker's reply to the "topics" query (None if it did not answer)."""
     config = supervisor.workers[name].config
     counters = views.portal_stats(supervisor, [name])[name]
-    endpoint = config.kind == "endpoint"
     page = {"router": supervisor.name, "name": name, "kind": config.kind, "cost": config.cost,
             "domain_id": getattr(config, "domain_id", None),
-            "receive": _rows(ENDPOINT_RECEIVE if endpoint else PEER_RECEIVE, counters),
-            "send": _rows(ENDPOINT_SEND if endpoint else PEER_SEND, counters),
+            "options": [{"title": title, "href": f"{portal_href(name)}/options/{page}"}
+                        for page, (title, _, _) in OPTION_PAGES.items()] if config.kind == "endpoint" else [],
             "summary": [{"label": label, "counter": counter, "value": counters[counter]}
-                        for label, counter in ENDPOINT_INTEREST if counter in counters],
-            "enqueued": {key: counters.get(f"data_bytes_enqueued{suffix}", 0)
-                         for key, suffix in (("current", ""), ("max", "_max"), ("limit", "_limit"))},
+                        for label, counter in SUMMARY[config.kind]],
+            "enqueued": dict(zip(("current", "max", "limit"), (counters[key] for key in ENQUEUED))),
+            "sections": [{"title": section.title, "paired": section.paired, "rows": _rows(section.rows, counters)}
+                         for section in SECTIONS[config.kind]],
             "counters": counters, "topics": answer}
     return page
 
 
 def _rows(definitions, counters: dict) -> list[dict]:
-    return [{"label": label, "count_counter": count, "count": counters.get(count, 0),
-             "bytes_counter": size, "bytes": counters.get(size, 0) if size else None}
+    return [{"label": label, "count_counter": count, "count": counters[count],
+             "bytes_counter": size, "bytes": counters[size] if size else None}
             for label, count, size in definitions]
+
+
+# The option pages of an endpoint, as the DRO links them from its portal page: (title, which of
+# the portal's two contexts, UM scope). An endpoint's proxy sources belong to its source context,
+# its proxy receivers and wildcard receivers to its receive context (router/config/portal_um.py).
+OPTION_PAGES = {
+    "source-context": ("LBM source context configuration", "source_um", "context"),
+    "receive-context": ("LBM receive context configuration", "receiver_um", "context"),
+    "source": ("LBM source configuration", "source_um", "source"),
+    "receiver": ("LBM receiver configuration", "receiver_um", "receiver"),
+    "wildcard-receiver": ("LBM wildcard receiver configuration", "receiver_um", "wildcard_receiver"),
+}
+
+
+def portal_options_page(supervisor, name: str, which: str) -> dict | None:
+    """Every UM option of one scope of an endpoint's context, with its value and where it was set;
+    None if there is no such page."""
+    worker = supervisor.workers.get(name)
+    if worker is None or which not in OPTION_PAGES or worker.config.kind != "endpoint":
+        return None
+    title, context, scope = OPTION_PAGES[which]
+    options = getattr(worker.config, context)
+    return {"router": supervisor.name, "portal": name, "portal_href": portal_href(name), "title": title,
+            "scope": scope, "options": options.dump(scope) if options is not None else []}
 
 
 def topology_page(supervisor) -> dict:

@@ -11,24 +11,12 @@ import re
 from importlib import metadata
 
 from router.ipc import bus_messages as bm
-from router.monitor.counters import (ACL_COUNTERS, EARLY_WAKE_COUNTERS, ENDPOINT_COUNTERS, FLOW_CONTROL_COUNTERS,
-                                    PEER_COUNTERS, RATE_LIMIT_COUNTERS, REQUEST_COUNTERS, ROUTING_COUNTERS,
-                                    UNICAST_COUNTERS)
+from router.monitor.portal_statistics import counters_of
 from router.routing.topology import DOMAIN, ROUTER
 
-# Plumbing, not statistics: monotonic-clock readings and pids mean nothing outside the host's
-# current boot (status reports pids and heartbeat ages properly).
-INTERNAL_COUNTERS = frozenset({"heartbeat_ns", "worker_pid", "worker_started_ns"})
-COUNTERS_OF_KIND = {
-    "endpoint": tuple(n for n in ENDPOINT_COUNTERS if n not in INTERNAL_COUNTERS) + tuple(
-        n for n in ROUTING_COUNTERS if n not in ("rtt_sum_us", "advertisements_sent", "advertisements_rcvd"))
-    + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS + REQUEST_COUNTERS + UNICAST_COUNTERS
-    + EARLY_WAKE_COUNTERS,
-    "peer": tuple(n for n in PEER_COUNTERS if n not in INTERNAL_COUNTERS) + (
-        "streams_in", "streams_out", "remote_interest_topics", "remote_interest_pcre_patterns",
-        "remote_interest_regex_patterns", "transport_topic_fragments_forwarded", *ROUTING_COUNTERS,
-        *FLOW_CONTROL_COUNTERS, *ACL_COUNTERS, *REQUEST_COUNTERS, *UNICAST_COUNTERS, *EARLY_WAKE_COUNTERS),
-}
+# Each kind's counters as its portal page shows them (router/monitor/portal_statistics.py); the
+# workers' pids and clock readings are not among them (status reports pids and heartbeat ages).
+COUNTERS_OF_KIND = {kind: counters_of(kind) for kind in ("endpoint", "peer")}
 INTEREST_KINDS = {bm.INTEREST_TOPIC: "topics", bm.INTEREST_PCRE: "pcre_patterns", bm.INTEREST_REGEX: "regex_patterns"}
 
 

@@ -2,11 +2,15 @@
 
     /                 main page: identity, topic and pattern map sizes, unknown fragments, links
     /portals          every portal, linked to its page
-    /portal/NAME      a portal's interest, proxies and receive/send statistics
+    /portal/NAME      a portal's interest, proxies and statistics (router/monitor/portal_statistics.py)
+    /portal/NAME/options/SCOPE
+                      an endpoint context's UM options of one scope, with where each was set
+                      (source-context, receive-context, source, receiver, wildcard-receiver)
     /topology         the routing graph: routers, adjacencies, signatures, forbidden topologies, paths
     /path?from=D&to=D the path between two domains, hop by hop (a form picks the two)
     /config           the configuration file the router runs
-    /json/main, /json/portals, /json/portal/NAME, /json/topology, /json/path?from=D&to=D, /json/config
+    /json/main, /json/portals, /json/portal/NAME[/options/SCOPE], /json/topology,
+    /json/path?from=D&to=D, /json/config
     /metrics          Prometheus text format
 
 Enabled by `<web-monitor>interface:port</web-monitor>` (the validator's host: an address, or
@@ -58,7 +62,16 @@ class WebMonitor:
             build, render = self.pages[path]
             self._send(respond, build(), render, as_json)
         elif path.startswith("/portal/"):
-            self._portal(path[len("/portal/"):], respond, as_json)
+            name = path[len("/portal/"):]
+            portal, _, which = name.rpartition("/options/")
+            if name not in self.supervisor.workers and portal:
+                found = pages.portal_options_page(self.supervisor, portal, which)
+                if found is None:
+                    respond(404, "text/plain; charset=utf-8", f"no page {request.path}\n".encode())
+                else:
+                    self._send(respond, found, html.portal_options, as_json)
+            else:
+                self._portal(name, respond, as_json)
         else:
             respond(404, "text/plain; charset=utf-8", f"no page {request.path}; try /\n".encode())
 

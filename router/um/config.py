@@ -31,6 +31,9 @@ class UMConfig:
     """Values by scope; a value set for one scope never leaks into another."""
 
     values: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # (file, line) each value was set at, when it came from a file: what a dump shows beside the
+    # value, so an operator knows which file to edit. Not part of a configuration's equality.
+    origins: dict[tuple[str, str], tuple[str, int | None]] = field(default_factory=dict, compare=False, repr=False)
 
     def get(self, scope: str, name: str) -> Any:
         """The value of `name` for `scope`, else the option's default."""
@@ -48,14 +51,37 @@ class UMConfig:
             value = spec.parse(_as_text(text))
         except OptionError as err:
             raise ConfigError(str(err), where[0], where[1]) from None
-        self.values[(scope.strip().lower(), spec.name)] = value
+        key = (scope.strip().lower(), spec.name)
+        self.values[key] = value
+        if where[0] is not None:
+            self.origins[key] = where
+        else:
+            self.origins.pop(key, None)
 
     def merged(self, other: "UMConfig") -> "UMConfig":
         """A copy with `other`'s values taking precedence."""
-        return UMConfig({**self.values, **other.values})
+        origins = {key: where for key, where in self.origins.items() if key not in other.values}
+        return UMConfig({**self.values, **other.values}, {**origins, **other.origins})
 
     def copy(self) -> "UMConfig":
-        return UMConfig(dict(self.values))
+        return UMConfig(dict(self.values), dict(self.origins))
+
+    def dump(self, scope: str) -> list[dict]:
+        """Every option of `scope` with the value this configuration gives it (UM's
+        lbm_context_dump / lbm_src_topic_dump): name, value, default, whether it was set, and the
+        file and line that set it (None for a default, or a value set by the program)."""
+        scope = scope.strip().lower()
+        rows = []
+        for name, spec in sorted(OPTIONS.items()):
+            if scope not in spec.scopes:
+                continue
+            default = spec.default[scope] if isinstance(spec.default, dict) else spec.default
+            key = (scope, name)
+            where = self.origins.get(key)
+            rows.append({"option": name, "value": _shown(self.get(scope, name)), "default": _shown(default),
+                         "set": key in self.values,
+                         "origin": None if where is None else f"{where[0]}:{where[1]}" if where[1] else where[0]})
+        return rows
 
 
 def _as_text(value: Any) -> str:
@@ -65,6 +91,10 @@ def _as_text(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return ",".join(f"{host}:{port}" for host, port in value)
     return str(value)
+
+
+def _shown(value: Any) -> str:
+    return "" if value is None else _as_text(value)
 
 
 def parse_lines(lines: Iterable[str], path: str | None = None, into: UMConfig | None = None) -> UMConfig:

@@ -16,8 +16,10 @@ from tests.support.routers import free_port
 pytestmark = pytest.mark.integration
 
 COUNT, LENGTH = 2000, 80
+# The workers' pids and clock readings: status shows them; they are no statistics.
+INTERNAL = {"heartbeat_ns", "worker_pid", "worker_started_ns"}
 PAGES = {"main": "/", "portals": "/portals", "portal-LAN1": "/portal/LAN1", "portal-LAN2": "/portal/LAN2",
-         "topology": "/topology", "config": "/config"}
+         "topology": "/topology", "config": "/config", "options-LAN1": "/portal/LAN1/options/receive-context"}
 
 
 def fetch(url: str, method: str = "GET") -> tuple[int, str, bytes]:
@@ -66,6 +68,7 @@ def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, rou
     assert main["topic_map_topics"] == len(topics["interest"]["topics"]) >= 1, rendered["main"].screenshot
     assert main["unknown_fragments"] == sum(p["counters"]["transport_topic_fragments_rcvd_unknown"]
                                             for p in stats.values())
+    index_of = {"LAN1": 0, "LAN2": 1}
     for portal in ("LAN1", "LAN2"):
         page = rendered[f"portal-{portal}"]
         cells = counter_cells(page.dom)
@@ -75,10 +78,20 @@ def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, rou
         expected = {k: stats[portal]["counters"][k] for k in checked}
         assert checked == expected, f"{page.url} differs from routerctl stats; screenshot {page.screenshot}"
         assert len(checked) >= 20, f"{sorted(cells)} ({page.screenshot})"
+        # Every counter the portal moved is on its page (none kept where only Parquet sees it).
+        moved = {k for k, v in router.counters()[index_of[portal]].items() if v and k not in INTERNAL}
+        assert moved <= set(cells) | {"cost"}, f"not on {page.url}: {sorted(moved - set(cells))}"
     assert counter_cells(rendered["portal-LAN1"].dom)["transport_topic_fragments_rcvd"] == COUNT + 1
     assert counter_cells(rendered["portal-LAN2"].dom)["transport_topic_fragment_bytes_sent"] == (COUNT + 1) * (LENGTH + 12)   # whole frames: payload + LBMC header
     assert "watched.topic" in rendered["portal-LAN2"].dom      # the proxy source list
     assert "&lt;tnw-gateway" in rendered["config"].dom and f"127.0.0.1:{port}" in rendered["config"].dom
+    # The receive context's options: the domain's resolver port, from the line of lan1's file that sets it.
+    options = {row.get("data-option"): [cell.text_content() for cell in row.xpath("td")]
+               for row in lxml.html.fromstring(rendered["options-LAN1"].dom).xpath("//tr[@data-option]")}
+    line = lan1.config_path.read_text().splitlines().index(f"context resolver_multicast_port {lan1.port}") + 1
+    assert options["resolver_multicast_port"] == [
+        "resolver_multicast_port", str(lan1.port), "12965", f"{lan1.config_path}:{line}"], options
+    assert options["resolver_datagram_max_size"][1:] == [options["resolver_datagram_max_size"][2]] * 2 + ["default"]
 
     links = set()
     for page in rendered.values():
@@ -88,7 +101,9 @@ def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, rou
         status, _, _ = fetch(base + href)
         assert status == 200, href
 
-    for path in ("/json/main", "/json/portals", "/json/portal/LAN1", "/json/topology", "/json/config"):
+    assert {"/portal/LAN1/options/source-context", "/portal/LAN1/options/wildcard-receiver"} <= links
+    for path in ("/json/main", "/json/portals", "/json/portal/LAN1", "/json/topology", "/json/config",
+                 "/json/portal/LAN2/options/source"):
         status, content_type, body = fetch(base + path)
         assert (status, content_type) == (200, "application/json"), path
         json.loads(body)
@@ -107,6 +122,7 @@ def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, rou
     assert samples[("umrouter_proxy_sources", "LAN2")] >= 1
 
     assert fetch(base + "/portal/LAN9")[0] == 404
+    assert fetch(base + "/portal/LAN1/options/nothing")[0] == fetch(base + "/portal/LAN9/options/source")[0] == 404
     assert fetch(base + "/", method="POST")[0] == 405            # read-only
     watcher.stop()
 

@@ -121,6 +121,14 @@ def test_single_peer_link(routers, tools, make_domain, tmp_path):
     assert counter(b, 0, "transport_topic_fragments_forwarded") >= 102_000
     assert counter(a, 1, "rtt_samples") >= 0 and counter(a, 1, "link_connects") == 1
 
+    # What each portal counted is in routerctl stats, hence on its web-monitor page and in /metrics.
+    for router, names in ((a, ("LAN1", "TO_B")), (b, ("TO_A", "LAN2"))):
+        shown = routerctl(router, "stats")["portals"]
+        for index, name in enumerate(names):
+            moved = {k for k, v in router.counters()[index].items()
+                     if v and k not in ("heartbeat_ns", "worker_pid", "worker_started_ns")}
+            assert moved <= set(shown[name]["counters"]), f"{name}: {sorted(moved - set(shown[name]['counters']))}"
+
 
 def test_a_tls_and_lz4_peer_link_delivers_everything_and_hides_it(routers, tools, make_domain, tmp_path):
     """<tls> and <compression>LZ4 on both ends of the link: the receiver gets every message and

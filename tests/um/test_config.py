@@ -54,3 +54,27 @@ def test_scopes_do_not_leak():
     config = parse_lines(["source implicit_batching_minimum_length 1"])
     merged = UMConfig().merged(config)
     assert merged.get("source", "implicit_batching_minimum_length") == 1
+
+
+def test_a_dump_lists_every_option_of_a_scope_with_where_it_was_set(tmp_path):
+    first, second = tmp_path / "first.cfg", tmp_path / "second.cfg"
+    first.write_text("context resolver_multicast_port 13000\n# a comment\ncontext transport_tcp_port_low 15000\n")
+    second.write_text("context transport_tcp_port_low 16000\n")
+    config = load_file(first)
+    later = load_file(second)
+    merged = config.merged(later)
+    rows = {row["option"]: row for row in merged.dump("context")}
+    assert rows["resolver_multicast_port"] == {"option": "resolver_multicast_port", "value": "13000",
+                                               "default": "12965", "set": True, "origin": f"{first}:1"}
+    assert rows["transport_tcp_port_low"]["origin"] == f"{second}:1"        # the later file's line wins
+    assert rows["resolver_multicast_ttl"] == {"option": "resolver_multicast_ttl", "value": "16", "default": "16",
+                                              "set": False, "origin": None}
+    assert rows["resolver_unicast_daemon"]["value"] == ""                    # none, not "None"
+    assert all(row["option"] != "transport" for row in rows.values())       # a source option: not here
+
+    program_set = merged.copy()
+    program_set.set("context", "transport_tcp_port_low", "17000")           # by the program, no file
+    shown = {row["option"]: row for row in program_set.dump("context")}["transport_tcp_port_low"]
+    assert (shown["value"], shown["set"], shown["origin"]) == ("17000", True, None)
+    assert merged.dump("context") == config.merged(later).dump("context")    # copies keep their origins
+    assert merged == parse_lines(["context resolver_multicast_port 13000", "context transport_tcp_port_low 16000"])
