@@ -74,9 +74,10 @@ class Worker:
 class Supervisor:
     SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 
-    def __init__(self, config_path: str, utc: bool = False):
+    def __init__(self, config_path: str, utc: bool = False, config=None):
+        """`config`: the file's configuration, loaded already (tnwgd loads it before it drops root)."""
         self.config_path = config_path
-        self.config = load_gateway_config(config_path)
+        self.config = config if config is not None else load_gateway_config(config_path)
         self.name = self.config.daemon.name
         self.utc = utc
         self.pid = os.getpid()

@@ -8,6 +8,7 @@ Exit status: 0 success; 2 invalid configuration (the message names file, line an
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -54,12 +55,18 @@ def main(argv=None) -> int:
         _daemonize(config.daemon.pidfile)
     elif config.daemon.pidfile:
         _write_pidfile(config.daemon.pidfile)
-    from router.supervisor import Supervisor
+    from router.identity import IdentityError, switch_identity
     try:
-        supervisor = Supervisor(args.configfile, utc=args.use_utc)
-    except ConfigError as err:
+        switched = switch_identity(config.daemon.uid, config.daemon.gid,
+                                   log_config.path if log_config.type == "file" else None,
+                                   log_rolls=log_config.frequency != "disable" or bool(log_config.size))
+    except IdentityError as err:
         print(f"tnwgd: {err}", file=sys.stderr)
-        return 2
+        return 1
+    if switched:
+        logging.getLogger("router.identity").info(switched)
+    from router.supervisor import Supervisor
+    supervisor = Supervisor(args.configfile, utc=args.use_utc, config=config)
     try:
         return supervisor.run()
     finally:

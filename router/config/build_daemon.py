@@ -28,13 +28,9 @@ def build_daemon(reader: ElementReader, element: etree._Element | None, config_p
     daemon.line, daemon.locations = element.sourceline, reader.locations(element)
     daemon.name = build_name(reader, reader.child(element, "name"), config_path.stem)
     daemon.log = _log(reader, reader.child(element, "log"))
-    for tag in ("uid", "gid"):
+    for tag in ("uid", "gid"):          # switched to when started as root (router/identity.py)
         if reader.child(element, tag) is not None:
             setattr(daemon, tag, reader.child_int(element, tag, 0, 0, UINT32_MAX))
-            # Said aloud: an operator who set these must not believe the daemon dropped root.
-            reader.warn(reader.child(element, tag), "switching user or group is not supported; tnwgd keeps the "
-                                                    "identity it was started with (run it as the user you want, "
-                                                    "e.g. with the systemd unit's User=/Group=)")
     daemon.pidfile = reader.child_path(element, "pidfile")
     daemon.lbm_license_file = reader.child_path(element, "lbm-license-file")
     daemon.topicmap = _hash_map(reader, reader.child(element, "topicmap"))
