@@ -44,8 +44,9 @@ def portal_page(supervisor, name: str, answer: dict | None) -> dict:
     counters = views.portal_stats(supervisor, [name])[name]
     page = {"router": supervisor.name, "name": name, "kind": config.kind, "cost": config.cost,
             "domain_id": getattr(config, "domain_id", None),
-            "options": [{"title": title, "href": f"{portal_href(name)}/options/{page}"}
-                        for page, (title, _, _) in OPTION_PAGES.items()] if config.kind == "endpoint" else [],
+            "options": [] if config.kind != "endpoint" else [
+                {"title": title, "href": f"{portal_href(name)}/options/{page}"}
+                for page, (title, _, _) in views.UM_OPTION_PAGES.items()],
             "summary": [{"label": label, "counter": counter, "value": counters[counter]}
                         for label, counter in SUMMARY[config.kind]],
             "enqueued": dict(zip(("current", "max", "limit"), (counters[key] for key in ENQUEUED))),
@@ -61,28 +62,12 @@ def _rows(definitions, counters: dict) -> list[dict]:
             for label, count, size in definitions]
 
 
-# The option pages of an endpoint, as the DRO links them from its portal page: (title, which of
-# the portal's two contexts, UM scope). An endpoint's proxy sources belong to its source context,
-# its proxy receivers and wildcard receivers to its receive context (router/config/portal_um.py).
-OPTION_PAGES = {
-    "source-context": ("LBM source context configuration", "source_um", "context"),
-    "receive-context": ("LBM receive context configuration", "receiver_um", "context"),
-    "source": ("LBM source configuration", "source_um", "source"),
-    "receiver": ("LBM receiver configuration", "receiver_um", "receiver"),
-    "wildcard-receiver": ("LBM wildcard receiver configuration", "receiver_um", "wildcard_receiver"),
-}
-
-
 def portal_options_page(supervisor, name: str, which: str) -> dict | None:
-    """Every UM option of one scope of an endpoint's context, with its value and where it was set;
-    None if there is no such page."""
-    worker = supervisor.workers.get(name)
-    if worker is None or which not in OPTION_PAGES or worker.config.kind != "endpoint":
+    """One scope of an endpoint context's UM options (views.portal_options); None: no such page."""
+    found = views.portal_options(supervisor, name, which)
+    if found is None:
         return None
-    title, context, scope = OPTION_PAGES[which]
-    options = getattr(worker.config, context)
-    return {"router": supervisor.name, "portal": name, "portal_href": portal_href(name), "title": title,
-            "scope": scope, "options": options.dump(scope) if options is not None else []}
+    return {"router": supervisor.name, "portal_href": portal_href(name), **found}
 
 
 def topology_page(supervisor) -> dict:

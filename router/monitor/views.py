@@ -45,6 +45,30 @@ def portal_stats(supervisor, names: list[str] | None = None) -> dict[str, dict[s
     return result
 
 
+# The UM options of an endpoint's two contexts, a page per scope as the DRO links them from its
+# portal page: (title, which context, UM scope). An endpoint's proxy sources belong to its source
+# context, its proxy receivers and wildcard receivers to its receive context (config/portal_um.py).
+UM_OPTION_PAGES = {
+    "source-context": ("LBM source context configuration", "source_um", "context"),
+    "receive-context": ("LBM receive context configuration", "receiver_um", "context"),
+    "source": ("LBM source configuration", "source_um", "source"),
+    "receiver": ("LBM receiver configuration", "receiver_um", "receiver"),
+    "wildcard-receiver": ("LBM wildcard receiver configuration", "receiver_um", "wildcard_receiver"),
+}
+
+
+def portal_options(supervisor, name: str, which: str) -> dict | None:
+    """Every UM option of one scope of an endpoint's context, with its value, default and the
+    file and line that set it; None if there is no such portal, page, or the portal is no endpoint."""
+    worker = supervisor.workers.get(name)
+    if worker is None or which not in UM_OPTION_PAGES or worker.config.kind != "endpoint":
+        return None
+    title, context, scope = UM_OPTION_PAGES[which]
+    options = getattr(worker.config, context)
+    return {"portal": name, "page": which, "title": title, "scope": scope,
+            "options": options.dump(scope) if options is not None else []}
+
+
 def interest_map(supervisor) -> dict[str, dict[str, list[str]]]:
     """The router's topic and pattern maps: symbol -> the portals whose domains want it."""
     maps: dict[str, dict[str, list[str]]] = {name: {} for name in INTEREST_KINDS.values()}

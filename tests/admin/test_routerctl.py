@@ -76,6 +76,28 @@ def test_human_output_and_error_exits(runtime_dir, routers, make_domain):
         assert routerctl(*usage).code == 2, usage
 
 
+def test_options_show_what_each_portal_context_runs_with_and_where_it_was_set(runtime_dir, routers, make_domain):
+    lan1, lan2 = make_domain(), make_domain()
+    two_lan_router(routers, lan1, lan2)
+    lines = lan1.config_path.read_text().splitlines()
+    port_line = lines.index(f"context resolver_multicast_port {lan1.port}") + 1
+
+    set_only = routerctl("--json", "options", "LAN1").json()
+    assert [s["page"] for s in set_only["scopes"]] == ["source-context", "receive-context", "source", "receiver",
+                                                       "wildcard-receiver"]
+    receive = {o["option"]: o for o in set_only["scopes"][1]["options"]}
+    assert receive["resolver_multicast_port"] == {"option": "resolver_multicast_port", "value": str(lan1.port),
+                                                  "default": "12965", "set": True,
+                                                  "origin": f"{lan1.config_path}:{port_line}"}
+    assert all(o["set"] for s in set_only["scopes"] for o in s["options"])       # only what was set
+    whole = routerctl("--json", "options", "LAN2", "receiver").json()["scopes"]
+    assert len(whole) == 1 and len(whole[0]["options"]) > 20 and not all(o["set"] for o in whole[0]["options"])
+    text = routerctl("options", "LAN1")
+    assert text.code == 0 and f"{lan1.config_path}:{port_line}" in text.stdout, text.explain()
+    bad = routerctl("--json", "options", "LAN1", "everything")
+    assert bad.code == 3 and json.loads(bad.stdout)["error"] == "INVALID_PROPERTY", bad.explain()
+
+
 def test_an_invalid_file_is_rejected_with_the_validators_message(runtime_dir, routers, make_domain):
     lan1, lan2 = make_domain(), make_domain()
     router = two_lan_router(routers, lan1, lan2)
