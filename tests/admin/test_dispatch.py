@@ -23,7 +23,7 @@ def call(supervisor, command, props=None, request_id=7) -> dict:
 
 def test_every_command_documents_usage_and_reply_data():
     assert set(commands()) == {"status", "reload", "portals", "topics", "stats", "options", "topology", "path",
-                               "stop"}
+                               "recalculate", "stop"}
     for name, command in commands().items():
         assert f"Usage: routerctl {name}" in command.description, name
         assert "Reply data" in command.description, name

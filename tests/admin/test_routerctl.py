@@ -98,6 +98,20 @@ def test_options_show_what_each_portal_context_runs_with_and_where_it_was_set(ru
     assert bad.code == 3 and json.loads(bad.stdout)["error"] == "INVALID_PROPERTY", bad.explain()
 
 
+def test_recalculate_forces_a_route_recalculation_at_once(runtime_dir, routers, make_domain):
+    lan1, lan2 = make_domain(), make_domain()
+    router = two_lan_router(routers, lan1, lan2)
+    wait_for(lambda: not routerctl("--json", "topology").json()["pending_changes"], 30, interval=0.5,
+             message="the start-up changes recalculated")
+    before = routerctl("--json", "topology").json()
+    done = routerctl("--json", "recalculate").json()
+    assert done["recalculations"] == before["recalculations"] + 1 and done["map_version"] > before["map_version"]
+    assert done["last_changes"] == ["FORCED RECALC (routerctl)"] and done["signature"] == before["signature"]
+    assert "route recalculation triggered: FORCED RECALC (routerctl)" in router.log()
+    text = routerctl("recalculate")
+    assert text.code == 0 and "routes recalculated" in text.stdout, text.explain()
+
+
 def test_an_invalid_file_is_rejected_with_the_validators_message(runtime_dir, routers, make_domain):
     lan1, lan2 = make_domain(), make_domain()
     router = two_lan_router(routers, lan1, lan2)
