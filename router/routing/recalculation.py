@@ -7,7 +7,8 @@ RECALC, and cost changes), and the recalculation runs once nothing changed for
 ``backoff-interval`` ms (spec/dro.md §1.3, §2.5). A topology that keeps changing holds the
 recalculation up; past ``warning-interval`` that is logged as a warning (and again every
 ``warning-interval``), as is a recalculation that itself took longer than the route-info
-propagation interval. FORCED RECALC (from the web monitor) does not wait.
+propagation interval. FORCED RECALC (the DRO's web monitor; here `routerctl recalculate`, and start-up)
+does not wait.
 
 The owner calls :meth:`RecalculationScheduler.poll` from its route-info check timer (every
 ``check-interval``) or at :meth:`next_deadline_ms`; times are monotonic milliseconds.
