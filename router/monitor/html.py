@@ -221,6 +221,27 @@ def _path_form(data: dict) -> str:
     return f'<form method="get" action="/path">{" ".join(selects)} <button type="submit">Show path</button></form>'
 
 
+def memory(data: dict) -> bytes:
+    rows = "".join(
+        f'<tr data-pid="{p["pid"]}"><td>{escape(p["process"])}</td><td>{escape(", ".join(p["portals"])) or "-"}</td>'
+        f'<td class="n">{p["pid"]}</td>'
+        + "".join(f'<td class="n" data-field="{field}">{_mib(p[field])}</td>'
+                  for field in ("rss_bytes", "rss_peak_bytes", "pss_bytes", "private_bytes", "shared_bytes"))
+        + f'<td class="n">{p["threads"]}</td></tr>' for p in data["processes"])
+    table = ("<table><tr><th>Process</th><th>Portals</th><th>PID</th><th>RSS (MiB)</th><th>Peak RSS (MiB)</th>"
+             "<th>PSS (MiB)</th><th>Private (MiB)</th><th>Shared (MiB)</th><th>Threads</th></tr>"
+             f"{rows}</table>")
+    totals = _pairs([("Total PSS (MiB)", _mib(data["total_pss_bytes"])),
+                     ("Total private (MiB)", _mib(data["total_private_bytes"]))])
+    note = ('<p class="muted">RSS counts the shared-memory rings and counters in every process that maps '
+            "them; PSS shares them out, so it adds up; private memory is a process's own.</p>")
+    return page("Memory", data["router"], totals + table + note)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 1048576:.1f}"
+
+
 def config(data: dict) -> bytes:
     return page("UM Router Configuration", data["router"],
                 f"<p>{escape(data['path'])}</p><pre>{escape(data['xml'])}</pre>")

@@ -42,6 +42,7 @@ class RouterCollector:
         yield from families.values()
         yield from self._portal_health(status)
         yield from self._router(stats)
+        yield from self._memory()
 
     def _labels(self, portal: str, state: dict) -> list[str]:
         domain = state.get("domain_id")
@@ -81,6 +82,23 @@ class RouterCollector:
                                         labels=["router"])
         fragments.add_metric([supervisor.name], unknown["fragments"])
         return info, sizes, fragments
+
+
+    def _memory(self):
+        """Each process's memory (router/monitor/memory.py), labelled supervisor or worker and the
+        portals the worker runs."""
+        labels = ["router", "process", "portals"]
+        families = {field: GaugeMetricFamily(PREFIX + "process_" + field, f"memory of a router process: {what}",
+                                             labels=labels)
+                    for field, what in (("resident_bytes", "resident set (RSS)"),
+                                        ("proportional_bytes", "proportional set (PSS)"),
+                                        ("private_bytes", "private, its own"))}
+        for process in views.memory(self.supervisor)["processes"]:
+            values = [self.supervisor.name, process["process"], ",".join(process["portals"])]
+            families["resident_bytes"].add_metric(values, process["rss_bytes"])
+            families["proportional_bytes"].add_metric(values, process["pss_bytes"])
+            families["private_bytes"].add_metric(values, process["private_bytes"])
+        return families.values()
 
 
 def registry_for(supervisor) -> CollectorRegistry:

@@ -16,7 +16,7 @@ from router.monitor import views
 from router.monitor.portal_statistics import ENQUEUED, SECTIONS, SUMMARY
 
 LINKS = (("Main", "/"), ("Portals", "/portals"), ("Topology Info", "/topology"), ("Path Info", "/path"),
-         ("UM Router Configuration", "/config"), ("Prometheus metrics", "/metrics"))
+         ("Memory", "/memory"), ("UM Router Configuration", "/config"), ("Prometheus metrics", "/metrics"))
 
 
 def portal_href(name: str) -> str:
@@ -68,6 +68,10 @@ def portal_options_page(supervisor, name: str, which: str) -> dict | None:
     if found is None:
         return None
     return {"router": supervisor.name, "portal_href": portal_href(name), **found}
+
+
+def memory_page(supervisor) -> dict:
+    return views.memory(supervisor)
 
 
 def topology_page(supervisor) -> dict:

@@ -11,6 +11,7 @@ import re
 from importlib import metadata
 
 from router.ipc import bus_messages as bm
+from router.monitor.memory import process_memory
 from router.monitor.portal_statistics import counters_of
 from router.routing.topology import DOMAIN, ROUTER
 
@@ -67,6 +68,27 @@ def portal_options(supervisor, name: str, which: str) -> dict | None:
     options = getattr(worker.config, context)
     return {"portal": name, "page": which, "title": title, "scope": scope,
             "options": options.dump(scope) if options is not None else []}
+
+
+def memory(supervisor) -> dict:
+    """The memory of the supervisor and of each worker process (router/monitor/memory.py), with
+    the portals each worker runs; a process that is gone (a worker restarting) is left out."""
+    processes = []
+    found = process_memory(supervisor.pid)
+    if found is not None:
+        processes.append({"process": "supervisor", "portals": [], "pid": supervisor.pid, **found})
+    seen = set()
+    for portal in supervisor.status()["portals"]:
+        pid = portal["pid"]
+        if pid is None or pid in seen:
+            continue
+        seen.add(pid)
+        found = process_memory(pid)
+        if found is not None:
+            processes.append({"process": "worker", "portals": portal["worker_portals"], "pid": pid, **found})
+    return {"router": supervisor.name, "processes": processes,
+            "total_pss_bytes": sum(p["pss_bytes"] for p in processes),
+            "total_private_bytes": sum(p["private_bytes"] for p in processes)}
 
 
 def interest_map(supervisor) -> dict[str, dict[str, list[str]]]:

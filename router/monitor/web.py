@@ -8,8 +8,9 @@
                       (source-context, receive-context, source, receiver, wildcard-receiver)
     /topology         the routing graph: routers, adjacencies, signatures, forbidden topologies, paths
     /path?from=D&to=D the path between two domains, hop by hop (a form picks the two)
+    /memory           the memory of the supervisor and each worker process (RSS, PSS, private)
     /config           the configuration file the router runs
-    /json/main, /json/portals, /json/portal/NAME[/options/SCOPE], /json/topology,
+    /json/main, /json/portals, /json/portal/NAME[/options/SCOPE], /json/topology, /json/memory,
     /json/path?from=D&to=D, /json/config
     /metrics          Prometheus text format
 
@@ -44,6 +45,7 @@ class WebMonitor:
             "/": (lambda: pages.main_page(self.supervisor), html.main),
             "/portals": (lambda: pages.portals_page(self.supervisor), html.portals),
             "/topology": (lambda: pages.topology_page(self.supervisor), html.topology),
+            "/memory": (lambda: pages.memory_page(self.supervisor), html.memory),
             "/config": (lambda: self.config_text.page(self.supervisor), html.config),
         }
         log.info("web monitor at http://%s:%d/", *self.address[:2])

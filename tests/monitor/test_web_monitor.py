@@ -19,7 +19,8 @@ COUNT, LENGTH = 2000, 80
 # The workers' pids and clock readings: status shows them; they are no statistics.
 INTERNAL = {"heartbeat_ns", "worker_pid", "worker_started_ns"}
 PAGES = {"main": "/", "portals": "/portals", "portal-LAN1": "/portal/LAN1", "portal-LAN2": "/portal/LAN2",
-         "topology": "/topology", "config": "/config", "options-LAN1": "/portal/LAN1/options/receive-context"}
+         "topology": "/topology", "config": "/config", "options-LAN1": "/portal/LAN1/options/receive-context",
+         "memory": "/memory"}
 
 
 def fetch(url: str, method: str = "GET") -> tuple[int, str, bytes]:
@@ -82,7 +83,8 @@ def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, rou
         moved = {k for k, v in router.counters()[index_of[portal]].items() if v and k not in INTERNAL}
         assert moved <= set(cells) | {"cost"}, f"not on {page.url}: {sorted(moved - set(cells))}"
     assert counter_cells(rendered["portal-LAN1"].dom)["transport_topic_fragments_rcvd"] == COUNT + 1
-    assert counter_cells(rendered["portal-LAN2"].dom)["transport_topic_fragment_bytes_sent"] == (COUNT + 1) * (LENGTH + 12)   # whole frames: payload + LBMC header
+    # Whole frames: payload and LBMC header.
+    assert counter_cells(rendered["portal-LAN2"].dom)["transport_topic_fragment_bytes_sent"] == (COUNT + 1) * (LENGTH + 12)
     assert "watched.topic" in rendered["portal-LAN2"].dom      # the proxy source list
     assert "&lt;tnw-gateway" in rendered["config"].dom and f"127.0.0.1:{port}" in rendered["config"].dom
     # The receive context's options: the domain's resolver port, from the line of lan1's file that sets it.
@@ -93,16 +95,26 @@ def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, rou
         "resolver_multicast_port", str(lan1.port), "12965", f"{lan1.config_path}:{line}"], options
     assert options["resolver_datagram_max_size"][1:] == [options["resolver_datagram_max_size"][2]] * 2 + ["default"]
 
+    # Memory: the supervisor and both workers, by pid, as routerctl status has them.
+    memory_rows = {int(row.get("data-pid")): {cell.get("data-field"): float(cell.text_content())
+                                              for cell in row.xpath("td[@data-field]")}
+                   for row in lxml.html.fromstring(rendered["memory"].dom).xpath("//tr[@data-pid]")}
+    status = routerctl("--json", "status").json()
+    assert set(memory_rows) == {router.pid, *(p["pid"] for p in status["portals"])}
+    for pid, row in memory_rows.items():
+        assert row["rss_bytes"] >= row["private_bytes"] > 1 and row["rss_peak_bytes"] >= row["rss_bytes"] - 1, row
+    assert status["rss_bytes"] > 10 * 2**20 and all(p["private_bytes"] > 2**20 for p in status["portals"]), status
+
     links = set()
     for page in rendered.values():
         links |= set(lxml.html.fromstring(page.dom).xpath("//a/@href"))
-    assert {"/", "/portals", "/portal/LAN1", "/portal/LAN2", "/topology", "/config", "/metrics"} <= links
+    assert {"/", "/portals", "/portal/LAN1", "/portal/LAN2", "/topology", "/memory", "/config", "/metrics"} <= links
     for href in sorted(links):
         status, _, _ = fetch(base + href)
         assert status == 200, href
 
     assert {"/portal/LAN1/options/source-context", "/portal/LAN1/options/wildcard-receiver"} <= links
-    for path in ("/json/main", "/json/portals", "/json/portal/LAN1", "/json/topology", "/json/config",
+    for path in ("/json/main", "/json/portals", "/json/portal/LAN1", "/json/topology", "/json/config", "/json/memory",
                  "/json/portal/LAN2/options/source"):
         status, content_type, body = fetch(base + path)
         assert (status, content_type) == (200, "application/json"), path
@@ -120,6 +132,10 @@ def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, rou
             assert samples[(f"umrouter_{counter}_total", portal)] == stats[portal]["counters"][counter]
         assert samples[("umrouter_portal_up", portal)] == 1
     assert samples[("umrouter_proxy_sources", "LAN2")] >= 1
+    resident = {labels["process"] + ":" + labels["portals"]: s.value
+                for family in text_string_to_metric_families(body.decode()) for s in family.samples
+                if s.name == "umrouter_process_resident_bytes" for labels in [s.labels]}
+    assert set(resident) == {"supervisor:", "worker:LAN1", "worker:LAN2"} and min(resident.values()) > 2**20, resident
 
     assert fetch(base + "/portal/LAN9")[0] == 404
     assert fetch(base + "/portal/LAN1/options/nothing")[0] == fetch(base + "/portal/LAN9/options/source")[0] == 404

@@ -3,7 +3,7 @@ from __future__ import annotations
 from router.admin import tables
 from router.admin.commands.base import Command
 from router.monitor.rates import rates_of
-from router.monitor.views import version
+from router.monitor.views import memory, version
 
 
 class Status(Command):
@@ -17,14 +17,17 @@ class Status(Command):
        "portals": [{"name", "kind", "domain_id", "cost", "pid", "uptime_s", "restarts", "generation",
                     "heartbeat_age_s", "proxy_receivers", "proxy_sources", "state",
                     "rx_fragments_per_s", "rx_bytes_per_s", "tx_fragments_per_s", "tx_bytes_per_s",
-                    "scheduling", "scheduling_slice_us", "worker_portals"}]}
+                    "scheduling", "scheduling_slice_us", "worker_portals", "rss_bytes", "private_bytes"}],
+       "rss_bytes", "private_bytes"}
     `pid` is null and `uptime_s` 0 while a portal's worker is down; `state` is up, starting or down;
     `scheduling` is the worker's kernel policy now, "normal" or "batch" (router/worker/scheduling.py;
     "fifo", "rr" or "idle" if the router was started with one), `scheduling_slice_us` the time slice
     the kernel gives it (100 on the normal policy, asked for so that its wake-ups preempt; null where
     the kernel does not say),
     null while it is down; `worker_portals` names the portals that run in that worker process, the
-    portal itself among them (more than one with `<daemon><worker-group>`).
+    portal itself among them (more than one with `<daemon><worker-group>`). `rss_bytes` and
+    `private_bytes` are the memory of the supervisor (top level) and of each portal's worker
+    process (portals sharing one report the same), null while it is down (router/monitor/memory.py).
     """
 
     def execute(self, supervisor, props: dict) -> dict:
@@ -32,22 +35,37 @@ class Status(Command):
         for portal in status["portals"]:
             portal.update(rates_of(supervisor, portal["name"]))
         status["version"] = version()
+        used = {p["pid"]: p for p in memory(supervisor)["processes"]}
+        for entry in [status, *status["portals"]]:
+            found = used.get(entry["pid"], {})
+            entry["rss_bytes"], entry["private_bytes"] = found.get("rss_bytes"), found.get("private_bytes")
         return status
 
     def render(self, data: dict) -> str:
         head = tables.key_values([
             ("router", data["router"]), ("node id", f"{data['node_id']:#018x}"), ("pid", data["pid"]),
             ("uptime", tables.duration(data["uptime_s"])), ("config", data["config"]),
+            ("memory", _memory(data)),
         ])
         rows = [[p["name"], p["kind"], p["domain_id"], p["cost"], p["state"], p["pid"],
                  tables.duration(p["uptime_s"]) if p["pid"] else "-", p["restarts"],
                  f"{p['heartbeat_age_s']:.1f}s", p["proxy_receivers"], p["proxy_sources"],
                  tables.rate(p.get("rx_fragments_per_s")), tables.rate(p.get("tx_fragments_per_s")),
-                 _scheduling(p)]
+                 _scheduling(p), _mib(p.get("rss_bytes"))]
                 for p in data["portals"]]
         headers = ["PORTAL", "KIND", "DOMAIN", "COST", "STATE", "PID", "UPTIME", "RESTARTS", "HEARTBEAT",
-                   "PROXY-RCV", "PROXY-SRC", "RX-FRAG/S", "TX-FRAG/S", "SCHED"]
-        return head + "\n\n" + tables.table(headers, rows, right={2, 3, 5, 6, 7, 8, 9, 10, 11, 12})
+                   "PROXY-RCV", "PROXY-SRC", "RX-FRAG/S", "TX-FRAG/S", "SCHED", "RSS"]
+        return head + "\n\n" + tables.table(headers, rows, right={2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 14})
+
+
+def _mib(size: int | None) -> str:
+    return "-" if size is None else f"{size / 1048576:.1f}M"
+
+
+def _memory(data: dict) -> str:
+    if data.get("rss_bytes") is None:
+        return "-"
+    return f"supervisor RSS {_mib(data['rss_bytes'])}, private {_mib(data['private_bytes'])}"
 
 
 def _scheduling(portal: dict) -> str:
