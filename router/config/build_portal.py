@@ -11,6 +11,7 @@ from router.config.model import (ContextQuery, EndpointConfig, InitialRequest, I
                                  UseQuery)
 from router.config.reader import INT32_MAX, UINT32_MAX, ElementReader
 from router.um.config import ConfigError, UMConfig
+from router.um.unicast_immediate import ROUTE_TIMEOUT
 from router.um.xml_config import children
 
 # Accepted by the DTD for old configurations, without effect (spec/dro.md §1.4, §1.5).
@@ -156,6 +157,11 @@ def _topic_resolution(reader: ElementReader, element: etree._Element | None) -> 
         attribute = tag.replace("-", "_")
         default = getattr(result, attribute)
         setattr(result, attribute, _bounds(reader, reader.child(element, tag), default))
+    route = reader.child(element, "domain-route")
+    if route is not None and result.domain_route.max_interval >= ROUTE_TIMEOUT * 1000:
+        reader.warn(route, f"max-interval {result.domain_route.max_interval} ms: applications forget a router's "
+                           f"domain routes {ROUTE_TIMEOUT:g} s after they last heard them, so unicast immediate "
+                           "messages to other domains fail between announcements")
     return result
 
 

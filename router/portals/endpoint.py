@@ -26,7 +26,7 @@ from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
 from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
 from router.portals.streams import StreamTable
-from router.portals.unicast_routing import UnicastRouting, reached_domains
+from router.portals.unicast_routing import DomainRouteAnnouncements, UnicastRouting, reached_domains
 from router.um.context import Context
 from router.um.immediate import ImmediateMessage
 from router.um.unicast_immediate import Uim, destination_of
@@ -76,6 +76,11 @@ class EndpointPortal(EgressRecords):
             bm.INTEREST_TOPIC: _limiter(resolution.topic_use_query.rate_limit, now),
             bm.INTEREST_PCRE: (pattern_limit := _limiter(resolution.pattern_use_query.rate_limit, now)),
             bm.INTEREST_REGEX: pattern_limit}
+        # <domain-route>: when this portal tells the domain's applications the domains it reaches.
+        self.domain_routes = DomainRouteAnnouncements(resolution.domain_route.min_interval / 1000,
+                                                      resolution.domain_route.max_interval / 1000)
+        self.domain_route_limit = _limiter(resolution.domain_route.rate_limit, now)
+        self._domain_route_timer = None
         self.interest_limits = {   # <remote-topic-interest>/<remote-pattern-interest>: to other routers
             bm.INTEREST_TOPIC: _limiter(resolution.remote_topic_interest.rate_limit, now),
             bm.INTEREST_PCRE: (remote_pattern_limit := _limiter(resolution.remote_pattern_interest.rate_limit, now)),
@@ -331,8 +336,11 @@ class EndpointPortal(EgressRecords):
         if changed == "snapshot":
             self._restore_interest(message)
             self._interest_changed()
+            self._domains_reached_changed()
         elif changed in ("interest", "routes"):
             self._interest_changed()
+            if changed == "routes":
+                self._domains_reached_changed()
         elif changed == "portal-up":
             self.streams.remask()
             self.streams.readvertise_to(1 << message.index)
@@ -345,6 +353,7 @@ class EndpointPortal(EgressRecords):
             self.egress.end_streams_of_ring(message.index)
             self.datapath.detach(message.index)
             self._interest_changed()
+            self._domains_reached_changed()
         elif isinstance(message, bm.SetCost) and message.portal == self.name:
             self.cost = message.cost
             self.egress.set_cost(message.cost)
@@ -420,18 +429,44 @@ class EndpointPortal(EgressRecords):
 
     # -- unicast immediate messages for other domains (router.portals.unicast_routing) -----------
     def _announce(self) -> None:
-        """Every propagation interval: to the routers on this domain, where we take route-info;
-        to its applications, the domains we reach and where we take their messages for them."""
+        """Every propagation interval: to the routers on this domain, where we take route-info."""
         self.routes_channel.announce()
-        domains = reached_domains(self.view, self.name, self.domain_id)
+
+    def _domains_reached_changed(self) -> None:
+        """The routes changed: if the domains we reach did, the domain hears it at once."""
+        self.domain_routes.update(reached_domains(self.view, self.name, self.domain_id), time.monotonic())
+        self._schedule_domain_routes()
+
+    def _schedule_domain_routes(self, delay: float | None = None) -> None:
+        if delay is None:
+            delay = self.domain_routes.next_due(time.monotonic())
+        if delay is None:
+            if self._domain_route_timer is not None:
+                self._domain_route_timer.cancel()
+                self._domain_route_timer = None
+            return
+        self._domain_route_timer = _rearm(self.loop, self._domain_route_timer, delay, self._announce_domain_routes)
+
+    def _announce_domain_routes(self) -> None:
+        """To the domain's applications: the domains we reach and where we take their messages
+        for them (LBMR REMOTE_DOMAIN_ROUTE), within <domain-route>'s rate limit."""
+        self._domain_route_timer = None
+        domains = self.domain_routes.domains
         if not domains:
+            return
+        now = time.monotonic()
+        size = _DOMAIN_ROUTE_SIZE + 4 * len(domains)
+        if not self.domain_route_limit.take(size, now):
+            self._schedule_domain_routes(max(self.domain_route_limit.wait(size, now), 0.001))
             return
         try:
             ipaddr, port = self.context.request_address()
         except RequestPortUnavailable as err:
             self._rate_limited("request-port-unavailable", f"unicast immediate messages are not routed: {err}")
-            return
-        self.context.channel.send_packet(LbmrPacket(RemoteDomainRoute(ipaddr, port, domains)))
+        else:
+            self.context.channel.send_packet(LbmrPacket(RemoteDomainRoute(ipaddr, port, list(domains))))
+        self.domain_routes.sent(now)
+        self._schedule_domain_routes()
 
     def _unicast_in(self, uim: Uim, peer: str) -> None:
         """A message at our request port for another domain (it carries DESTINATION): on by the
@@ -636,8 +671,9 @@ class EndpointPortal(EgressRecords):
         self._queue_timer.cancel()
         self._remote_timer.cancel()
         self._ctxinfo_timer.cancel()
-        if self._emit_timer is not None:
-            self._emit_timer.cancel()
+        for timer in (self._emit_timer, self._domain_route_timer):
+            if timer is not None:
+                timer.cancel()
         self.routes_channel.close()
         if self._interest_timer is not None:
             self._interest_timer.cancel()
@@ -665,6 +701,7 @@ def _interest_record(item, flags: int) -> InterestRecord:
 _TMR_SIZE = 5
 # The same for a gateway interest record (router.um.wire.lbmr_gateway): its header and the NUL.
 _INTEREST_RECORD_SIZE = 9
+_DOMAIN_ROUTE_SIZE = 16          # REMOTE_DOMAIN_ROUTE before its domains (spec/wire.md, LBMR ext 0x06)
 
 
 def _first_allowed(limits: dict, kinds, size: int, now: float) -> float:

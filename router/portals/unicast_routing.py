@@ -2,8 +2,8 @@
 
 An application sends a message for another domain (`TCP:domain:ip:port`, router.um.unicast_immediate)
 to the request port of a router's endpoint portal in its own domain: every endpoint portal says in
-its domain, each propagation interval, which domains it reaches and that port (LBMR
-REMOTE_DOMAIN_ROUTE, `reached_domains`). The message carries DESTINATION: the target's domain, ip
+its domain which domains it reaches and that port (LBMR REMOTE_DOMAIN_ROUTE, `reached_domains`),
+when they change and then at `<domain-route>`'s intervals (`DomainRouteAnnouncements`). The message carries DESTINATION: the target's domain, ip
 and port, the routers crossed, and where it came from.
 
 Each router sends it on by its next hop toward the target domain — the in-tree toward that domain
@@ -85,3 +85,30 @@ def reached_domains(view, own_portal: str, own_domain: int) -> list[int]:
         return []
     return [domain for domain in routes.routes.domains
             if domain != own_domain and view.next_hop(domain) not in (None, own_portal)]
+
+
+class DomainRouteAnnouncements:
+    """When an endpoint portal says which domains it reaches (the DRO's `<domain-route>`
+    min-interval / max-interval, spec/dro.md §1.5): at once when the set changes, then at
+    intervals doubling from the minimum up to the maximum, where they stay until it changes again.
+    Each announcement names every domain reached, so the domain's contexts keep the whole set."""
+
+    def __init__(self, min_interval: float, max_interval: float):
+        self.min_interval = max(min_interval, 0.001)
+        self.max_interval = max(max_interval, self.min_interval)
+        self.domains: tuple[int, ...] = ()
+        self.interval = self.min_interval
+        self.due_at = 0.0
+
+    def update(self, domains, now: float) -> None:
+        domains = tuple(sorted(domains))
+        if domains != self.domains:
+            self.domains, self.interval, self.due_at = domains, self.min_interval, now
+
+    def next_due(self, now: float) -> float | None:
+        """Seconds until the next announcement; None while no domain is reached."""
+        return max(0.0, self.due_at - now) if self.domains else None
+
+    def sent(self, now: float) -> None:
+        self.due_at = now + self.interval
+        self.interval = min(self.interval * 2, self.max_interval)

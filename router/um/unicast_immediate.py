@@ -25,8 +25,9 @@ fills it in —, and its request port), which the receiver sees as the message's
 `TCP:domain:ip:port`, an address it can answer to.
 
 Which router takes a message for a domain: each router's endpoint portal says, in its domain,
-which domains it reaches and its request port (LBMR REMOTE_DOMAIN_ROUTE, ext 0x06, every
-propagation interval); a context keeps what it heard for ROUTE_TIMEOUT (`DomainRoutes`).
+which domains it reaches and its request port (LBMR REMOTE_DOMAIN_ROUTE, ext 0x06, at least
+every second by default: `<domain-route>`); a context keeps what it heard for ROUTE_TIMEOUT
+(`DomainRoutes`).
 
 A message larger than one frame (PIECE_FRAME bytes with its headers) goes in pieces, as UM sends it:
 each piece a frame of its own with the same headers and FRAG (the sequence number of the first

@@ -229,3 +229,13 @@ def test_a_seventeenth_portal_is_refused_at_its_element(write_gateway):
     assert err.element == "peer" and "at most 16" in err.reason and "'P16'" in err.reason
     assert len(load_gateway_config(write_gateway("".join(
         peer(f"P{n}", f"<acceptor><listen-port>{30000 + n}</listen-port></acceptor>") for n in range(16)))).portals) == 16
+
+
+def test_a_domain_route_interval_applications_outlast_is_warned_about(write_gateway, caplog):
+    slow = '<topic-resolution><domain-route min-interval="1000" max-interval="6000"/></topic-resolution>'
+    with caplog.at_level(logging.WARNING, logger="router.config"):
+        path = write_gateway(endpoint("A", 1, "lan1.cfg", after=slow) + endpoint("B", 2, "lan2.cfg"))
+        config = load_gateway_config(path)
+    assert config.portal("A").topic_resolution.domain_route.max_interval == 6000
+    [warning] = [r.getMessage() for r in caplog.records if "domain-route" in r.getMessage()]
+    assert "max-interval 6000 ms: applications forget a router's domain routes 5 s after" in warning, warning

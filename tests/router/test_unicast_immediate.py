@@ -8,6 +8,7 @@ import pytest
 
 from router.um.context import Context
 from router.um.unicast_immediate import NoRouteToDomain
+from router.um.wire.lbmr import RemoteDomainRoute
 
 from tests.router.test_multi_hop import converged, routerctl, start
 from tests.support.processes import wait_for
@@ -320,3 +321,25 @@ def test_a_large_request_and_its_large_answer_cross_a_udp_peer_link(routers, mak
     finally:
         requester.close()
         target.close()
+
+
+def test_domain_route_bounds_set_how_often_a_portal_tells_its_domain_what_it_reaches(routers, make_domain):
+    """<domain-route max-interval="200"> on LAN1's portal: its domain hears the routes about five
+    times a second once they settle; LAN2's portal, on the DRO's default 1000 ms, about once."""
+    lan1, lan2 = make_domain(), make_domain()
+    fast = '      <topic-resolution><domain-route min-interval="50" max-interval="200"/></topic-resolution>\n'
+    routers.start(endpoint_xml("LAN1", 1, lan1.config_path, after_config=fast)
+                  + endpoint_xml("LAN2", 2, lan2.config_path), FAST_ROUTING).wait_ready()
+    heard = {1: [], 2: []}
+    contexts = [Context(**lan.overrides()) for lan in (lan1, lan2)]
+    try:
+        for domain, context in zip((1, 2), contexts):
+            context.add_lbmr_listener(lambda packet, address, got=heard[domain]:
+                                      got.append(packet.body.domains) if isinstance(packet.body, RemoteDomainRoute)
+                                      else None)
+        wait_for(lambda: len(heard[1]) >= 20, 30, message="LAN1 heard its portal's routes 20 times")
+        assert {tuple(domains) for domains in heard[1]} == {(2,)} and {tuple(d) for d in heard[2]} <= {(1,)}
+        assert len(heard[2]) <= len(heard[1]) // 2, (len(heard[1]), len(heard[2]))
+    finally:
+        for context in contexts:
+            context.close()
