@@ -3,8 +3,9 @@
 Rounds of short-lived topics cross a two-LAN router: each round opens five receivers in LAN2 and
 five sources in LAN1 on topics never used before, sends 200 messages on each, checks they all
 arrived, closes everything and sends one immediate message. The router makes and drops a proxy
-receiver and a proxy source per topic; its workers' resident memory and open descriptors are
-read from /proc as the rounds go. Bounded in rounds and in time; the sources and receivers run in
+receiver and a proxy source per topic; its workers' memory (resident, and private: their own, not
+the shared rings they map; router/monitor/memory.py) and open descriptors are read from /proc as
+the rounds go. Bounded in rounds and in time; the sources and receivers run in
 this process (the router's cost is what is measured, not the tools').
 
     python -m bench.soak_bench [ROUNDS]       (or: make bench; 600 rounds by default)
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from bench.report import table, write_section
 from bench.router_bench import children, endpoint_xml, gateway_config, spawn, stop, wait_stderr
+from router.monitor.memory import process_memory
 
 COMMAND = ".venv/bin/python -m bench.soak_bench"
 ROUNDS = 600
@@ -37,11 +39,12 @@ def _domain(directory: Path, n: int) -> Path:
     return path
 
 
-def _status(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
+def _mb(pid: int, field: str) -> str:
+    return f"{process_memory(pid)[field] / 1048576:.1f}"
+
+
+def _private(pids) -> list[int]:
+    return [process_memory(pid)["private_bytes"] for pid in pids]
 
 
 def _round(lan1, lan2, tag: str) -> int:
@@ -96,14 +99,14 @@ def main(argv=None) -> int:
                     lost += TOPICS_PER_ROUND * MESSAGES_PER_TOPIC - _round(senders, receivers, f"{os.getpid()}.{n}")
                     if n % 100 == 0 or n == rounds - 1:
                         sample = [n + 1, (n + 1) * TOPICS_PER_ROUND, round(time.monotonic() - started),
-                                  *(f"{_status(pid, 'VmRSS') / 1024:.1f}" for pid in workers),
+                                  *(f"{_mb(pid, 'rss_bytes')} / {_mb(pid, 'private_bytes')}" for pid in workers),
                                   " / ".join(str(len(os.listdir(f"/proc/{pid}/fd"))) for pid in workers),
-                                  f"{_status(router.pid, 'VmRSS') / 1024:.1f}"]
+                                  f"{_mb(router.pid, 'rss_bytes')} / {_mb(router.pid, 'private_bytes')}"]
                         rows.append(sample)
                         print(sample, flush=True)
                         if n + 1 > WARM_UP_ROUNDS and first is None:
-                            first = (n + 1, [_status(pid, "VmRSS") for pid in workers])
-                        last = (n + 1, [_status(pid, "VmRSS") for pid in workers])
+                            first = (n + 1, _private(workers))
+                        last = (n + 1, _private(workers))
             finally:
                 senders.close()
                 receivers.close()
@@ -112,16 +115,16 @@ def main(argv=None) -> int:
     growth = ""
     if first is not None and last is not None and last[0] > first[0]:
         topics = (last[0] - first[0]) * TOPICS_PER_ROUND
-        per = [(b - a) / topics * 1000 for a, b in zip(first[1], last[1])]
-        growth = (f"After the first {first[0]} rounds, the workers' resident memory changed by "
+        per = [(b - a) / 1024 / topics * 1000 for a, b in zip(first[1], last[1])]
+        growth = (f"After the first {first[0]} rounds, the workers' private memory changed by "
                   f"{' and '.join(f'{p:+.0f} KB' for p in per)} (LAN1, LAN2) per 1000 topics made and dropped "
                   f"over the next {topics} topics (the resolver cache keeps an advertisement nobody repeats "
                   f"for 5 minutes, about 0.4 KB a topic, so a run shorter than that still holds them). ")
     body = (f"{rounds} rounds of {TOPICS_PER_ROUND} new topics each ({MESSAGES_PER_TOPIC} messages of 100 B per "
             f"topic, then the topic's source and receiver close, and one immediate message) through a "
             f"two-LAN router; messages lost: {lost}.\n\n" +
-            table(["rounds", "topics", "seconds", "LAN1 worker RSS MB", "LAN2 worker RSS MB", "worker fds",
-                   "supervisor RSS MB"], rows) +
+            table(["rounds", "topics", "seconds", "LAN1 worker RSS / private MiB", "LAN2 worker RSS / private MiB",
+                   "worker fds", "supervisor RSS / private MiB"], rows) +
             f"\n\n{growth}Before router.um's resolver cache forgot ended sources and the event loop dropped "
             "cancelled timers (commit 9257914, the same rounds), the workers grew by about 36,600 KB (LAN1) "
             "and 24,200 KB (LAN2) per 1000 topics, linearly, without end.")
