@@ -211,7 +211,7 @@ class Supervisor:
                                     utc=self.utc, node_id=self.node_id, router_name=self.name,
                                     route_info=self.config.daemon.route_info,
                                     scheduling=self.config.daemon.worker_scheduling,
-                                    monitor=self.config.daemon.monitor))
+                                    monitor=self.config.daemon.monitor, supervisor_pid=self.pid))
         name = "+".join(member.config.name for member in members)
         process = multiprocess.get_context("fork").Process(target=worker_main, args=(specs,),
                                                            name=f"tnwgd-{name}", daemon=False)

@@ -7,6 +7,7 @@ restarted. SIGTERM is a graceful stop: proxy sources send final advertisements f
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import logging
 import os
@@ -49,6 +50,7 @@ class WorkerSpec:
     route_info: object = None       # router.config.model.RouteInfo: intervals for route-info in domains
     scheduling: str = "adaptive"    # <daemon><worker-scheduling>: router.worker.scheduling
     monitor: object = None          # router.config.model.MonitorConfig: <daemon><monitor>
+    supervisor_pid: int = 0         # the process that forked this one (0: do not watch for its death)
 
 
 # Blocked by the supervisor across the fork, unblocked once the worker's own handlers are set.
@@ -86,6 +88,9 @@ def _run(specs: list[WorkerSpec]) -> int:
         loop.call_soon_threadsafe(loop.stop)
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C goes to the supervisor, which stops us
+    if first.supervisor_pid and not _stop_with_the_supervisor(first.supervisor_pid):
+        log.warning("portal %s: the supervisor (pid %d) is gone already; not starting", names, first.supervisor_pid)
+        return EXIT_OK
     signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_SIGNALS)     # blocked since the fork
 
     from router.worker.datapath import DataPath
@@ -142,6 +147,20 @@ def _run(specs: list[WorkerSpec]) -> int:
     for one in hosted:
         event("portal-stopped", "stopped", one.spec.portal.name)
     return EXIT_OK
+
+
+_PR_SET_PDEATHSIG = 1               # prctl(2)
+
+
+def _stop_with_the_supervisor(supervisor_pid: int) -> bool:
+    """Have the kernel send this worker SIGTERM when the supervisor dies (killed with -9, say, or
+    by the OOM killer), so it stops as it does when told to: proxies send final advertisements,
+    and it does not route on alone, holding its domain's ports and advertising proxies no one
+    supervises while a new router starts beside it. False if the supervisor is gone already."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("cannot ask to stop with the supervisor: %s", os.strerror(ctypes.get_errno()))
+    return os.getppid() == supervisor_pid
 
 
 def _early_wakeups(datapaths: list):

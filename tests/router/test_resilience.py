@@ -75,6 +75,29 @@ def test_killed_worker_is_restarted_and_traffic_resumes(routers, tools, make_dom
     assert "UMR-1101-2" in router.log() and "UMR-1101-3" in router.log()
 
 
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for a parent to reap it."""
+    try:
+        return "\nState:\tZ" not in open(f"/proc/{pid}/status").read()
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_stop_when_the_supervisor_is_killed(routers, tools, make_domain):
+    """A supervisor killed with SIGKILL (or by the OOM killer) leaves no worker routing on alone:
+    each stops as when told to, and the receiver hears its proxy source end."""
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(portals_xml([lan1, lan2])).wait_ready()
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 120, "orphan.topic")
+    tools.umsrc("-c", lan1.config_path, "-M", 1, "-W", 1, "-L", 300, "orphan.topic")      # a source that stays
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    workers = list(router.worker_pids().values())
+    assert len(workers) == 2 and all(_running(pid) for pid in workers)
+    os.kill(router.pid, signal.SIGKILL)
+    wait_for(lambda: not any(_running(pid) for pid in workers), 20, message="both workers stopped")
+    receiver.wait_for_stderr("End of Transport Session", 20)      # the proxy source went away
+
+
 def test_reload_adds_an_endpoint_without_disturbing_traffic(routers, tools, make_domain):
     lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
     router = routers.start(portals_xml([lan1, lan2])).wait_ready()
