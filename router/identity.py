@@ -44,10 +44,10 @@ def switch_identity(uid: int | None, gid: int | None, log_path: str | None = Non
     # The supervisor, its workers and routerctl must agree on the directory: pin the one chosen.
     os.environ["RUNTIME_DIRECTORY"] = str(directory)
     if log_path:
-        _give(Path(log_path), target_uid, gid, "log file")
         if log_rolls and not _writable_by(Path(log_path).parent, target_uid, gid):
             raise IdentityError(f"the log file rolls, but its directory {Path(log_path).parent} is not writable "
                                 f"by uid {target_uid} gid {gid}")
+        _give(Path(log_path), target_uid, gid, "log file")
     _load_code()
     try:
         os.setgroups([])
