@@ -39,14 +39,14 @@ def switch_identity(uid: int | None, gid: int | None, log_path: str | None = Non
     if gid is None:
         gid = _primary_group(uid)
     target_uid = uid if uid is not None else os.geteuid()
+    if log_path and log_rolls and not _writable_by(Path(log_path).parent, target_uid, gid):
+        raise IdentityError(f"the log file rolls, but its directory {Path(log_path).parent} is not writable "
+                            f"by uid {target_uid} gid {gid}")
     directory = runtime_dir()
     _give(directory, target_uid, gid, "runtime directory (admin and bus sockets)")
     # The supervisor, its workers and routerctl must agree on the directory: pin the one chosen.
     os.environ["RUNTIME_DIRECTORY"] = str(directory)
     if log_path:
-        if log_rolls and not _writable_by(Path(log_path).parent, target_uid, gid):
-            raise IdentityError(f"the log file rolls, but its directory {Path(log_path).parent} is not writable "
-                                f"by uid {target_uid} gid {gid}")
         _give(Path(log_path), target_uid, gid, "log file")
     _load_code()
     try:
