@@ -353,7 +353,9 @@ def test_what_the_source_no_longer_retains_is_given_up_and_the_held_messages_sti
     assert got.losses == [(5, 1, 5), (20, 2, 19)] and got.recovered == []
     assert rcv["otr_messages_unrecovered"] == rcv["unrecoverable_loss_messages"] == 3
     assert rcv["unrecoverable_loss_events"] == 2 and rcv["otr_messages_recovered"] == 0
-    assert rcv["otr_requests_sent"] >= 3                      # each asked (again and again) before given up
+    # The first loss is asked for; a later one is too, unless the source's answer to the first
+    # (UME_LJ_INFO: what it still retains) came after it was seen: then it is known gone unasked.
+    assert rcv["otr_requests_sent"] >= 1
     assert src["lj_retransmissions_unavailable"] == src["lj_rx_requests_rcved"] == rcv["otr_requests_sent"]
     assert src["lj_retransmissions_sent"] == 0
 
