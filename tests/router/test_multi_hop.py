@@ -392,9 +392,14 @@ def test_forbidden_two_peer_links_and_what_operators_see(routers, make_domain):
     assert (data["error"], data["path"]["cost"]) == (None, 5)
     escaped = web(web_port, "/path?from=1&to=%3Cb%3E")[1]
     assert "<b>" not in escaped and "&lt;b&gt;" in escaped
-    for page_path in ("/", "/portals", "/topology", "/path"):
+    for page_path in ("/", "/portals", "/topology", "/path", "/portal/ONE", "/memory"):
         status, page = web(web_port, page_path)
         assert status == 200 and "/path" in lxml.html.fromstring(page).xpath("//nav/a/@href"), page_path
+    # A peer portal's page: its link, UDP and routing sections, every counter a cell.
+    tree = lxml.html.fromstring(web(web_port, "/portal/ONE")[1])
+    assert {"Peer link", "UDP data path", "Routing", "Worker"} <= set(tree.xpath("//h2/text()"))
+    assert int(tree.xpath("//*[@data-counter='link_connects']")[0].text_content()) >= 1
+    assert not tree.xpath("//a[contains(@href, '/options/')]")          # no UM contexts to show
 
 
 def test_forbidden_two_endpoints_of_one_router_on_one_domain(routers, make_domain):
