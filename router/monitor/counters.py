@@ -146,10 +146,17 @@ EARLY_WAKE_COUNTERS = ("ring_early_wakeups_sent", "ring_early_wakeups_idle")
 DUPLICATE_COUNTERS = ("transport_topic_fragments_dropped_duplicate", "transport_topic_fragment_bytes_dropped_duplicate",
                       "data_fragments_dropped_duplicate", "data_fragment_bytes_dropped_duplicate")
 
+# Added with the DRO's batch figures of a peer link (its peer page, DROMonMsg Peer.Send): messages
+# and bytes per batch, smallest, mean and largest over the portal's life, and the two totals the
+# means come from (cumulative, so a reader can take the mean over any interval).
+BATCH_COUNTERS = ("batch_msgs_min", "batch_msgs_mean", "batch_msgs_max", "batch_bytes_min", "batch_bytes_mean",
+                  "batch_bytes_max", "batch_msgs_total", "batch_bytes_total")
+
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
                  + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS
-                 + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS)
+                 + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS
+                 + BATCH_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8
@@ -172,6 +179,12 @@ class PortalCounters:
         cells = self._cells
         cells[INDEX[name]] += count
         cells[INDEX[bytes_name]] += size
+
+    def add_get(self, name: str, amount: int = 1) -> int:
+        """Add, and return the new value."""
+        cells, index = self._cells, INDEX[name]
+        cells[index] += amount
+        return cells[index]
 
     def set(self, name: str, value: int) -> None:
         self.values[INDEX[name]] = value

@@ -144,6 +144,7 @@ def topology(data: dict) -> bytes:
             ("Route table version", _text(data["map_version"])),
             ("Recalculations", str(data["recalculations"])),
             ("Last recalculation (seconds ago)", "-" if age is None else f"{age:.1f}"),
+            ("Last recalculation duration (ms)", _text(data["last_recalculation_ms"])),
             ("Last recalculation triggered by", escape(", ".join(data["last_changes"])) or "-"),
             ("Changes pending", escape(", ".join(data["pending_changes"])) or "-")]
     portal_rows = "".join(

@@ -9,19 +9,14 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from router.monitor import views
+from router.monitor import stats_schema, views
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "umrouter_"
 
-# Levels that go up and down; everything else only grows while the router runs.
-GAUGES = frozenset({
-    "data_bytes_enqueued", "data_bytes_enqueued_max", "data_bytes_enqueued_limit",
-    "proxy_receivers", "proxy_sources", "receiver_topics", "receiver_pcre_patterns", "receiver_regex_patterns",
-    "local_interest_topics", "local_interest_pcre_patterns", "local_interest_regex_patterns",
-    "remote_interest_topics", "remote_interest_pcre_patterns", "remote_interest_regex_patterns",
-    "streams_in", "streams_out", "rtt_min", "rtt_mean", "rtt_max", "last_ka_time",
-})
+# Levels that go up and down (the statistics schema's list); everything else only grows while
+# the router runs.
+GAUGES = stats_schema.GAUGES
 PORTAL_LABELS = ["router", "portal", "kind", "domain_id"]
 
 

@@ -122,7 +122,11 @@ PEER_SEND = Section("Send Statistics", (
     *IMMEDIATE_SEND,
     *_counts(("Gateway control messages generated", "gateway_cntl_msgs"),
              ("Gateway control messages sent", "gateway_cntl_msgs_sent"),
-             ("Batches", "batches"),
+             ("Batches", "batches")),
+    ("Minimum messages/bytes per batch", "batch_msgs_min", "batch_bytes_min"),
+    ("Average messages/bytes per batch", "batch_msgs_mean", "batch_bytes_mean"),
+    ("Maximum messages/bytes per batch", "batch_msgs_max", "batch_bytes_max"),
+    *_counts(
              ("Keepalive/RTT samples", "rtt_samples"),
              ("Minimum RTT (microseconds)", "rtt_min"),
              ("Mean RTT (microseconds)", "rtt_mean"),
@@ -237,9 +241,9 @@ SECTIONS = {
                  ENDPOINT_WORKER),
     "peer": (PEER_RECEIVE, PEER_SEND, PEER_UDP, PEER_LINK, RETRANSMISSION, PEER_ROUTING, PEER_WORKER),
 }
-# In routerctl stats and /metrics, not a line of the page: the peer's RTT sum, which with the
-# samples gives the exact mean over any interval (the page shows the mean).
-EXPORTED_ONLY = {"endpoint": (), "peer": ("rtt_sum_us",)}
+# In routerctl stats and /metrics, not a line of the page: the peer's RTT sum and batch totals,
+# which with the samples and batches give exact means over any interval (the page shows the means).
+EXPORTED_ONLY = {"endpoint": (), "peer": ("rtt_sum_us", "batch_msgs_total", "batch_bytes_total")}
 
 
 def counters_of(kind: str) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from router.monitor.counters import COUNTER_NAMES
 
-SCHEMA_VERSION = "10"           # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
+SCHEMA_VERSION = "11"           # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
                                 # 3: multicast immediate message counters (IMMEDIATE_COUNTERS)
                                 # 4: a peer link's UDP data path (UDP_PEER_COUNTERS)
                                 # 5: late join relayed to the origin (LATE_JOIN_COUNTERS)
@@ -23,6 +23,7 @@ SCHEMA_VERSION = "10"           # 2: request/response counters (monitor/counters
                                 # 8: early wake-ups between workers (EARLY_WAKE_COUNTERS)
                                 # 9: unicast immediate messages with no route, malformed (UNICAST_COUNTERS)
                                 # 10: frames dropped as duplicates by <sqn-window> (DUPLICATE_COUNTERS)
+                                # 11: a peer link's messages and bytes per batch (BATCH_COUNTERS)
 METADATA_KEY = b"umrouter.stats.schema_version"
 COUNTERS_METADATA_KEY = b"umrouter.stats.counters"
 
@@ -57,6 +58,7 @@ GAUGES = frozenset({
     "streams_in", "streams_out",
     "heartbeat_ns", "worker_started_ns",
     "rtt_min", "rtt_mean", "rtt_max", "last_ka_time",
+    "batch_msgs_min", "batch_msgs_mean", "batch_msgs_max", "batch_bytes_min", "batch_bytes_mean", "batch_bytes_max",
 })
 CUMULATIVE = tuple(name for name in COUNTER_COLUMNS if name not in GAUGES)
 

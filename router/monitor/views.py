@@ -143,6 +143,7 @@ def topology(supervisor) -> dict:
             "map_version": described["table_version"], "forbidden": described["forbidden"],
             "recalculations": described["recalculations"],
             "last_recalculation_age_s": described["last_recalculation_age_s"],
+            "last_recalculation_ms": described["last_recalculation_ms"],
             "last_changes": described["last_changes"], "pending_changes": described["pending_changes"],
             "paths": described["paths"], "routing_counters": described["counters"]}
 
@@ -220,6 +221,7 @@ def _configured_topology(supervisor) -> dict:
             "router_count": 1, "domain_count": len(domains),
             "self_version": None, "signature": None, "announced_signature": None, "converged": True,
             "map_version": None, "forbidden": [], "recalculations": 0, "last_recalculation_age_s": None,
+            "last_recalculation_ms": None,
             "last_changes": [], "pending_changes": [], "paths": [], "routing_counters": {}}
 
 

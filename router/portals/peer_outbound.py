@@ -95,8 +95,22 @@ class OutboundQueue:
         data = self._batch[0] if len(self._batch) == 1 else b"".join(self._batch)
         self._chunks.append(_Chunk(data, self._batch_fragments, len(data)))
         self._unwritten += len(data)
+        self._count_batch(self._batch_fragments, len(data))
         self._batch, self._batch_bytes, self._batch_fragments = [], 0, 0
-        self.counters.add("batches")
+
+    def _count_batch(self, messages: int, size: int) -> None:
+        """The DRO's batch figures: messages and bytes per batch, smallest, mean and largest."""
+        counters = self.counters
+        batches = counters.add_get("batches")
+        for value, total, low, mean, high in ((messages, "batch_msgs_total", "batch_msgs_min", "batch_msgs_mean",
+                                               "batch_msgs_max"),
+                                              (size, "batch_bytes_total", "batch_bytes_min", "batch_bytes_mean",
+                                               "batch_bytes_max")):
+            counters.set(mean, counters.add_get(total, value) // batches)
+            counters.set_max(high, value)
+            smallest = counters.get(low)
+            if not smallest or value < smallest:
+                counters.set(low, value)
 
     def write_to(self, sock) -> int:
         """Write as much as the socket (or the link's stream, router.portals.peer_stream) takes;

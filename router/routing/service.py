@@ -207,6 +207,8 @@ class RoutingService:
             "recalculations": scheduler.recalculations,
             "last_recalculation_age_s": (None if scheduler.last_recalculation_ms is None
                                          else round((now - scheduler.last_recalculation_ms) / 1000, 3)),
+            "last_recalculation_ms": (None if scheduler.last_recalculation_ms is None
+                                      else round(scheduler.last_duration_ms, 3)),
             "last_changes": [c.describe() for c in scheduler.last_changes],
             "pending_changes": [c.describe() for c in scheduler.pending],
             "paths": [_path_dict(p) for p in self.routes.all_paths()],

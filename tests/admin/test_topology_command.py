@@ -37,6 +37,7 @@ def test_the_reply_keeps_its_keys_and_adds_the_routing_map():
     assert sorted((p["kind"], p.get("adjacent_domain_id", p.get("adjacent_node_id")), p["cost"])
                   for p in other["portals"]) == [("endpoint", 3, 5), ("peer", 0x1234, 4)]
     assert data["signature"].startswith("0x") and data["map_version"] >= 1 and data["recalculations"] >= 1
+    assert isinstance(data["last_recalculation_ms"], float) and data["last_recalculation_ms"] >= 0
     assert data["forbidden"] == [] and data["converged"] is True
     assert data["routing_counters"]["route_info_rcvd"] == 1
     [path] = [p for p in data["paths"] if (p["from"], p["to"]) == (1, 3)]

@@ -130,6 +130,22 @@ def test_a_batch_never_exceeds_max_datagram_but_a_big_message_still_goes():
     assert counters.get("batches") == 3
 
 
+def test_each_batch_counts_in_the_smallest_mean_and_largest_messages_and_bytes_per_batch():
+    q, counters = queue(max_queue=100_000, min_length=100_000, max_datagram=100_000)
+    figures = lambda kind: [counters.get(f"batch_{kind}_{which}") for which in ("min", "mean", "max")]   # noqa: E731
+    assert figures("msgs") == figures("bytes") == [0, 0, 0]        # no batch yet
+    for sizes in ([10, 20, 30], [500], [40, 40]):                   # 3 messages, 1, 2
+        for size in sizes:
+            q.add_data(b"x" * size)
+        q.flush_batch()
+    assert counters.get("batches") == 3
+    assert figures("msgs") == [1, 2, 3] and figures("bytes") == [60, 213, 500]   # mean 6 // 3, 640 // 3
+    assert (counters.get("batch_msgs_total"), counters.get("batch_bytes_total")) == (6, 640)
+    q.add_data(b"y", fragments=7)                                   # one piece of 7 frames (a ring read)
+    q.flush_batch()
+    assert figures("msgs") == [1, 3, 7] and figures("bytes") == [1, 160, 500]    # 13 // 4, 641 // 4
+
+
 def test_bounded_queue_drops_would_block_and_discard_counts_not_operational():
     q, counters = queue(max_queue=300, min_length=1)
     sock = FakeSocket(accept=50)

@@ -30,6 +30,7 @@ class Topology(Command):
        "map_version": INT,             route table version (one per recalculation)
        "forbidden": [{"kind", "message", "routers": [NODE_ID]}],
        "recalculations": INT, "last_recalculation_age_s": FLOAT|null,
+       "last_recalculation_ms": FLOAT|null,     how long the last recalculation took
        "last_changes": [STR], "pending_changes": [STR],   (triggers, e.g. "LINK CAME UP (portal P1)")
        "paths": [{"from", "to", "cost", "routers", "text",
                   "hops": [{"kind", "node", "name", "cost", "portal"}]}],
@@ -64,8 +65,10 @@ class Topology(Command):
                    f"converged: {'yes' if data.get('converged', True) else 'no'}"]
         if data.get("map_version") is not None:
             age = data.get("last_recalculation_age_s")
+            took = data.get("last_recalculation_ms")
             summary.append(f"route table version {data['map_version']}, {data.get('recalculations', 0)} "
-                           f"recalculation(s), last {'-' if age is None else tables.duration(age) + ' ago'}")
+                           f"recalculation(s), last {'-' if age is None else tables.duration(age) + ' ago'}"
+                           + ("" if took is None else f" (took {took:.1f} ms)"))
         if data.get("pending_changes"):
             summary.append(f"pending changes: {', '.join(data['pending_changes'])}")
         blocks.append("\n".join(summary))
