@@ -27,6 +27,7 @@ from router.ipc import bus_messages as bm
 from router.ipc.bus import BusHub
 from router.ipc.shm import SharedSegment, remove_stale
 from router.monitor.counters import SEGMENT_BYTES, PortalCounters
+from router.monitor.views import version
 from router.routing.service import RoutingService
 from router.routing.topology import Adjacency, new_node_id
 from router.um.lbmr_channel import domain_identity
@@ -114,7 +115,9 @@ class Supervisor:
         self._install_signals()
         claim_log_file()
         self.loop.call_every(1.0, roll_log_if_due)
-        event("router-started", f"router {self.name} (pid {self.pid}) starting {len(self.config.portals)} portals")
+        # As the DRO's first lines (Gwd-7136-1, Gwd-7122-1): the version, the name and the node id.
+        event("router-started", f"router {self.name} (umrouter {version()}, node id {self.node_id:#018x}, "
+                                f"pid {self.pid}) starting {len(self.config.portals)} portals")
         self._say_what_monitoring_does()
         groups = {name: group.portals for group in self.config.daemon.worker_groups for name in group.portals}
         for portal in self.config.portals:

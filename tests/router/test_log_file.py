@@ -112,5 +112,6 @@ def test_tnwgd_rolls_its_log_file(tmp_path, make_domain):
                   for line in p.read_text().splitlines()]
     rolled = [p.name for p in log_path.parent.iterdir() if p.name != "router.log"]
     assert rolled and all(name.startswith(f"router.log_{router.proc.pid}.") for name in rolled), rolled
-    assert any("UMR-1001-1" in line for line in everything)          # started
+    # Started, saying (as the DRO's first lines do) the version and the router's node id.
+    assert any("UMR-1001-1" in line and "umrouter " in line and ", node id 0x" in line for line in everything)
     assert any("portals are up" in line for line in everything)
