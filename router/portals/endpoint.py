@@ -81,6 +81,7 @@ class EndpointPortal(EgressRecords):
                                                       resolution.domain_route.max_interval / 1000)
         self.domain_route_limit = _limiter(resolution.domain_route.rate_limit, now)
         self._domain_route_timer = None
+        self.closed = False
         self.interest_limits = {   # <remote-topic-interest>/<remote-pattern-interest>: to other routers
             bm.INTEREST_TOPIC: _limiter(resolution.remote_topic_interest.rate_limit, now),
             bm.INTEREST_PCRE: (remote_pattern_limit := _limiter(resolution.remote_pattern_interest.rate_limit, now)),
@@ -438,7 +439,9 @@ class EndpointPortal(EgressRecords):
         self._schedule_domain_routes()
 
     def _schedule_domain_routes(self, delay: float | None = None) -> None:
-        if delay is None:
+        if self.closed:                 # a closing worker still handles bus messages for a while
+            delay = None
+        elif delay is None:
             delay = self.domain_routes.next_due(time.monotonic())
         if delay is None:
             if self._domain_route_timer is not None:
@@ -668,6 +671,7 @@ class EndpointPortal(EgressRecords):
         return {"error": f"unknown query {what!r}"}
 
     def close(self) -> None:
+        self.closed = True
         self._queue_timer.cancel()
         self._remote_timer.cancel()
         self._ctxinfo_timer.cancel()
