@@ -39,12 +39,8 @@ def _domain(directory: Path, n: int) -> Path:
     return path
 
 
-def _mb(pid: int, field: str) -> str:
-    return f"{process_memory(pid)[field] / 1048576:.1f}"
-
-
-def _private(pids) -> list[int]:
-    return [process_memory(pid)["private_bytes"] for pid in pids]
+def _rss_and_private(used: dict) -> str:
+    return f"{used['rss_bytes'] / 1048576:.1f} / {used['private_bytes'] / 1048576:.1f}"
 
 
 def _round(lan1, lan2, tag: str) -> int:
@@ -98,15 +94,17 @@ def main(argv=None) -> int:
                         break
                     lost += TOPICS_PER_ROUND * MESSAGES_PER_TOPIC - _round(senders, receivers, f"{os.getpid()}.{n}")
                     if n % 100 == 0 or n == rounds - 1:
+                        used = [process_memory(pid) for pid in workers]
                         sample = [n + 1, (n + 1) * TOPICS_PER_ROUND, round(time.monotonic() - started),
-                                  *(f"{_mb(pid, 'rss_bytes')} / {_mb(pid, 'private_bytes')}" for pid in workers),
+                                  *(_rss_and_private(u) for u in used),
                                   " / ".join(str(len(os.listdir(f"/proc/{pid}/fd"))) for pid in workers),
-                                  f"{_mb(router.pid, 'rss_bytes')} / {_mb(router.pid, 'private_bytes')}"]
+                                  _rss_and_private(process_memory(router.pid))]
                         rows.append(sample)
                         print(sample, flush=True)
+                        private = [u["private_bytes"] for u in used]
                         if n + 1 > WARM_UP_ROUNDS and first is None:
-                            first = (n + 1, _private(workers))
-                        last = (n + 1, _private(workers))
+                            first = (n + 1, private)
+                        last = (n + 1, private)
             finally:
                 senders.close()
                 receivers.close()

@@ -37,7 +37,7 @@ class RouterCollector:
         yield from families.values()
         yield from self._portal_health(status)
         yield from self._router(stats)
-        yield from self._memory()
+        yield from self._memory(status)
 
     def _labels(self, portal: str, state: dict) -> list[str]:
         domain = state.get("domain_id")
@@ -79,7 +79,7 @@ class RouterCollector:
         return info, sizes, fragments
 
 
-    def _memory(self):
+    def _memory(self, status: dict):
         """Each process's memory (router/monitor/memory.py), labelled supervisor or worker and the
         portals the worker runs."""
         labels = ["router", "process", "portals"]
@@ -88,7 +88,7 @@ class RouterCollector:
                     for field, what in (("resident_bytes", "resident set (RSS)"),
                                         ("proportional_bytes", "proportional set (PSS)"),
                                         ("private_bytes", "private, its own"))}
-        for process in views.memory(self.supervisor)["processes"]:
+        for process in views.memory(self.supervisor, {"portals": list(status.values())})["processes"]:
             values = [self.supervisor.name, process["process"], ",".join(process["portals"])]
             families["resident_bytes"].add_metric(values, process["rss_bytes"])
             families["proportional_bytes"].add_metric(values, process["pss_bytes"])

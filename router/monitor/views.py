@@ -70,15 +70,16 @@ def portal_options(supervisor, name: str, which: str) -> dict | None:
             "options": options.dump(scope) if options is not None else []}
 
 
-def memory(supervisor) -> dict:
+def memory(supervisor, status: dict | None = None) -> dict:
     """The memory of the supervisor and of each worker process (router/monitor/memory.py), with
-    the portals each worker runs; a process that is gone (a worker restarting) is left out."""
+    the portals each worker runs; a process that is gone (a worker restarting) is left out.
+    `status`: supervisor.status(), when the caller has it already."""
     processes = []
     found = process_memory(supervisor.pid)
     if found is not None:
         processes.append({"process": "supervisor", "portals": [], "pid": supervisor.pid, **found})
     seen = set()
-    for portal in supervisor.status()["portals"]:
+    for portal in (status or supervisor.status())["portals"]:
         pid = portal["pid"]
         if pid is None or pid in seen:
             continue

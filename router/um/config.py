@@ -40,10 +40,7 @@ class UMConfig:
         key = (scope, name)
         if key in self.values:
             return self.values[key]
-        default = OPTIONS[name].default
-        # A few options have a default of their own per scope (transport_lbtru_port_low: the
-        # sources' range in context scope, the receivers' in receiver scope).
-        return default[scope] if isinstance(default, dict) else default
+        return _default(OPTIONS[name], scope)
 
     def set(self, scope: str, name: str, text: Any, where: tuple[str | None, int | None] = (None, None)) -> None:
         try:
@@ -75,7 +72,7 @@ class UMConfig:
         for name, spec in sorted(OPTIONS.items()):
             if scope not in spec.scopes:
                 continue
-            default = spec.default[scope] if isinstance(spec.default, dict) else spec.default
+            default = _default(spec, scope)
             key = (scope, name)
             where = self.origins.get(key)
             rows.append({"option": name, "value": _shown(self.get(scope, name)), "default": _shown(default),
@@ -91,6 +88,12 @@ def _as_text(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return ",".join(f"{host}:{port}" for host, port in value)
     return str(value)
+
+
+def _default(spec, scope: str) -> Any:
+    """A few options have a default of their own per scope (transport_lbtru_port_low: the
+    sources' range in context scope, the receivers' in receiver scope)."""
+    return spec.default[scope] if isinstance(spec.default, dict) else spec.default
 
 
 def _shown(value: Any) -> str:

@@ -35,7 +35,7 @@ class Status(Command):
         for portal in status["portals"]:
             portal.update(rates_of(supervisor, portal["name"]))
         status["version"] = version()
-        used = {p["pid"]: p for p in memory(supervisor)["processes"]}
+        used = {p["pid"]: p for p in memory(supervisor, status)["processes"]}
         for entry in [status, *status["portals"]]:
             found = used.get(entry["pid"], {})
             entry["rss_bytes"], entry["private_bytes"] = found.get("rss_bytes"), found.get("private_bytes")
