@@ -24,7 +24,7 @@ from router.portals.late_join_relay import LateJoinRelay
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
-from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
+from router.portals.remote_interest import CheckPace, InterestAnnouncer, RemoteInterest
 from router.portals.streams import StreamTable
 from router.portals.unicast_routing import DomainRouteAnnouncements, UnicastRouting, reached_domains
 from router.um.context import Context
@@ -109,10 +109,13 @@ class EndpointPortal(EgressRecords):
         # Interest to and from the other routers on this domain (multi-hop), and route-info.
         bounds = resolution.remote_topic_interest
         self.announcer = InterestAnnouncer(bounds.min_interval / 1000, bounds.max_interval / 1000)
-        self.remote = RemoteInterest(config.remote_topic.timeout / 1000, config.remote_pattern.timeout / 1000)
+        topics, patterns = config.remote_topic, config.remote_pattern
+        self.remote = RemoteInterest(
+            CheckPace(topics.timeout / 1000, topics.check_interval / 1000, topics.max_topics),
+            CheckPace(patterns.timeout / 1000, patterns.check_interval / 1000, patterns.max_patterns))
         self._emit_timer = None
-        check = min(config.remote_topic.check_interval, config.remote_pattern.check_interval) / 1000
-        self._remote_timer = loop.call_every(check, self._expire_remote)
+        self._remote_timers = {group: loop.call_later(pace.check_interval, self._check_remote, group)
+                               for group, pace in self.remote.paces.items()}
         propagation = (route_info.propagation_interval if route_info is not None else 1000) / 1000
         self.routes_channel = DomainRouteChannel(
             self.name, loop, self.context.channel.interface, node_id,
@@ -224,11 +227,16 @@ class EndpointPortal(EgressRecords):
                                               f"expression ({problem}); ignored")
         return True
 
-    def _expire_remote(self) -> None:
-        for kind, symbol, domain in self.remote.expire(time.monotonic()):
+    def _check_remote(self, group: str) -> None:
+        """One pass of `<remote-topic>` (or `<remote-pattern>`) checks, then the next."""
+        if self.closed:
+            return
+        gone, wait = self.remote.check(group, time.monotonic())
+        for kind, symbol, domain in gone:
             self.log_event("interest-removed", f"{_COUNT_NAMES[kind][:-1]} {symbol} for domain {domain} "
                                                f"(not refreshed by another router)")
             self.bus.send(bm.Interest(self.name, domain, kind, symbol, bm.OP_CANCEL))
+        self._remote_timers[group] = self.loop.call_later(wait, self._check_remote, group)
 
     def _schedule_emit(self, delay: float | None = None) -> None:
         now = time.monotonic()
@@ -673,7 +681,8 @@ class EndpointPortal(EgressRecords):
     def close(self) -> None:
         self.closed = True
         self._queue_timer.cancel()
-        self._remote_timer.cancel()
+        for timer in self._remote_timers.values():
+            timer.cancel()
         self._ctxinfo_timer.cancel()
         for timer in (self._emit_timer, self._domain_route_timer):
             if timer is not None:

@@ -9,10 +9,16 @@ state costs little; an item that goes away is sent once with CANCEL.
 
 `RemoteInterest` is the other side: what other routers on this domain want, refreshed by their
 messages, removed by a CANCEL or when not refreshed for `<remote-topic>`/`<remote-pattern>`
-timeout (checked every check-interval, as the DRO does).
+`timeout`. Each item is checked once every `check-interval`, in passes of at most `max-topics`
+(`max-patterns`) items spread over that interval, so a domain with many topics never stalls the
+worker's loop (and its data) on one long sweep; passes are at least MIN_PASS_INTERVAL apart (the
+DRO's 50 ms floor, Gwd-6361-9), so beyond `max-topics` × check-interval / 50 ms items a round takes
+longer than `check-interval`. An item is removed within `timeout` plus one round.
 """
 from __future__ import annotations
 
+import collections
+import math
 from dataclasses import dataclass
 
 Item = tuple[int, str, int]          # (interest kind, symbol, destination domain id)
@@ -67,10 +73,37 @@ class InterestAnnouncer:
         return max(0.0, min(s.due for s in self.items.values()) - now)
 
 
+MIN_PASS_INTERVAL = 0.05
+TOPICS, PATTERNS = "topics", "patterns"     # the two check groups: kind 0, and PCRE/regex patterns
+
+
+def group_of(item: Item) -> str:
+    return TOPICS if item[0] == 0 else PATTERNS
+
+
+@dataclass(slots=True)
+class CheckPace:
+    """`<remote-topic>`/`<remote-pattern>`: how often each item is checked and how many per pass."""
+    timeout: float                  # s
+    check_interval: float = 90.0    # s
+    per_pass: int = 100
+
+
+class _Round:
+    """The items of one group still to check in the current round, and how many passes it has."""
+
+    __slots__ = ("queue", "passes")
+
+    def __init__(self):
+        self.queue: collections.deque[Item] = collections.deque()
+        self.passes = 1
+
+
 class RemoteInterest:
-    def __init__(self, topic_timeout: float, pattern_timeout: float):
-        self.topic_timeout, self.pattern_timeout = topic_timeout, pattern_timeout
+    def __init__(self, topics: CheckPace, patterns: CheckPace):
+        self.paces = {TOPICS: topics, PATTERNS: patterns}
         self.heard_at: dict[Item, float] = {}
+        self._rounds = {TOPICS: _Round(), PATTERNS: _Round()}
 
     def heard(self, item: Item, now: float) -> bool:
         """An interest (or refresh) message: True when the item is new."""
@@ -81,12 +114,21 @@ class RemoteInterest:
     def cancel(self, item: Item) -> bool:
         return self.heard_at.pop(item, None) is not None
 
-    def expire(self, now: float) -> list[Item]:
-        gone = [item for item, at in self.heard_at.items()
-                if now - at >= (self.topic_timeout if item[0] == 0 else self.pattern_timeout)]
-        for item in gone:
-            del self.heard_at[item]
-        return gone
+    def check(self, group: str, now: float) -> tuple[list[Item], float]:
+        """One pass over `group`: (the items whose timeout passed, removed; seconds until the
+        next pass). A round starts with the items known then; one heard later waits for the next."""
+        pace, round_ = self.paces[group], self._rounds[group]
+        if not round_.queue:
+            round_.queue.extend(item for item in self.heard_at if group_of(item) == group)
+            round_.passes = max(1, math.ceil(len(round_.queue) / pace.per_pass))
+        gone = []
+        for _ in range(min(pace.per_pass, len(round_.queue))):
+            item = round_.queue.popleft()
+            at = self.heard_at.get(item)
+            if at is not None and now - at >= pace.timeout:
+                del self.heard_at[item]
+                gone.append(item)
+        return gone, max(MIN_PASS_INTERVAL, pace.check_interval / round_.passes)
 
     def clear(self) -> list[Item]:
         items, self.heard_at = list(self.heard_at), {}

@@ -1,7 +1,8 @@
 """ForwardingView: one path per destination, interest pulled only where paths enter (pure logic)."""
 from router.ipc import bus_messages as bm
 from router.portals.forwarding import ForwardingView
-from router.portals.remote_interest import InterestAnnouncer, RemoteInterest
+from router.portals.remote_interest import (MIN_PASS_INTERVAL, PATTERNS, TOPICS, CheckPace, InterestAnnouncer,
+                                           RemoteInterest)
 from router.routing.service import records_to_plain
 from tests.routing.net import Net
 
@@ -90,14 +91,41 @@ def test_announcer_backs_off_and_cancels_once():
 
 
 def test_remote_interest_expires_unless_refreshed():
-    remote = RemoteInterest(topic_timeout=10.0, pattern_timeout=20.0)
+    remote = RemoteInterest(CheckPace(10.0, check_interval=1.0), CheckPace(20.0, check_interval=1.0))
     topic, pattern = (T, "t", 3), (bm.INTEREST_PCRE, "^t", 3)
     assert remote.heard(topic, 0.0) and remote.heard(pattern, 0.0)
     assert not remote.heard(topic, 5.0)
-    assert remote.expire(12.0) == []
-    assert remote.expire(15.0) == [topic]
-    assert remote.expire(20.0) == [pattern]
+    assert remote.check(TOPICS, 12.0) == ([], 1.0)
+    assert remote.check(TOPICS, 15.0) == ([topic], 1.0)
+    assert remote.check(PATTERNS, 15.0) == ([], 1.0)      # patterns have their own timeout
+    assert remote.check(PATTERNS, 20.0) == ([pattern], 1.0)
     assert not remote.cancel(topic)
+
+
+def test_remote_interest_checks_at_most_max_topics_a_pass_spread_over_the_check_interval():
+    remote = RemoteInterest(CheckPace(10.0, check_interval=90.0, per_pass=100), CheckPace(10.0))
+    topics = [(T, f"t{n}", 3) for n in range(250)]
+    for item in topics:
+        remote.heard(item, 0.0)
+    gone, wait = remote.check(TOPICS, 11.0)        # 250 items, 100 a pass: 3 passes in 90 s
+    assert gone == topics[:100] and wait == 30.0
+    remote.heard(topics[150], 11.0)                # refreshed before its turn: stays
+    remote.heard((T, "late", 3), 11.0)             # heard mid-round: checked in the next round
+    gone, _ = remote.check(TOPICS, 12.0)
+    assert gone == topics[100:150] + topics[151:200]
+    gone, wait = remote.check(TOPICS, 13.0)
+    assert gone == topics[200:] and wait == 30.0
+    gone, wait = remote.check(TOPICS, 14.0)        # the next round: what is left
+    assert gone == [] and wait == 90.0
+    assert set(remote.heard_at) == {topics[150], (T, "late", 3)}
+
+
+def test_remote_interest_passes_are_at_least_50_ms_apart():
+    remote = RemoteInterest(CheckPace(10.0, check_interval=1.0, per_pass=1), CheckPace(10.0))
+    for n in range(100):
+        remote.heard((T, f"t{n}", 3), 0.0)
+    gone, wait = remote.check(TOPICS, 1.0)          # 1 s / 100 passes = 10 ms: held to 50 ms
+    assert gone == [] and wait == MIN_PASS_INTERVAL
 
 
 class _Ring:
