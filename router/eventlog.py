@@ -2,7 +2,8 @@
 
     [2026-11-22 04:15:00.123456] [information] UMR-2001-1: portal LAN1: proxy source created: ...
 
-Ids never change meaning once released; alerting rules key on them. `configure_logging` sets up
+Ids never change meaning once released; alerting rules key on them. (UMR-3001-3 and UMR-3002-1
+were reserved and never logged; they stay unused.) `configure_logging` sets up
 the `<log>` destination (console, file, syslog) for the supervisor and its workers.
 """
 from __future__ import annotations
@@ -41,11 +42,9 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "acl-rejected": ("UMR-2004-1", logging.INFO),
     "drops-would-block": ("UMR-3001-1", logging.WARNING),
     "drops-size-error": ("UMR-3001-2", logging.WARNING),
-    "drops-queue-failure": ("UMR-3001-3", logging.WARNING),
     "drops-immediate-size-error": ("UMR-3001-4", logging.WARNING),
     "drops-immediate-error": ("UMR-3001-5", logging.WARNING),
     "drops-duplicate": ("UMR-3001-6", logging.INFO),           # <sqn-window>: copies, nothing lost
-    "ring-full": ("UMR-3002-1", logging.WARNING),
     "malformed-input": ("UMR-3003-1", logging.WARNING),
     "pattern-invalid": ("UMR-3003-2", logging.WARNING),
     "request-port-unavailable": ("UMR-3004-1", logging.WARNING),
@@ -54,6 +53,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "unicast-no-route": ("UMR-3005-1", logging.WARNING),        # the DRO's Gwd-6361-123
     "unicast-before-routes": ("UMR-3005-2", logging.WARNING),   # the DRO's Gwd-6361-124
     "unicast-loop": ("UMR-3005-3", logging.WARNING),
+    "domain-route-connect-failed": ("UMR-3005-4", logging.WARNING),
     "peer-link-up": ("UMR-1201-1", logging.INFO),
     "peer-link-down": ("UMR-1201-2", logging.WARNING),
     "peer-connect-failed": ("UMR-1201-3", logging.WARNING),
@@ -64,6 +64,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "route-recalculation-held-up": ("UMR-4001-3", logging.WARNING),
     "route-recalculation-slow": ("UMR-4001-4", logging.WARNING),
     "forbidden-topology": ("UMR-4002-1", logging.ERROR),
+    "hop-count-exceeded": ("UMR-4003-1", logging.WARNING),      # a source looping between routers
 }
 
 

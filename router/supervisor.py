@@ -43,6 +43,7 @@ HEARTBEAT_TIMEOUT = 5.0          # a worker whose loop has not beaten for this l
 KILL_GRACE = 2.0                 # between TERM and KILL
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 STABLE_AFTER = 60.0              # a worker up this long has its backoff reset
+CRASH_LOOP_RESTARTS = 5          # deaths in a row, each before STABLE_AFTER: say so, loudly, once
 STOP_TIMEOUT = 10.0
 
 EXIT_CONFIG_ERROR = 2
@@ -58,6 +59,7 @@ class Worker:
     process: object = None
     generation: int = 0
     restarts: int = 0
+    quick_deaths: int = 0                 # deaths in a row within STABLE_AFTER of starting
     started: float = 0.0
     backoff: float = BACKOFF_FIRST
     restart_at: float | None = None
@@ -330,13 +332,22 @@ class Supervisor:
             if code == EXIT_BOOT_ERROR:
                 worker.boot_failures += 1
             if uptime >= STABLE_AFTER:
-                worker.backoff = BACKOFF_FIRST
+                worker.backoff, worker.quick_deaths = BACKOFF_FIRST, 0
             requested, worker.restart_requested = worker.restart_requested, False
-            if not (requested and code in (0, -signal.SIGTERM)):
+            died = not (requested and code in (0, -signal.SIGTERM))
+            if died:
                 worker.restarts += 1
+                if uptime < STABLE_AFTER:
+                    worker.quick_deaths += 1
             worker.restart_at = time.monotonic() + worker.backoff
             event("portal-down", f"worker pid {process.pid} exited with {_describe_exit(code)} after "
                   f"{uptime:.1f} s; restarting in {worker.backoff:.1f} s (restart {worker.restarts})", name)
+            if died and worker.quick_deaths == CRASH_LOOP_RESTARTS:
+                # Restarting goes on (backing off to BACKOFF_MAX): what kills it may pass (a port
+                # held by another process, a full disk), but an operator must look now.
+                event("portal-crash-loop", f"the worker died {CRASH_LOOP_RESTARTS} times in a row, each within "
+                      f"{STABLE_AFTER:.0f} s of starting (last: {_describe_exit(code)}); still restarting, at "
+                      f"most every {BACKOFF_MAX:.0f} s; the lines above say why", name)
             worker.backoff = min(worker.backoff * 2, BACKOFF_MAX)
 
     def _check_heartbeats(self) -> None:
@@ -550,6 +561,9 @@ class Supervisor:
                 "cost": worker.config.cost, "pid": worker.process.pid if alive else None,
                 "uptime_s": round(time.monotonic() - worker.started, 3) if alive else 0.0,
                 "restarts": worker.restarts, "generation": worker.generation,
+                # Until it has stayed up STABLE_AFTER again (portal-crash-loop was logged).
+                "crash_loop": worker.quick_deaths >= CRASH_LOOP_RESTARTS
+                and not (alive and time.monotonic() - worker.started >= STABLE_AFTER),
                 "heartbeat_age_s": round((now_ns - counters["heartbeat_ns"]) / 1e9, 3),
                 "proxy_receivers": counters["proxy_receivers"], "proxy_sources": counters["proxy_sources"],
                 "state": "up" if alive and worker.ready else ("starting" if alive else "down"),

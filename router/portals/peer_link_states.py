@@ -2,7 +2,7 @@
 
 :class:`router.portals.peer_link.PeerLink` looks each event up here and calls the named action;
 a pair not in the table is ignored (e.g. a late timer for a connection already gone). STOP is
-valid in every state but STOPPED. Its log ids are in router.eventlog.MESSAGE_IDS (peer-link-*).
+valid in every state but STOPPED. Its log ids are in router.eventlog.MESSAGE_IDS (peer-*).
 """
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 Each router's domains are private loopback resolver groups; peer links are loopback TCP ports.
 Routing timers are shortened (FAST_ROUTING) so convergence and failover take a second or two.
 """
+import datetime
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import urllib.request
 import lxml.html
 import pytest
 
+from router.um.context import Context
 from tests.support.processes import wait_for
 from tests.support.certs import issue, make_ca
 from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
@@ -191,6 +193,46 @@ def test_transit_domain(routers, tools, make_domain, tmp_path):
                       display_filter="lbmr.tnwg.interest_rec")
     assert any("3" in f.get("lbmr.tnwg.interest_rec.domain_id", []) for f in interest), \
         "B's endpoint sent gateway interest for domain 3 into the transit domain"
+
+
+def remote_interest(router, portal: str) -> set[str]:
+    return set(routerctl(router, "topics")["portals"][portal]["remote_interest"])
+
+
+def test_interest_of_a_router_gone_silent_is_removed_a_few_topics_a_pass(routers, make_domain):
+    """<remote-topic>: a router that wanted topics on a shared domain dies without cancelling; the
+    other router drops that interest once `timeout` passes without a refresh, checking at most
+    `max-topics` topics a pass (passes spread over check-interval, never closer than 50 ms)."""
+    lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
+    checks = '      <remote-topic check-interval="300" max-topics="2" timeout="1500"/>\n'
+    a = start(routers, endpoint_xml("E1", 1, lan1.config_path)
+              + endpoint_xml("E2", 2, lan2.config_path, after_config=checks), "rta")
+    b = start(routers, endpoint_xml("E2", 2, lan2.config_path) + endpoint_xml("E3", 3, lan3.config_path), "rtb")
+    a.wait_ready(), b.wait_ready()
+    wait_for(lambda: converged([a, b], 2), 20, message="route-info crossed the shared domain")
+    topics = [f"RT{n}" for n in range(5)]
+    wanted = {f"topic {topic} for domain 3" for topic in topics}
+    with Context(**lan3.overrides()) as receiving:
+        for topic in topics:
+            receiving.receiver(topic, on_message=lambda message: None)
+        wait_for(lambda: wanted <= remote_interest(a, "E2"), 30, message="A heard B's interest in D3's topics")
+        kill_router(b)
+    wait_for(lambda: not wanted & remote_interest(a, "E2"), 30, message="A dropped the interest B stopped refreshing")
+    removed = [line for line in a.log().splitlines()
+               if "UMR-2001-2" in line and "not refreshed by another router" in line and "for domain 3" in line]
+    assert len(removed) == len(topics), removed
+    # Removals of one pass are logged together; passes are at least 50 ms apart (each is timed
+    # from the end of the one before), so lines within 10 ms of each other are one pass's.
+    stamps = sorted(datetime.datetime.strptime(line[1:27], "%Y-%m-%d %H:%M:%S.%f") for line in removed)
+    passes = [[stamps[0]]]
+    for stamp in stamps[1:]:
+        if (stamp - passes[-1][-1]).total_seconds() < 0.010:
+            passes[-1].append(stamp)
+        else:
+            passes.append([stamp])
+    assert max(len(one) for one in passes) <= 2, removed
+    # A's route-info connection to B failed too: said once, nothing raised.
+    assert "UMR-3005-4" in a.log() and "Traceback" not in a.log()
 
 
 def kill_router(router) -> None:

@@ -1,9 +1,13 @@
 """The router under trouble: a stalled receiver, a killed worker, reloads good and bad."""
+import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
+from router.supervisor import CRASH_LOOP_RESTARTS
 from tests.support.processes import wait_for
 from tests.support.routers import LAYOUTS, endpoint_xml, worker_group_xml, write_config
 
@@ -73,6 +77,29 @@ def test_killed_worker_is_restarted_and_traffic_resumes(routers, tools, make_dom
     assert got["duplicates"] == 0
     assert lost < rate * 5
     assert "UMR-1101-2" in router.log() and "UMR-1101-3" in router.log()
+
+
+def test_a_worker_that_keeps_dying_is_called_a_crash_loop(routers, make_domain):
+    """Restarts back off; after CRASH_LOOP_RESTARTS quick deaths in a row the router says so once,
+    at CRITICAL, and routerctl status marks the portal until it stays up."""
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(portals_xml([lan1, lan2])).wait_ready()
+    pid = router.worker_pids()["1"]
+    for death in range(1, CRASH_LOOP_RESTARTS + 1):
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: router.log().count("UMR-1101-2") == death, 10, message="the death is logged")
+        if death < CRASH_LOOP_RESTARTS:
+            assert "UMR-1101-5" not in router.log()
+            wait_for(lambda: router.worker_pids()["1"] not in (0, pid), 30, message=f"restart {death}")
+            pid = router.worker_pids()["1"]
+    lines = [line for line in router.log().splitlines() if "UMR-1101-5" in line]
+    assert len(lines) == 1 and "[CRITICAL]" in lines[0] and "portal LAN2" in lines[0], lines
+    assert f"died {CRASH_LOOP_RESTARTS} times in a row" in lines[0] and "(last: signal SIGKILL)" in lines[0], lines[0]
+    out = subprocess.run([sys.executable, "-m", "router.cli.routerctl", "-n", router.name, "--json", "status"],
+                         capture_output=True, text=True, timeout=30)
+    portals = {p["name"]: p for p in json.loads(out.stdout)["portals"]}
+    assert portals["LAN2"]["crash_loop"] and not portals["LAN1"]["crash_loop"], portals
+    assert portals["LAN2"]["restarts"] == CRASH_LOOP_RESTARTS
 
 
 def _running(pid: int) -> bool:

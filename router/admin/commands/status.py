@@ -48,7 +48,8 @@ class Status(Command):
             ("memory", _memory(data)),
         ])
         rows = [[p["name"], p["kind"], p["domain_id"], p["cost"], p["state"], p["pid"],
-                 tables.duration(p["uptime_s"]) if p["pid"] else "-", p["restarts"],
+                 tables.duration(p["uptime_s"]) if p["pid"] else "-",
+                 f"{p['restarts']} (crash loop)" if p.get("crash_loop") else p["restarts"],
                  f"{p['heartbeat_age_s']:.1f}s", p["proxy_receivers"], p["proxy_sources"],
                  tables.rate(p.get("rx_fragments_per_s")), tables.rate(p.get("tx_fragments_per_s")),
                  _scheduling(p), _mib(p.get("rss_bytes"))]
