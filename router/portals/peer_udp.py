@@ -36,6 +36,7 @@ from router.um.frame_runs import whole_frames_within
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.lbtru_receiver import LbtruSessionClient
 from router.um.lbtru_source import LbtruSourceSession
+from router.um.repairing_source import WINDOW_ENTRY_OVERHEAD
 from router.um.session_socket import loss_rate
 from router.um.wire.lbtru import MAX_DATAGRAM, LbtruData, LbtruNcf, LbtruRst, LbtruSm
 
@@ -55,6 +56,7 @@ class PeerUdpSender(LbtruSourceSession):
         super().__init__(loop, interface, udp.port, udp.port, datagram_max_size=MAX_DATAGRAM,
                          data_rate_limit=udp.rate_limit_data, retransmit_rate_limit=udp.rate_limit_retransmit,
                          rate_interval=udp.rate_limit_interval / 1000, window_size=udp.transmission_window_size,
+                         window_limit=udp.transmission_window_limit,
                          ignore_interval=udp.nak_ignore_interval / 1000,
                          sm_minimum_interval=udp.session_min_interval / 1000,
                          sm_maximum_interval=udp.session_max_interval / 1000,
@@ -281,9 +283,13 @@ class PeerUdpPath:
         return found
 
     def stats(self) -> dict:
-        receiver = self.receiver
-        return {"port": self.port, "session_id": f"{self.session_id:08X}",
-                "send": dict(self.sender.counters),
+        receiver, sender = self.receiver, self.sender
+        with sender.window_lock:
+            window = {"datagrams": len(sender.window), "bytes": sender.window_bytes, "size": sender.window_size,
+                      "limit": 0 if sender.window_limit == float("inf") else sender.window_limit,
+                      "bytes_counted_for_limit": sender.window_bytes + len(sender.window) * WINDOW_ENTRY_OVERHEAD}
+        return {"port": self.port, "session_id": f"{self.session_id:08X}", "transmission_window": window,
+                "send": dict(sender.counters),
                 "receive": dict(receiver.counters) if receiver is not None else {}}
 
     def close(self) -> None:

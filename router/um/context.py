@@ -70,6 +70,7 @@ def _repairing_options(config: UMConfig, transport: str) -> dict:
             "retransmit_rate_limit": get("context", "retransmit_rate_limit"),
             "rate_interval": get("context", "rate_interval") / 1000,
             "window_size": get("source", "transmission_window_size"),
+            "window_limit": get("source", "transmission_window_limit"),
             "ignore_interval": get("source", "ignore_interval") / 1000,
             "sm_minimum_interval": get("source", "sm_minimum_interval") / 1000,
             "sm_maximum_interval": get("source", "sm_maximum_interval") / 1000}

@@ -53,7 +53,8 @@ class LbtruSourceSession(RepairingSourceSession):
 
     def __init__(self, loop, interface: str, port_low: int, port_high: int, *, datagram_max_size: int = 8192,
                  data_rate_limit: int = 10_000_000, retransmit_rate_limit: int = 5_000_000,
-                 rate_interval: float = 0.1, window_size: int = 24 * 1024 * 1024, ignore_interval: float = 0.5,
+                 rate_interval: float = 0.1, window_size: int = 24 * 1024 * 1024, window_limit: int = 0,
+                 ignore_interval: float = 0.5,
                  sm_minimum_interval: float = 0.2, sm_maximum_interval: float = 10.0,
                  client_activity_timeout: float = 10.0, batching_minimum_length: int = 2048,
                  batching_interval: float = 0.2, overflow: str = "block", max_queue: int = 8 * 1024 * 1024,
@@ -68,7 +69,7 @@ class LbtruSourceSession(RepairingSourceSession):
         self.held: collections.deque[tuple[float, int]] = collections.deque()   # (when sent, sqn), nobody there
         super().__init__(loop, sock, datagram_max_size=datagram_max_size, data_rate_limit=data_rate_limit,
                          retransmit_rate_limit=retransmit_rate_limit, rate_interval=rate_interval,
-                         window_size=window_size, ignore_interval=ignore_interval,
+                         window_size=window_size, window_limit=window_limit, ignore_interval=ignore_interval,
                          sm_minimum_interval=sm_minimum_interval, sm_maximum_interval=sm_maximum_interval,
                          batching_minimum_length=batching_minimum_length, batching_interval=batching_interval,
                          overflow=overflow, max_queue=max_queue)

@@ -202,6 +202,7 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtrm_datagram_max_size", "context", 8192, _int(500, 65535)),
     _spec("transport_lbtrm_receiver_socket_buffer", "context", 8388608, U32),     # also MIM's receive socket
     _spec("transport_lbtrm_transmission_window_size", "source", 25165824, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtrm_transmission_window_limit", "source", 0, U32),
     _spec("transport_lbtrm_ignore_interval", "source", 500, MILLIS),
     _spec("transport_lbtrm_sm_minimum_interval", "source", 200, _int(1, 0x7FFFFFFF)),
     _spec("transport_lbtrm_sm_maximum_interval", "source", 10000, _int(1, 0x7FFFFFFF)),
@@ -222,6 +223,7 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtru_datagram_max_size", "context", 8192, _int(500, 65535)),
     _spec("transport_lbtru_receiver_socket_buffer", "context", 524288, U32),
     _spec("transport_lbtru_transmission_window_size", "source", 25165824, _int(1, 0x7FFFFFFF)),
+    _spec("transport_lbtru_transmission_window_limit", "source", 0, U32),
     _spec("transport_lbtru_ignore_interval", "source", 500, MILLIS),
     _spec("transport_lbtru_sm_minimum_interval", "source", 200, _int(1, 0x7FFFFFFF)),
     _spec("transport_lbtru_sm_maximum_interval", "source", 10000, _int(1, 0x7FFFFFFF)),

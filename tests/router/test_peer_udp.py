@@ -15,9 +15,9 @@ from tests.support.tshark import LiveCapture, decode, expert_info
 pytestmark = pytest.mark.integration
 
 
-def udp_xml(port: int) -> str:
+def udp_xml(port: int, window: str = "") -> str:
     # UM's 10 Mbit/s default peer rate is a WAN's; loopback takes more.
-    return (f"      <udp><port>{port}</port>"
+    return (f"      <udp><port>{port}</port>{window}"
             f'<peer-rate-limit data="1000000000" retransmit="100000000" interval="10"/></udp>\n')
 
 
@@ -34,10 +34,11 @@ def converged(routers_, count: int) -> bool:
             and len({r["signature"] for r in replies}) == 1)
 
 
-def udp_linked_pair(routers, lan1, lan2, prefix: str, env_b: dict | None = None):
+def udp_linked_pair(routers, lan1, lan2, prefix: str, env_b: dict | None = None, window_a: str = ""):
     """LAN1 - router A - peer link with a UDP path - router B - LAN2: (A, B, A's UDP port, B's)."""
     port, udp_a, udp_b = free_port(), free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM)
-    a = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port, extra=udp_xml(udp_a)),
+    a = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
+                      + peer_xml("TO_B", connect=port, extra=udp_xml(udp_a, window_a)),
                       FAST_ROUTING, name=f"{prefix}a")
     b = routers.start(peer_xml("TO_A", listen=port, extra=udp_xml(udp_b)) + endpoint_xml("LAN2", 2, lan2.config_path),
                       FAST_ROUTING, name=f"{prefix}b", env=env_b)
@@ -58,8 +59,10 @@ def send_and_receive(tools, source_domain, receiver_domain, topic, count, rate=2
 
 def test_a_udp_peer_link_delivers_everything_both_ways_through_loss(routers, tools, make_domain):
     lan1, lan2 = make_domain(), make_domain()
-    # Router B's end of the path drops 5% of the DATA it receives: A's sender repairs it.
-    a, b, udp_a, udp_b = udp_linked_pair(routers, lan1, lan2, "pua", env_b={"LBTRU_LOSS_RATE": "5"})
+    # Router B's end of the path drops 5% of the DATA it receives: A's sender repairs it, from a
+    # transmission window whose memory is limited (a few seconds of this stream).
+    a, b, udp_a, udp_b = udp_linked_pair(routers, lan1, lan2, "pua", env_b={"LBTRU_LOSS_RATE": "5"},
+                                         window_a='<transmission-window size="25165824" limit="8000000"/>')
     count = 50_000
     east = send_and_receive(tools, lan1, lan2, "udp.east", count)
     west = send_and_receive(tools, lan2, lan1, "udp.west", 10_000)
@@ -71,6 +74,9 @@ def test_a_udp_peer_link_delivers_everything_both_ways_through_loss(routers, too
     assert a_link["udp"]["port"] == udp_a and b_link["udp"]["port"] == udp_b
     assert b_link["udp"]["receive"]["naks_sent"] > 0 and b_link["udp"]["receive"]["lost"] == 0, b_link["udp"]
     assert a_link["udp"]["send"]["rxs_sent"] > 0 and a_link["udp"]["send"]["clients_connected"] == 1
+    window = a_link["udp"]["transmission_window"]
+    assert window["limit"] == 8_000_000 and window["size"] == 25165824 and window["datagrams"] > 0, window
+    assert window["bytes_counted_for_limit"] <= 8_000_000, window
     assert "dropping 5.0% of received DATA datagrams on purpose (LBTRU_LOSS_RATE)" in b.log()
     assert a.counters()[1]["data_fragments_sent"] >= count
     # The portals' counters (web monitor, Parquet, /metrics) carry the path's, kept up each keepalive tick.

@@ -20,7 +20,8 @@ import pytest
 from router.um.context import Context
 from router.um.lbtru_receiver import LbtruPort, LbtruSessionClient
 from router.um.loop import EventLoop
-from router.um.wire.lbtru import (LbtruCreq, LbtruData, LbtruRst, LbtruSm, decode_lbtru, encode_lbtru_ack,
+from router.um.repairing_source import NCF_NO_RETRY, WINDOW_ENTRY_OVERHEAD
+from router.um.wire.lbtru import (LbtruCreq, LbtruData, LbtruNcf, LbtruRst, LbtruSm, decode_lbtru, encode_lbtru_ack,
                                   encode_lbtru_creq, encode_lbtru_data, encode_lbtru_nak, encode_lbtru_ncf,
                                   encode_lbtru_rst, encode_lbtru_sm)
 from router.um.wire.errors import WireError
@@ -200,6 +201,40 @@ def test_a_creq_is_answered_with_an_sm_syn_and_acks_keep_a_receiver_connected(tm
             wait_for(lambda: got, 10, message="data for the real receiver")
             assert [d for _, d in got] == [b"for the real one"]
             assert stream.counters["rsts_rcved"] == 0 and stream.counters["connects"] == 1
+
+
+def test_the_window_limit_counts_what_each_kept_datagram_costs(tmp_path):
+    """transport_lbtru_transmission_window_limit bounds the memory the transmission window takes:
+    each kept datagram costs its bytes and WINDOW_ENTRY_OVERHEAD, so small datagrams leave the
+    window long before transmission_window_size bytes of them; a NAK for one that left gets NCF
+    "no retry", one for a datagram still kept its retransmission."""
+    domain = new_domain(tmp_path)
+    count, length = 1000, 150
+    limit = 100 * (WINDOW_ENTRY_OVERHEAD + length)
+    raw = _raw_socket()
+    with raw, Context(transport="lbtru", transport_lbtru_transmission_window_limit=limit,
+                      **domain.overrides()) as sending:
+        source = sending.source("ru.window")
+        session = source.session
+        for _ in range(count):                          # to nobody: the window keeps them all the same
+            source.send(bytes(length), flush=True)
+        wait_for(lambda: session.next_sqn == count, 10, message="every datagram sent")
+        with session.window_lock:
+            kept = list(session.window)
+            cost = session.window_bytes + len(kept) * WINDOW_ENTRY_OVERHEAD
+            one = len(session.window[kept[-1]]) + WINDOW_ENTRY_OVERHEAD
+        assert kept == list(range(count - len(kept), count)), "the newest are kept"
+        assert cost <= limit < cost + one, (len(kept), cost, limit)
+        assert session.window_bytes < session.window_size / 1000, "the limit let them go, not the size"
+        address = ("127.0.0.1", session.port)
+        raw.sendto(encode_lbtru_creq(session.session_id, 5), address)
+        assert _receive_syn(raw).lead_sqn == count - 1
+        raw.sendto(encode_lbtru_nak(session.session_id, 5, [0]), address)
+        ncf = _receive(raw, LbtruNcf)
+        assert ncf.sqns == (0,) and ncf.reason == NCF_NO_RETRY, ncf
+        raw.sendto(encode_lbtru_nak(session.session_id, 5, [count - 1]), address)
+        repaired = _receive(raw, LbtruData)
+        assert repaired.sqn == count - 1 and repaired.retransmission
 
 
 def test_a_silent_receiver_is_forgotten_and_then_reset(tmp_path, caplog):
