@@ -25,6 +25,8 @@ def tools():
     runner = ToolRunner()
     yield runner
     runner.cleanup()
+    for tool in runner.tools:
+        _fail_on_traceback(" ".join(tool.argv[2:]), tool.stderr)
 
 
 @pytest.fixture
@@ -33,14 +35,19 @@ def routers(tmp_path):
     runner = RouterRunner(tmp_path)
     yield runner
     runner.cleanup()
-    # An exception a router's loop caught is still a bug (it cut short whatever raised it), even
-    # when the test's traffic got through: no test passes with one in a router's log.
     for router in runner.routers:
-        lines = router.log().splitlines()
-        first = next((n for n, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), None)
-        if first is not None:
-            shown = "\n".join(lines[max(0, first - 1):first + 40])
-            pytest.fail(f"a Traceback in the log of router {router.name}:\n{shown}")
+        _fail_on_traceback(f"router {router.name}", router.log())
+
+
+def _fail_on_traceback(what: str, text: str) -> None:
+    """An exception a loop or a thread caught and logged is still a bug (it cut short whatever
+    raised it), even when the test's traffic got through: no test passes with one in the output of
+    a router or a tool it ran."""
+    lines = text.splitlines()
+    first = next((n for n, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), None)
+    if first is not None:
+        shown = "\n".join(lines[max(0, first - 1):first + 40])
+        pytest.fail(f"a Traceback in the output of {what}:\n{shown}")
 
 
 @pytest.hookimpl(hookwrapper=True)
