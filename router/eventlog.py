@@ -30,6 +30,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "portal-hung": ("UMR-1101-4", logging.ERROR),
     "portal-crash-loop": ("UMR-1101-5", logging.CRITICAL),
     "portal-stopped": ("UMR-1101-6", logging.INFO),
+    "portal-reconfigured": ("UMR-1101-7", logging.INFO),       # stopped by a reload, starting again
     "interest-added": ("UMR-2001-1", logging.INFO),
     "interest-removed": ("UMR-2001-2", logging.INFO),
     "proxy-receiver-created": ("UMR-2002-1", logging.INFO),
@@ -45,6 +46,8 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "drops-immediate-size-error": ("UMR-3001-4", logging.WARNING),
     "drops-immediate-error": ("UMR-3001-5", logging.WARNING),
     "drops-duplicate": ("UMR-3001-6", logging.INFO),           # <sqn-window>: copies, nothing lost
+    "queue-began": ("UMR-3001-7", logging.WARNING),             # the DRO's Gwd-6945-1
+    "queue-flushed": ("UMR-3001-8", logging.INFO),              # the DRO's Gwd-6945-3
     "malformed-input": ("UMR-3003-1", logging.WARNING),
     "pattern-invalid": ("UMR-3003-2", logging.WARNING),
     "request-port-unavailable": ("UMR-3004-1", logging.WARNING),

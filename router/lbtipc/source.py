@@ -201,6 +201,10 @@ class LbtipcSourceSession(BatchingSession):
     def queued_bytes(self) -> int:
         return self.waiting_bytes + self.held.bytes
 
+    def queued_for_receivers(self) -> int:
+        """What waits because the ring (its slowest receiver) does not take it now."""
+        return self.waiting_bytes
+
     def close(self) -> None:
         with self.lock:
             if self.closed:

@@ -24,6 +24,7 @@ from router.portals.late_join_relay import LateJoinRelay
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
+from router.portals.queue_episodes import QueueEpisodes
 from router.portals.remote_interest import CheckPace, InterestAnnouncer, RemoteInterest
 from router.portals.streams import StreamTable
 from router.portals.unicast_routing import DomainRouteAnnouncements, UnicastRouting, reached_domains
@@ -127,6 +128,7 @@ class EndpointPortal(EgressRecords):
         self.counters.set("data_bytes_enqueued_limit", config.max_queue)
         self._interest_timer = None
         self._rate_limited = RateLimitedEvents(log_event)
+        self.queue_episodes = QueueEpisodes(log_event)
         # Unicast immediate messages for other domains: this portal takes them at its request port.
         self.unicast = UnicastRouting(self.name, self.view, datapath, counters, self._rate_limited)
         self.context.uim_router = self._unicast_in
@@ -625,12 +627,14 @@ class EndpointPortal(EgressRecords):
         if immediate is not None:
             self.counters.set("immediate_malformed", immediate.counters["mim_malformed"]
                               + immediate.reassembly.counters.get("mim_fragments_malformed", 0))
-        enqueued = 0
+        enqueued = waiting = 0
         dropped_bytes = dropped_frames = 0
         for session in self.egress.sessions():
             enqueued += session.queued_bytes()
+            waiting += session.queued_for_receivers()
             dropped_bytes += session.counters["dropped_would_block_bytes"]
             dropped_frames += session.counters["dropped_would_block_frames"]
+        self.queue_episodes.sample(waiting, time.monotonic())
         self.counters.set("data_bytes_enqueued", enqueued)
         self.counters.set_max("data_bytes_enqueued_max", enqueued)
         previous = self.counters.get("transport_topic_fragment_bytes_dropped_would_block")

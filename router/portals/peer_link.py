@@ -21,6 +21,7 @@ import errno
 import logging
 import os
 import socket
+import time
 from typing import Callable
 
 from router.eventlog import event
@@ -29,6 +30,7 @@ from router.portals import peer_outbound, peer_sockets, peer_stream
 from router.portals.peer_handshake import HandshakeError, build_handshake, is_handshake, parse_handshake
 from router.portals.peer_keepalive import KeepaliveMonitor, keepalive_header
 from router.portals.peer_udp import PeerUdpPath
+from router.portals.queue_episodes import QueueEpisodes
 from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRANSITIONS, LinkEvent,
                                              LinkState)
 from router.portals.immediate import is_immediate
@@ -83,6 +85,7 @@ class PeerLink:
         self.refused_connections = 0
         self.handshake_failures = 0
         self.dropping = False                   # in a "would block" episode (logged once per episode)
+        self.queue_episodes = QueueEpisodes(self._log_event)
         self._sock: socket.socket | None = None
         self._stream = None                     # what the bytes pass through: router.portals.peer_stream
         self._tls_contexts: dict = {}
@@ -607,6 +610,8 @@ class PeerLink:
         if self.udp_path is not None:
             self._count_udp()
         self._end_drop_episode()
+        waiting = self.udp_path.queued_bytes() if self.udp_path is not None else self.queue.unwritten_bytes
+        self.queue_episodes.sample(waiting, time.monotonic())
         if self.state is not S.UP:
             return
         if self.keepalive.is_dead():

@@ -56,6 +56,11 @@ class OutboundQueue:
         return bool(self._chunks)
 
     @property
+    def unwritten_bytes(self) -> int:
+        """Bytes the socket has not taken yet (the batch being filled is not counted)."""
+        return self._unwritten
+
+    @property
     def batch_pending(self) -> bool:
         return bool(self._batch)
 

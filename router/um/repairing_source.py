@@ -383,6 +383,10 @@ class RepairingSourceSession(BatchingSession):
         """What the data rate holds back (the transmission window is sent already)."""
         return self.pending_bytes
 
+    def queued_for_receivers(self) -> int:
+        """What waits to be sent: all of it is the rate's (datagrams go whether receivers keep up)."""
+        return self.pending_bytes
+
     def backlog(self) -> float | None:
         return None
 

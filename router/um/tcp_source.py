@@ -214,6 +214,10 @@ class TcpSourceSession(BatchingSession):
         """What waits to be sent: in connections' queues, and held for a first receiver."""
         return sum(len(c.queue) for c in self.connections) + self.held.bytes
 
+    def queued_for_receivers(self) -> int:
+        """What waits because receivers' connections do not take it now."""
+        return sum(len(c.queue) for c in self.connections)
+
     def backlog(self) -> float | None:
         """None if some receiver's connection takes data now; else (every connection has data
         queued) the time.monotonic() of the last send that made progress."""

@@ -492,6 +492,39 @@ def test_peer_link_cut_by_a_stopped_router_recovers(routers, tools, make_domain)
     assert "Traceback" not in a.log() + b.log()
 
 
+def test_a_peer_link_says_when_its_queue_fills_and_drains(routers, tools, make_domain):
+    """Router B's peer worker stops reading: once the sockets' buffers are full, A's peer portal
+    queues (up to <max-queue>, dropping beyond) and says it began enqueueing; when B reads again
+    the queue drains and A says so."""
+    lan1, lan2 = make_domain(), make_domain()
+    port = free_port()
+    patient = '<gateway-keepalive interval="1000" timeout="30000"/>'    # the link stays up while B is stopped
+    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path)
+              + peer_xml("TO_B", connect=port, keepalive=patient), "qea")
+    b = start(routers, peer_xml("TO_A", listen=port, keepalive=patient)
+              + endpoint_xml("LAN2", 2, lan2.config_path), "qeb")
+    a.wait_ready(), b.wait_ready()
+    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
+    count = 16_000              # 4 s at 4 MB/s: well past what the loopback sockets' buffers hold
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 120, "--idle-timeout", 2, "queued.topic")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", 1000, "-P", 4000, "--start-on-stdin",
+                         "queued.topic")
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    wait_for(lambda: counter(a, 1, "data_fragments_sent") > 1000, 20, message="traffic over the link")
+    peer_worker = b.worker_pids()["0"]
+    os.kill(peer_worker, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "UMR-3001-7: portal TO_B: began enqueueing" in a.log(), 30,
+                 message="A's peer portal queues for the stopped companion")
+    finally:
+        os.kill(peer_worker, signal.SIGCONT)
+    wait_for(lambda: "UMR-3001-8: portal TO_B: queue flushed after" in a.log(), 30,
+             message="the queue drains once B reads again")
+    assert source.result(120)["sent"] == count
+    assert counter(a, 1, "link_disconnects") == 0, "the link stayed up"
+
+
 def dual_peer_xml(name: str, listen: int, companion: int) -> str:
     return (f"    <peer>\n      <name>{name}</name>\n      <tcp><listen-port>{listen}</listen-port><nodelay/>"
             f'<companion reconnect-interval="200"><address>127.0.0.1</address><port>{companion}</port></companion>'
