@@ -72,6 +72,7 @@ class Worker:
     group: tuple[str, ...] = ()           # the portals sharing this one's process (itself included)
     restart_requested: bool = False       # stopped to start again (a reload): not counted if it
                                           # exits by that TERM; counted if it had crashed anyway
+    planned_start: bool = False           # its next start follows such a stop (logged as portal-up only)
 
 
 class Supervisor:
@@ -334,15 +335,20 @@ class Supervisor:
             if uptime >= STABLE_AFTER:
                 worker.backoff, worker.quick_deaths = BACKOFF_FIRST, 0
             requested, worker.restart_requested = worker.restart_requested, False
-            died = not (requested and code in (0, -signal.SIGTERM))
-            if died:
-                worker.restarts += 1
-                if uptime < STABLE_AFTER:
-                    worker.quick_deaths += 1
+            if requested and code in (0, -signal.SIGTERM):
+                # Stopped by a reload to start with its new configuration: no failure, no backoff;
+                # its portal-up line follows.
+                worker.restart_at, worker.planned_start = time.monotonic(), True
+                event("portal-reconfigured", f"worker pid {process.pid} stopped after {uptime:.1f} s for the "
+                      f"new configuration; starting it again", name)
+                continue
+            worker.restarts += 1
+            if uptime < STABLE_AFTER:
+                worker.quick_deaths += 1
             worker.restart_at = time.monotonic() + worker.backoff
             event("portal-down", f"worker pid {process.pid} exited with {_describe_exit(code)} after "
                   f"{uptime:.1f} s; restarting in {worker.backoff:.1f} s (restart {worker.restarts})", name)
-            if died and worker.quick_deaths == CRASH_LOOP_RESTARTS:
+            if worker.quick_deaths == CRASH_LOOP_RESTARTS:
                 # Restarting goes on (backing off to BACKOFF_MAX): what kills it may pass (a port
                 # held by another process, a full disk), but an operator must look now.
                 event("portal-crash-loop", f"the worker died {CRASH_LOOP_RESTARTS} times in a row, each within "
@@ -371,7 +377,9 @@ class Supervisor:
             if worker.process is None and not worker.retired and worker.restart_at is not None \
                     and now >= worker.restart_at and not self.stopping \
                     and not self._retiring_named(worker.config.name):
-                event("portal-restarting", f"starting generation {worker.generation + 1}", worker.config.name)
+                if not worker.planned_start:
+                    event("portal-restarting", f"starting generation {worker.generation + 1}", worker.config.name)
+                worker.planned_start = False
                 self._spawn(worker)
 
     def _boot_failed(self) -> bool:

@@ -260,6 +260,11 @@ def test_changed_lbm_config_file_and_acl_restart_only_their_portal(routers, tool
     finish_stream(stream, count)
     now = pids_of(router)
     assert (now["LAN1"], now["LAN4"]) == (pids["LAN1"], pids["LAN4"])
+    # A planned restart, said as such (information), not as a worker that died and backs off.
+    for lan in ("LAN2", "LAN3"):
+        assert f"[information] UMR-1101-7: portal {lan}: worker pid {pids[lan]} stopped after" in router.log()
+    assert "UMR-1101-2" not in router.log() and "UMR-1101-3" not in router.log()
+    assert {name: p["restarts"] for name, p in status(router).items()} == dict.fromkeys(pids, 0)
     delivers(tools, lan1, lan2, "edited.after")
     # The ACL is in force: LAN3's receiver of a secret topic never gets a proxy source.
     secret = tools.umrcv("-c", lan3.config_path, "--json", "--timeout", 60, "secret.plans")
