@@ -54,6 +54,10 @@ class EventLoop:
         self._thread: threading.Thread | None = None
         self.callback_errors = 0
         self.cancelled_timers = 0       # cancelled ones still in the heap
+        # Bumped by every handler change: a handler that ran may have removed or replaced another
+        # whose descriptor the same select returned (a send that failed closes the socket its
+        # reader is about to read), so the rest are looked up again, and only then.
+        self._handler_changes = 0
         # Called with the ready descriptors (a list of ints) when epoll returns some, before their
         # handlers run: a router worker wakes the workers its data goes to while it reads it
         # (router.worker.datapath).
@@ -73,6 +77,7 @@ class EventLoop:
         self._set_handler(fd, 1, None)
 
     def _set_handler(self, fd, slot: int, callback) -> None:
+        self._handler_changes += 1
         try:
             key = self._selector.get_key(fd)
         except (KeyError, ValueError):
@@ -152,10 +157,16 @@ class EventLoop:
             until_timer = max(0.0, self._timers[0][0] - time.monotonic())
             timeout = until_timer if timeout is None else min(timeout, until_timer)
         ready = self._selector.select(timeout)
+        changes = self._handler_changes
         if ready and self.on_ready is not None:
             self._invoke(self.on_ready, ([key.fd for key, _ in ready],))
         for key, events in ready:
             reader, writer = key.data
+            if self._handler_changes != changes:
+                current = self._current_handlers(key.fd)
+                if current is None:
+                    continue                    # unregistered meanwhile (closed, most likely)
+                reader, writer = current
             if events & selectors.EVENT_READ and reader is not None:
                 self._invoke(reader, ())
             if events & selectors.EVENT_WRITE and writer is not None:

@@ -38,3 +38,30 @@ def test_on_ready_sees_the_ready_descriptors_before_their_handlers_run():
         loop.close()
         os.close(ready_fd)
         os.close(idle_fd)
+
+
+def test_a_handler_removed_by_another_in_the_same_turn_is_not_called():
+    """Two descriptors ready at once; whichever handler runs first closes the other (as a failed
+    send closes the socket a reader was about to read): the closed one's handler must not run on
+    the descriptor it no longer has."""
+    loop = EventLoop("stale")
+    fds = [os.eventfd(1, os.EFD_NONBLOCK), os.eventfd(1, os.EFD_NONBLOCK)]
+    ran, closed = [], set()
+
+    def handler(mine: int, other: int) -> None:
+        assert mine not in closed, "a handler ran for a descriptor another had closed"
+        ran.append(mine)
+        os.eventfd_read(mine)
+        loop.remove_reader(other)
+        os.close(other)
+        closed.add(other)
+
+    try:
+        loop.add_reader(fds[0], lambda: handler(fds[0], fds[1]))
+        loop.add_reader(fds[1], lambda: handler(fds[1], fds[0]))
+        loop.run_once(1.0)
+        assert len(ran) == 1 and loop.callback_errors == 0, (ran, loop.callback_errors)
+    finally:
+        loop.close()
+        for fd in set(fds) - closed:
+            os.close(fd)
