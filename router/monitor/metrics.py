@@ -56,12 +56,15 @@ class RouterCollector:
                                        labels=PORTAL_LABELS)
         heartbeat = GaugeMetricFamily(PREFIX + "portal_heartbeat_age_seconds",
                                       "time since the worker's loop last beat", labels=PORTAL_LABELS)
+        crash_loop = GaugeMetricFamily(PREFIX + "portal_crash_loop", "1 while the portal's worker keeps dying soon "
+                                       "after it starts (UMR-1101-5)", labels=PORTAL_LABELS)
         for name, state in status.items():
             labels = self._labels(name, state)
             up.add_metric(labels, 1 if state["state"] == "up" else 0)
             restarts.add_metric(labels, state["restarts"])
             heartbeat.add_metric(labels, state["heartbeat_age_s"])
-        return up, restarts, heartbeat
+            crash_loop.add_metric(labels, 1 if state.get("crash_loop") else 0)
+        return up, restarts, heartbeat, crash_loop
 
     def _router(self, stats: dict):
         supervisor = self.supervisor

@@ -130,7 +130,7 @@ def test_pages_render_links_work_and_figures_match_the_counters(runtime_dir, rou
     for portal in ("LAN1", "LAN2"):
         for counter in ("transport_topic_fragments_rcvd", "transport_topic_fragment_bytes_sent"):
             assert samples[(f"umrouter_{counter}_total", portal)] == stats[portal]["counters"][counter]
-        assert samples[("umrouter_portal_up", portal)] == 1
+        assert samples[("umrouter_portal_up", portal)] == 1 and samples[("umrouter_portal_crash_loop", portal)] == 0
     assert samples[("umrouter_proxy_sources", "LAN2")] >= 1
     resident = {labels["process"] + ":" + labels["portals"]: s.value
                 for family in text_string_to_metric_families(body.decode()) for s in family.samples

@@ -4,12 +4,14 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from router.supervisor import CRASH_LOOP_RESTARTS
 from tests.support.processes import wait_for
-from tests.support.routers import LAYOUTS, endpoint_xml, worker_group_xml, write_config
+from tests.support.routers import LAYOUTS, endpoint_xml, free_port, worker_group_xml, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +91,9 @@ def test_a_worker_that_keeps_dying_is_called_a_crash_loop(routers, make_domain):
     """Restarts back off; after CRASH_LOOP_RESTARTS quick deaths in a row the router says so once,
     at CRITICAL, and routerctl status marks the portal until it stays up."""
     lan1, lan2 = make_domain(), make_domain()
-    router = routers.start(portals_xml([lan1, lan2])).wait_ready()
+    web = free_port()
+    router = routers.start(portals_xml([lan1, lan2]),
+                           daemon_extra=f"    <web-monitor>127.0.0.1:{web}</web-monitor>\n").wait_ready()
     pid = router.worker_pids()["1"]
     for death in range(1, CRASH_LOOP_RESTARTS + 1):
         os.kill(pid, signal.SIGKILL)
@@ -106,6 +110,10 @@ def test_a_worker_that_keeps_dying_is_called_a_crash_loop(routers, make_domain):
     portals = {p["name"]: p for p in json.loads(out.stdout)["portals"]}
     assert portals["LAN2"]["crash_loop"] and not portals["LAN1"]["crash_loop"], portals
     assert portals["LAN2"]["restarts"] == CRASH_LOOP_RESTARTS
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10).read().decode()
+    crash_loop = {sample.labels["portal"]: sample.value for family in text_string_to_metric_families(metrics)
+                  for sample in family.samples if sample.name == "umrouter_portal_crash_loop"}
+    assert crash_loop == {"LAN1": 0, "LAN2": 1}, crash_loop
 
 
 def _running(pid: int) -> bool:
