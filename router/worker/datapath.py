@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import posix_ipc
 
 from router.config import validate
+from router.eventlog import event
 from router.ipc import layout
 from router.ipc.ring import ConsumerLapped, OverflowPolicy, RecordTooLarge, init_ring
 from router.ipc.ring_consumer import RingConsumer
@@ -123,6 +124,7 @@ class DataPathSpec:
 class DataPath:
     def __init__(self, spec: DataPathSpec, index: int, loop, counters):
         self.rings = spec.rings
+        self._names = {i: name for name, i in spec.portal_indexes.items()}
         self.index = index
         self.loop = loop
         self.counters = counters
@@ -379,6 +381,9 @@ class DataPath:
             written += 1
         return written
 
+    def _name_of(self, index: int) -> str:
+        return self._names.get(index, f"#{index}")
+
     def _too_large(self, fragments: int, size: int, err: RecordTooLarge) -> None:
         self.counters.add_pair("transport_topic_fragments_dropped_size_error",
                                "transport_topic_fragment_bytes_dropped_size_error", fragments, size)
@@ -451,8 +456,13 @@ class DataPath:
                     else:
                         consumer.read_batch(lambda t, p, r=ring: handler(r, t, p), READ_LIMIT, READ_BYTES)
                 except ConsumerLapped as err:
-                    log.error("portal %d lost %d bytes of ring %d: %s", self.index, err.bytes_lost, ring, err)
+                    # The rings block rather than overwrite: a consumer is lapped only after the
+                    # producer judged it dead (no heartbeat for the timeout, a hung worker) and
+                    # went on writing for the others.
                     self.counters.add("ring_records_malformed")
+                    event("ring-lapped", f"{err.bytes_lost} bytes of records from portal {self._name_of(ring)} "
+                                         f"were overwritten before they were sent ({err}); they are lost",
+                          self._name_of(self.index))
                     continue
                 if consumer.head - head >= BURST_BYTES:
                     self.on_burst()

@@ -219,3 +219,35 @@ def test_a_readable_socket_wakes_the_workers_its_data_goes_to_before_the_data_is
         os.close(socket_fd)
         ingress.close()
         egress.close()
+
+
+def test_a_portal_lapped_in_a_ring_counts_and_logs_what_it_lost(rings, caplog):
+    """The rings block rather than overwrite; only a consumer the producer judged dead (a hung
+    worker: no heartbeat for RING_HEARTBEAT_TIMEOUT) is written past. When that portal reads
+    again, what was overwritten is counted and logged with its id (UMR-3002-2), not silently gone."""
+    ring_set, ingress_loop = rings
+    egress_loop = EventLoop("lapped-egress")
+    spec = DataPathSpec(ring_set, {"E0": 0, "E1": 1})
+    egress_counters = PortalCounters()
+    ingress = DataPath(spec, 0, ingress_loop, PortalCounters())
+    egress = DataPath(spec, 1, egress_loop, egress_counters)
+    egress.handler = lambda *args: None
+    try:
+        connection = _Connection()
+        frames = bytes(1000)
+        while not connection.paused:              # E1 is alive: the ring fills and pushes back
+            ingress.frames(0b010, 1, frames, 1, 1000, connection)
+        # E1 never beats: once its heartbeat is older than the timeout the producer writes on (the
+        # ingress worker's own heartbeat, as in a worker, looks at its waiting records again).
+        ingress_loop.call_every(0.2, ingress.heartbeat)
+        assert ingress_loop.run_until(lambda: not connection.paused, 10), "the producer gave up on E1"
+        for _ in range(200):                      # 200 KB through a 64 KB ring
+            ingress.frames(0b010, 1, frames, 1, 1000)
+        with caplog.at_level("ERROR", logger="router"):
+            assert egress_loop.run_until(lambda: egress_counters.get("ring_records_malformed") >= 1, 5)
+        [line] = [r.getMessage() for r in caplog.records if "UMR-3002-2" in r.getMessage()]
+        assert line.startswith("UMR-3002-2: portal E1: ") and "from portal E0 were overwritten" in line, line
+    finally:
+        ingress.close()
+        egress.close()
+        egress_loop.close()
