@@ -33,6 +33,10 @@ from router.um.wire.otid import tcp_otid
 log = logging.getLogger(__name__)
 
 
+CLOSE_DRAIN_TIMEOUT = 5.0      # s a closing session gives its receivers to take what is queued
+CLOSE_DRAIN_CHECK = 0.05       # s between looks, when the loop's thread closed it
+
+
 class _Connection:
     __slots__ = ("sock", "peer", "queue", "writer_armed", "dropped_batches", "dropped_bytes", "progress")
 
@@ -232,15 +236,37 @@ class TcpSourceSession(BatchingSession):
         return latest
 
     def close(self) -> None:
-        """Flush what is batched, let receivers drain it, then hang up (receivers see EOS)."""
+        """Flush what is batched, let receivers drain it, then hang up (receivers see EOS), giving
+        them CLOSE_DRAIN_TIMEOUT. An application's thread waits for that. The loop's own thread (a
+        router deleting its last proxy source on the session) must not: a stopped receiver would
+        stall every portal of its worker that long. There the connections drain as the loop runs
+        and are closed once empty, or at the timeout with what is left counted as dropped."""
         with self.lock:
             if self.closed:
                 return
             self.closed = True
             self._flush_locked()
             self.held.discard()               # nobody connected in time: counted
-        self.wait_drained(0, timeout=5.0)
+        if self.loop.in_loop_thread():
+            self._close_when_drained(time.monotonic() + CLOSE_DRAIN_TIMEOUT)
+            return
+        self.wait_drained(0, timeout=CLOSE_DRAIN_TIMEOUT)
         self.loop.call_and_wait(self._close_sockets)
+
+    def _close_when_drained(self, deadline: float) -> None:
+        with self.lock:
+            left = [c for c in self.connections if c.queue]
+        if left and time.monotonic() < deadline:
+            self.loop.call_later(CLOSE_DRAIN_CHECK, self._close_when_drained, deadline)
+            return
+        if left:
+            lost = sum(len(c.queue) for c in left)
+            self.counters["dropped_would_block_batches"] += len(left)
+            self.counters["dropped_would_block_bytes"] += lost
+            peers = ", ".join(f"{c.peer[0]}:{c.peer[1]}" for c in left)
+            log.warning("LBT-TCP session on port %d closed with %d bytes its receiver(s) %s had not taken "
+                        "within %.0f s; dropped", self.port, lost, peers, CLOSE_DRAIN_TIMEOUT)
+        self._close_sockets()
 
     def _close_sockets(self) -> None:
         self.loop.remove_reader(self.listener.fileno())

@@ -83,3 +83,44 @@ def test_an_application_source_sends_only_to_receivers_already_there(loop, domai
             assert _messages(first, 1) == [b"after"]
     finally:
         session.close()
+
+
+def _fill(session, sock: socket.socket) -> int:
+    """Send until the receiver's socket buffers are full and the session queues; the next number."""
+    number = 0
+    while not any(c.queue for c in session.connections):
+        session.send(1, number, bytes(60_000), flush=True)
+        number += 1
+        assert number < 10_000, "the session never queued"
+    return number
+
+
+def test_closed_from_its_loop_it_does_not_wait_and_a_reading_receiver_still_gets_everything(loop, domain):
+    """A router deletes its last proxy source on a session from the loop's own thread: close must
+    not block that thread (every portal of the worker would stall) yet a receiver that is merely
+    behind still gets all that was queued for it, then the end of the session."""
+    session = _session(loop, domain)
+    with socket.create_connection(("127.0.0.1", session.port)) as receiver:
+        receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        wait_for(lambda: session.receiver_count == 1, 10, message="the receiver connected")
+        sent = _fill(session, receiver)
+        loop.call_and_wait(session.close)                 # returns with data still queued
+        assert session.connections and any(c.queue for c in session.connections)
+        assert len(_messages(receiver, sent, timeout=30)) == sent, "everything queued was delivered"
+        receiver.settimeout(10)
+        wait_for(lambda: not session.connections, 10, message="the session hung up once drained")
+        assert session.counters["dropped_would_block_bytes"] == 0
+
+
+def test_closed_from_its_loop_what_a_stuck_receiver_never_takes_is_dropped_and_counted(loop, domain, caplog,
+                                                                                       monkeypatch):
+    monkeypatch.setattr("router.um.tcp_source.CLOSE_DRAIN_TIMEOUT", 0.5)
+    session = _session(loop, domain)
+    with socket.create_connection(("127.0.0.1", session.port)) as stuck:      # never reads
+        wait_for(lambda: session.receiver_count == 1, 10, message="the receiver connected")
+        _fill(session, stuck)
+        queued = sum(len(c.queue) for c in session.connections)
+        loop.call_and_wait(session.close)
+        wait_for(lambda: not session.connections, 10, message="closed at the drain timeout")
+    assert session.counters["dropped_would_block_bytes"] >= queued > 0
+    assert any("had not taken within" in r.getMessage() for r in caplog.records), caplog.text
