@@ -48,6 +48,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "drops-duplicate": ("UMR-3001-6", logging.INFO),           # <sqn-window>: copies, nothing lost
     "queue-began": ("UMR-3001-7", logging.WARNING),             # the DRO's Gwd-6945-1
     "queue-flushed": ("UMR-3001-8", logging.INFO),              # the DRO's Gwd-6945-3
+    "drops-ended": ("UMR-3001-9", logging.INFO),                # a drop episode's queue drained
     "ring-lapped": ("UMR-3002-2", logging.ERROR),               # records overwritten before they were sent
     "malformed-input": ("UMR-3003-1", logging.WARNING),
     "pattern-invalid": ("UMR-3003-2", logging.WARNING),

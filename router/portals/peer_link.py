@@ -199,7 +199,7 @@ class PeerLink:
             queue, drained = self._data_queue()
             if drained:
                 self.dropping = False
-                log.info("peer %s: %s drained, no longer dropping", self.name, queue)
+                self._log_event("drops-ended", f"{queue} drained, no longer dropping")
 
     def _data_queue(self) -> tuple[str, bool]:
         """Where data waits (the UDP path's rate queue, or the TCP link's), and whether it is empty."""

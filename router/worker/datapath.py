@@ -387,7 +387,8 @@ class DataPath:
     def _too_large(self, fragments: int, size: int, err: RecordTooLarge) -> None:
         self.counters.add_pair("transport_topic_fragments_dropped_size_error",
                                "transport_topic_fragment_bytes_dropped_size_error", fragments, size)
-        log.warning("dropped a %d-byte record: %s", size, err)
+        event("drops-size-error", f"a {size}-byte record is larger than a ring can carry ({err}); dropped",
+              self._name_of(self.index))
 
     def _pause(self, client) -> None:
         client.pause()

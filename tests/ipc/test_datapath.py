@@ -251,3 +251,24 @@ def test_a_portal_lapped_in_a_ring_counts_and_logs_what_it_lost(rings, caplog):
         ingress.close()
         egress.close()
         egress_loop.close()
+
+
+def test_a_record_larger_than_a_ring_is_dropped_counted_and_logged(rings, caplog):
+    ring_set, loop = rings
+    counters = PortalCounters()
+    path = DataPath(DataPathSpec(ring_set, {"E0": 0, "E1": 1}), 0, loop, counters)
+    reader = RingConsumer(ring_set.segments[0].memory, 1, wakeups=ring_set.wakeups(0))
+    try:
+        with caplog.at_level("WARNING", logger="router"):
+            path.frames(0b010, 1, bytes(100_000), 1, 100_000, _Connection())     # the ring holds 64 KB
+            path.frames(0b010, 1, b"small", 1, 5, _Connection())                 # the next goes through
+        assert counters.get("transport_topic_fragments_dropped_size_error") == 1
+        assert counters.get("transport_topic_fragment_bytes_dropped_size_error") > 100_000
+        [line] = [r.getMessage() for r in caplog.records if "UMR-3001-2" in r.getMessage()]
+        assert line.startswith("UMR-3001-2: portal E0: a ") and "larger than a ring can carry" in line, line
+        got = []
+        reader.read_batch(lambda t, p: got.append(decode_frames(p)[3].tobytes()))
+        assert got == [b"small"]
+    finally:
+        reader.close()
+        path.close()

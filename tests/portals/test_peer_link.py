@@ -227,7 +227,7 @@ def test_would_block_drops_are_said_once_per_episode_which_ends_when_the_queue_d
             acceptor.driven = True
             harness.run_until(lambda: caplog.text.count("no longer dropping") == episode + 1, 10, "the queue to drain")
     assert caplog.text.count("peer link queue full (200000 bytes): dropping data until it drains") == 2
-    assert caplog.text.count("peer PA: peer link queue drained, no longer dropping") == 2
+    assert caplog.text.count("UMR-3001-9: portal PA: peer link queue drained, no longer dropping") == 2
 
 
 def test_batching_holds_small_data_until_the_interval_and_control_flushes_it(harness):

@@ -246,7 +246,7 @@ def test_a_full_udp_queue_refuses_data_counted_exactly_but_never_a_control_messa
     assert initiator.counter("data_fragments_sent") == taken
     assert path.sender.counters["dropped_would_block_frames"] == 0          # refused whole, never dropped later
     assert caplog.text.count("UDP path queue full (20000 bytes at the peer rate limit)") == 3
-    assert caplog.text.count("peer PA: UDP path queue drained, no longer dropping") == 3
+    assert caplog.text.count("UMR-3001-9: portal PA: UDP path queue drained, no longer dropping") == 3
 
 
 def test_send_data_is_true_only_when_all_of_a_piece_went_and_counts_each_message(harness):
