@@ -36,7 +36,6 @@ from router.um.frame_runs import whole_frames_within
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.lbtru_receiver import LbtruSessionClient
 from router.um.lbtru_source import LbtruSourceSession
-from router.um.repairing_source import WINDOW_ENTRY_OVERHEAD
 from router.um.session_socket import loss_rate
 from router.um.wire.lbtru import MAX_DATAGRAM, LbtruData, LbtruNcf, LbtruRst, LbtruSm
 
@@ -286,8 +285,7 @@ class PeerUdpPath:
         receiver, sender = self.receiver, self.sender
         with sender.window_lock:
             window = {"datagrams": len(sender.window), "bytes": sender.window_bytes, "size": sender.window_size,
-                      "limit": 0 if sender.window_limit == float("inf") else sender.window_limit,
-                      "bytes_counted_for_limit": sender.window_bytes + len(sender.window) * WINDOW_ENTRY_OVERHEAD}
+                      "limit": sender.window_limit, "bytes_counted_for_limit": sender.window_footprint()}
         return {"port": self.port, "session_id": f"{self.session_id:08X}", "transmission_window": window,
                 "send": dict(sender.counters),
                 "receive": dict(receiver.counters) if receiver is not None else {}}

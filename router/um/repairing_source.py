@@ -109,7 +109,7 @@ class RepairingSourceSession(BatchingSession):
         self.window: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self.window_bytes = 0
         self.window_size = window_size
-        self.window_limit = window_limit or float("inf")
+        self.window_limit = window_limit              # 0: none
         self.window_lock = threading.Lock()
         self.retransmitted: dict[tuple, float] = {}          # (sqn, receiver) -> when, for the ignore interval
         # Retransmissions the retransmit rate holds back (NCF "rx delay"): up to one second of
@@ -260,7 +260,7 @@ class RepairingSourceSession(BatchingSession):
             self.window_bytes += len(datagram)
             while len(self.window) > 1 and (
                     self.window_bytes > self.window_size
-                    or self.window_bytes + len(self.window) * WINDOW_ENTRY_OVERHEAD > self.window_limit):
+                    or self.window_limit and self.window_footprint() > self.window_limit):
                 _, old = self.window.popitem(last=False)
                 self.window_bytes -= len(old)
         self._send_data(sqn, datagram)
@@ -383,9 +383,13 @@ class RepairingSourceSession(BatchingSession):
         """What the data rate holds back (the transmission window is sent already)."""
         return self.pending_bytes
 
-    def queued_for_receivers(self) -> int:
-        """What waits to be sent: all of it is the rate's (datagrams go whether receivers keep up)."""
-        return self.pending_bytes
+    # All that waits is the rate's: datagrams go whether receivers keep up or not.
+    queued_for_receivers = queued_bytes
+
+    def window_footprint(self) -> int:
+        """The transmission window's bytes with each datagram's bookkeeping: what
+        `transport_*_transmission_window_limit` bounds (window_lock held)."""
+        return self.window_bytes + len(self.window) * WINDOW_ENTRY_OVERHEAD
 
     def backlog(self) -> float | None:
         return None

@@ -221,7 +221,7 @@ def test_the_window_limit_counts_what_each_kept_datagram_costs(tmp_path):
         wait_for(lambda: session.next_sqn == count, 10, message="every datagram sent")
         with session.window_lock:
             kept = list(session.window)
-            cost = session.window_bytes + len(kept) * WINDOW_ENTRY_OVERHEAD
+            cost = session.window_footprint()
             one = len(session.window[kept[-1]]) + WINDOW_ENTRY_OVERHEAD
         assert kept == list(range(count - len(kept), count)), "the newest are kept"
         assert cost <= limit < cost + one, (len(kept), cost, limit)
