@@ -443,7 +443,9 @@ class PeerLink:
         self._receive.clear()
         self.peer = None
         self.dropping = False
-        return self.queue.discard()
+        discarded = self.queue.discard()
+        self.queue_episodes.discarded(time.monotonic(), "the connection closed, what waited was discarded")
+        return discarded
 
     # -- I/O -------------------------------------------------------------------------------------------
     def _on_readable(self) -> None:

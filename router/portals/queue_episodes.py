@@ -44,3 +44,12 @@ class QueueEpisodes:
                 self.log_event("queue-flushed", f"queue flushed after {now - self.started:.2f} s (at most "
                                                 f"{self.most} bytes waited)")
             self.started = None
+
+    def discarded(self, now: float, why: str) -> None:
+        """The queue was thrown away, not sent (`why`: a peer link went down): the episode ends
+        now, and its line says so rather than that the receivers caught up."""
+        if self.started is not None:
+            if self.logged:
+                self.log_event("queue-flushed", f"queue ended after {now - self.started:.2f} s without draining "
+                                                f"(at most {self.most} bytes waited): {why}")
+            self.started = None

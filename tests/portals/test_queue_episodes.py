@@ -31,3 +31,15 @@ def test_episodes_close_together_are_logged_once_with_a_count():
     episodes.sample(0, 31.0)
     episodes.sample(100, 32.0)
     assert lines[-1].startswith("queue-began") and lines[-1].endswith("1 shorter episode(s) since the last such line")
+
+
+def test_a_queue_thrown_away_ends_its_episode_saying_so():
+    lines = []
+    episodes = QueueEpisodes(lambda name, text: lines.append((name, text)), quiet=10.0)
+    episodes.sample(7000, 1.0)
+    episodes.discarded(2.5, "the connection closed")
+    assert lines[-1] == ("queue-flushed", "queue ended after 1.50 s without draining (at most 7000 bytes "
+                                          "waited): the connection closed")
+    episodes.sample(0, 3.0)                        # the next empty sample says nothing more
+    episodes.discarded(4.0, "the connection closed")
+    assert len(lines) == 2
