@@ -152,11 +152,15 @@ DUPLICATE_COUNTERS = ("transport_topic_fragments_dropped_duplicate", "transport_
 BATCH_COUNTERS = ("batch_msgs_min", "batch_msgs_mean", "batch_msgs_max", "batch_bytes_min", "batch_bytes_mean",
                   "batch_bytes_max", "batch_msgs_total", "batch_bytes_total")
 
+# Added with ring-lapped events (router/worker/datapath.py): bytes of records a portal lost because
+# a producer judged its worker dead and wrote over them; lapping was counted as malformed records.
+LAPPED_COUNTERS = ("ring_laps", "ring_bytes_lapped")
+
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
                  + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS
                  + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS
-                 + BATCH_COUNTERS)
+                 + BATCH_COUNTERS + LAPPED_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

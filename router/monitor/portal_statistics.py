@@ -202,6 +202,8 @@ def _worker(*more: tuple[str, str]) -> Section:
         ("Early wake-ups of other workers", "ring_early_wakeups_sent"),
         ("Early wake-ups that found no record", "ring_early_wakeups_idle"),
         ("Malformed ring records (ignored)", "ring_records_malformed"),
+        ("Times the worker was lapped in a ring (records overwritten)", "ring_laps"),
+        ("Bytes of records overwritten before they were sent", "ring_bytes_lapped"),
         ("Malformed control bus messages (ignored)", "bus_messages_malformed"),
         *more,
     ), paired=False)

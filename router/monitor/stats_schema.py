@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from router.monitor.counters import COUNTER_NAMES
 
-SCHEMA_VERSION = "11"           # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
+SCHEMA_VERSION = "12"           # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
                                 # 3: multicast immediate message counters (IMMEDIATE_COUNTERS)
                                 # 4: a peer link's UDP data path (UDP_PEER_COUNTERS)
                                 # 5: late join relayed to the origin (LATE_JOIN_COUNTERS)
@@ -24,6 +24,7 @@ SCHEMA_VERSION = "11"           # 2: request/response counters (monitor/counters
                                 # 9: unicast immediate messages with no route, malformed (UNICAST_COUNTERS)
                                 # 10: frames dropped as duplicates by <sqn-window> (DUPLICATE_COUNTERS)
                                 # 11: a peer link's messages and bytes per batch (BATCH_COUNTERS)
+                                # 12: records lost to a producer writing past a dead-judged worker (LAPPED_COUNTERS)
 METADATA_KEY = b"umrouter.stats.schema_version"
 COUNTERS_METADATA_KEY = b"umrouter.stats.counters"
 

@@ -460,7 +460,8 @@ class DataPath:
                     # The rings block rather than overwrite: a consumer is lapped only after the
                     # producer judged it dead (no heartbeat for the timeout, a hung worker) and
                     # went on writing for the others.
-                    self.counters.add("ring_records_malformed")
+                    self.counters.add("ring_laps")
+                    self.counters.add("ring_bytes_lapped", err.bytes_lost)
                     event("ring-lapped", f"{err.bytes_lost} bytes of records from portal {self._name_of(ring)} "
                                          f"were overwritten before they were sent ({err}); they are lost",
                           self._name_of(self.index))

@@ -244,9 +244,12 @@ def test_a_portal_lapped_in_a_ring_counts_and_logs_what_it_lost(rings, caplog):
         for _ in range(200):                      # 200 KB through a 64 KB ring
             ingress.frames(0b010, 1, frames, 1, 1000)
         with caplog.at_level("ERROR", logger="router"):
-            assert egress_loop.run_until(lambda: egress_counters.get("ring_records_malformed") >= 1, 5)
+            assert egress_loop.run_until(lambda: egress_counters.get("ring_laps") >= 1, 5)
         [line] = [r.getMessage() for r in caplog.records if "UMR-3002-2" in r.getMessage()]
         assert line.startswith("UMR-3002-2: portal E1: ") and "from portal E0 were overwritten" in line, line
+        lost = int(line.split(": ")[2].split(" bytes")[0])
+        assert egress_counters.get("ring_bytes_lapped") == lost > 64 * 1024
+        assert egress_counters.get("ring_records_malformed") == 0     # lost, not malformed
     finally:
         ingress.close()
         egress.close()
