@@ -17,9 +17,7 @@ LBTRM = "source transport lbtrm"
 
 
 def _lbtrm_prefs(domain) -> list[str]:
-    return [f"lbtrm.mc_address_low:{domain.lbtrm_group}", f"lbtrm.mc_address_high:{domain.lbtrm_group}",
-            f"lbtrm.dport_low:{domain.port}", f"lbtrm.dport_high:{domain.port}",
-            f"lbtrm.sport_low:{domain.tcp_low}", f"lbtrm.sport_high:{domain.tcp_high}", *domain.lbmr_prefs()]
+    return [*domain.lbtrm_prefs(), *domain.lbmr_prefs()]
 
 
 def _receiver(tools, domain, topic: str, count: int, loss_percent: int = 0):
@@ -38,9 +36,9 @@ def test_lbtrm_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
     with LiveCapture(capture_filter=f"udp and (dst host {lan1.group} or dst host {lan1.lbtrm_group} "
                                     f"or dst portrange {lan1.tcp_low}-{lan1.tcp_high})", path=pcap) as capture:
         send_and_receive(start_source(tools, lan2, "rm.wire", count, size=100), receiver, count)
-    prefs = _lbtrm_prefs(lan1)
-    assert_no_expert_info(pcap, [], prefs)
-    tirs = [f for f in decode(pcap, [], prefs, fields=["lbmr.tir.name", "lbmr.tir.lbtrm.mcastip", "lbmr.tir.lbtrm.dport",
+    prefs, decode_as = _lbtrm_prefs(lan1), lan1.lbtrm_decode_as()
+    assert_no_expert_info(pcap, decode_as, prefs)
+    tirs = [f for f in decode(pcap, decode_as, prefs, fields=["lbmr.tir.name", "lbmr.tir.lbtrm.mcastip", "lbmr.tir.lbtrm.dport",
                                                         "lbmr.tir.lbtrm.sport", "lbmr.topt.cost.hop_count",
                                                         "lbmr.topt.cost.cost"], display_filter=capture.not_canary)
             if f.get("lbmr.tir.name") == ["rm.wire"]]
@@ -51,7 +49,7 @@ def test_lbtrm_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
     assert lan1.tcp_low <= int(advert["lbmr.tir.lbtrm.sport"][0]) <= lan1.tcp_high
     # One hop; the cost of the portal that advertises it (LAN1's 3), as every proxy source says.
     assert advert["lbmr.topt.cost.hop_count"] == ["1"] and advert["lbmr.topt.cost.cost"] == ["3"]
-    data = decode(pcap, [], prefs, fields=["lbtrm.hdr.type", "lbtrm.data.sqn", "lbmc.sqn", "lbmc.topic_idx"],
+    data = decode(pcap, decode_as, prefs, fields=["lbtrm.hdr.type", "lbtrm.data.sqn", "lbmc.sqn", "lbmc.topic_idx"],
                   display_filter=f"lbtrm and {capture.not_canary}")
     kinds = {f["lbtrm.hdr.type"][0] for f in data}
     assert "0x00" in kinds or "0x0" in kinds, kinds                    # DATA

@@ -7,15 +7,41 @@ Under pytest-xdist every worker takes its own share of each number space (`worke
 of n uses only the ports (and TCP blocks) numbered i modulo n, so two workers' live domains can
 never share a resolver port or a TCP range, whatever their domain counters are. (Spreading by pid
 alone could not promise that: the counters of two workers drift apart as their tests run, and
-pids 1 apart put one worker's 8th domain on another's 1st TCP range.)"""
+pids 1 apart put one worker's 8th domain on another's 1st TCP range.)
+
+A domain never gets a port that tshark's UDP or TCP port table gives to another protocol: tshark
+tries that protocol before the heuristics that find LBT-RM and LBT-RU by their configured ports, so
+a source's datagrams to such a port (11211: memcache, 13400: DoIP, ...) would decode as something
+else and a wire test would find none of its own.)"""
 from __future__ import annotations
 
+import functools
 import itertools
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 _counter = itertools.count(1)
+PORTS_PER_DOMAIN = 20           # the TCP block: 15 for sources' transports, 5 for request ports
+
+
+@functools.cache
+def claimed_ports() -> frozenset[int]:
+    """The ports tshark's `udp.port` and `tcp.port` tables give to a protocol (none without
+    tshark: the wire tests then fail on their own, saying it is missing)."""
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        return frozenset()
+    listing = subprocess.run([tshark, "-G", "decodes"], capture_output=True, text=True, timeout=60).stdout
+    ports = set()
+    for line in listing.splitlines():
+        table, _, rest = line.partition("\t")
+        port = rest.partition("\t")[0]
+        if table in ("udp.port", "tcp.port") and port.isdigit():
+            ports.add(int(port))
+    return frozenset(ports)
 
 
 @dataclass
@@ -53,6 +79,18 @@ class Domain:
         return [f"lbmr.mc_incoming_address:{self.group}", f"lbmr.mc_outgoing_address:{self.group}",
                 f"lbmr.mc_incoming_port:{self.port}", f"lbmr.mc_outgoing_port:{self.port}"]
 
+    def lbtrm_prefs(self) -> list[str]:
+        """The tshark preferences by which it knows this domain's LBT-RM sessions."""
+        return [f"lbtrm.mc_address_low:{self.lbtrm_group}", f"lbtrm.mc_address_high:{self.lbtrm_group}",
+                f"lbtrm.dport_low:{self.port}", f"lbtrm.dport_high:{self.port}",
+                f"lbtrm.sport_low:{self.tcp_low}", f"lbtrm.sport_high:{self.tcp_high}"]
+
+    def lbtrm_decode_as(self) -> list[str]:
+        """LBT-RM on the sources' ports, whatever the other port: a receiver NAKs from a port the
+        kernel picks, which tshark's port table may give to another protocol, and that table
+        comes before the preferences' heuristic."""
+        return [f"udp.port=={port},lbtrm" for port in range(self.tcp_low, self.tcp_high + 1)]
+
     def lbtru_overrides(self) -> dict:
         """LBT-RU sources on UDP ports numbered like the TCP range, receivers on UDP ports numbered
         like the request range (UDP ports: no clash with the TCP ones); the rate as LBT-RM's."""
@@ -81,20 +119,24 @@ def share(index: int, count: int, size: int, n: int) -> int:
 
 
 def new_domain(directory: Path, extra_lines: tuple[str, ...] = ()) -> Domain:
-    n = next(_counter)
     run, index, count = worker_slot()
+    claimed = claimed_ports()
+    while True:
+        n = next(_counter)
+        port = 10000 + share(index, count, 10000, run * 37 + n)
+        tcp_low = 21000 + share(index, count, 550, run * 7 + n) * PORTS_PER_DOMAIN
+        if port not in claimed and claimed.isdisjoint(range(tcp_low, tcp_low + PORTS_PER_DOMAIN)):
+            break
     # Groups: an octet pair of their own for each worker of the run (counted on from the run's pid,
     # so two runs on one machine rarely meet).
     worker = (run + index) % 4000
     group = f"239.{100 + worker // 250}.{worker % 250}.{n % 250 + 1}"
     mim_group = f"239.{200 + worker // 250}.{worker % 250}.{n % 250 + 1}"
     lbtrm_group = f"239.{150 + worker // 250}.{worker % 250}.{n % 250 + 1}"
-    # Ports: the worker's share of 10000..19999 (a capture filter `udp port P` sees this domain alone).
-    port = 10000 + share(index, count, 10000, run * 37 + n)
-    # TCP ranges stay below the kernel's ephemeral ports (32768+) so clients never squat on them.
-    # 20 ports per domain: 15 for sources' transports, 5 for request ports (UM's default width);
-    # 550 blocks of them, shared out among the workers as the UDP ports are.
-    tcp_low = 21000 + share(index, count, 550, run * 7 + n) * 20
+    # Ports (chosen above): the worker's share of 10000..19999 (a capture filter `udp port P` sees
+    # this domain alone). TCP ranges stay below the kernel's ephemeral ports (32768+) so clients
+    # never squat on them: 20 ports per domain, 15 for sources' transports, 5 for request ports
+    # (UM's default width); 550 blocks of them, shared out among the workers as the UDP ports are.
     tcp_high = tcp_low + 14
     request_low, request_high = tcp_high + 1, tcp_high + 5
     path = directory / f"domain{n}.cfg"

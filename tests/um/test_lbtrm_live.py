@@ -130,10 +130,8 @@ def test_the_session_on_the_wire_with_loss(tmp_path, monkeypatch):
             wait_for(lambda: len(got) == 400, 30, message="every message, repaired")
             stream = next(iter(receiving.clients.values()))
             wait_for(lambda: stream.counters["sms_rcved"] > 0, 10, message="a session message")
-    prefs = [f"lbtrm.mc_address_low:{domain.lbtrm_group}", f"lbtrm.mc_address_high:{domain.lbtrm_group}",
-             f"lbtrm.dport_low:{domain.port}", f"lbtrm.dport_high:{domain.port}",
-             f"lbtrm.sport_low:{domain.tcp_low}", f"lbtrm.sport_high:{domain.tcp_high}"]
-    frames = decode(pcap, [], prefs, fields=["lbtrm.hdr.type", "lbtrm.data.sqn", "lbtrm.data.flags_fec_type.rx",
+    prefs, decode_as = domain.lbtrm_prefs(), domain.lbtrm_decode_as()
+    frames = decode(pcap, decode_as, prefs, fields=["lbtrm.hdr.type", "lbtrm.data.sqn", "lbtrm.data.flags_fec_type.rx",
                                              "lbtrm.nak.list.nak"], display_filter=f"lbtrm and {capture.not_canary}")
     kinds = [int(f["lbtrm.hdr.type"][0], 0) for f in frames]
     assert {0, 2, 3} <= set(kinds), kinds                         # DATA, SM, NAK (NCFs only if refused)
@@ -144,7 +142,7 @@ def test_the_session_on_the_wire_with_loss(tmp_path, monkeypatch):
     naked = {int(sqn, 0) for f in frames for sqn in f.get("lbtrm.nak.list.nak", [])}
     assert originals == list(range(len(originals))), "each datagram sent once, in order"
     assert naked and naked <= retransmitted, (naked, retransmitted)
-    rows = expert_info(pcap, [], prefs, min_severity="warn")
+    rows = expert_info(pcap, decode_as, prefs, min_severity="warn")
     assert all(row.startswith("Warn/Sequence/LBT-RM: NAK") for row in rows), rows
 
 
