@@ -9,7 +9,7 @@ import signal
 import socket
 from pathlib import Path
 
-from tests.support.domains import worker_slot
+from tests.support.domains import claimed_ports, worker_slot
 from tests.support.processes import Tool
 
 _names = itertools.count(1)
@@ -44,15 +44,17 @@ _FREE_PORTS = range(61000, 65536)
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
     """A port nobody uses now, for a peer link's acceptor (TCP) or UDP path (`kind` SOCK_DGRAM);
-    never an ephemeral one. Under pytest-xdist only from this worker's share (ports equal to its
-    index modulo the worker count): between this check and the router binding it, no other worker
-    can pick the same port. The ports are handed out in turn (a shuffled cycle), so the several a
+    never an ephemeral one, nor one tshark decodes as another protocol. Under pytest-xdist only
+    from this worker's share (ports equal to its index modulo the worker count): between this
+    check and the router binding it, no other worker can pick the same port. The ports are handed out in turn (a shuffled cycle), so the several a
     test asks for are never one port twice, whether or not the first is bound yet."""
     if kind not in _port_cycles:
         _, index, count = worker_slot()
         low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
         candidates = [p for p in _FREE_PORTS if not low <= p <= high] or list(range(1024, low))
-        candidates = [p for p in candidates if p % count == index]
+        # Not one tshark gives to another protocol by port (tests.support.domains.claimed_ports).
+        claimed = claimed_ports()
+        candidates = [p for p in candidates if p % count == index and p not in claimed]
         _port_cycles[kind] = (len(candidates), itertools.cycle(random.sample(candidates, len(candidates))))
     size, ports = _port_cycles[kind]
     for port in itertools.islice(ports, size):
