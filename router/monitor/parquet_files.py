@@ -33,6 +33,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PART = re.compile(r"^\.?part-(\d+)\.parquet(\.open)?$")
+LEFTOVER = re.compile(r"^\.part-\d+\.parquet\.(open|tmp)$")
+DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 COMPRESSION = "zstd"
 
 
@@ -74,6 +76,47 @@ def publish(current: Path, target: Path) -> Path:
     return target
 
 
+def expired_dates(root: Path, router: str, today: dt.date, retain_days: int) -> list[Path]:
+    """The router's date directories older than the `retain_days` days before `today` (today is
+    day one); none when `retain_days` is 0 (keep everything). Only `date=YYYY-MM-DD` names count:
+    anything else under the router's directory is not ours to remove."""
+    if retain_days <= 0:
+        return []
+    oldest_kept = today - dt.timedelta(days=retain_days - 1)
+    expired = []
+    try:
+        names = os.listdir(root / f"router={router}")
+    except OSError:
+        return []
+    for name in sorted(names):
+        match = DATE_DIR.match(name)
+        if match is None:
+            continue
+        try:
+            day = dt.date.fromisoformat(match.group(1))
+        except ValueError:
+            continue
+        if day < oldest_kept:
+            expired.append(root / f"router={router}" / name)
+    return expired
+
+
+def remove_date(directory: Path) -> int:
+    """Remove a date directory's statistics files (published parts, and what a crash left), then
+    the directory if that emptied it. Returns the files removed; a file of another name stays,
+    and so does its directory."""
+    removed = 0
+    for entry in os.listdir(directory):
+        if PART.match(entry) or LEFTOVER.match(entry):
+            (directory / entry).unlink(missing_ok=True)
+            removed += 1
+    try:
+        directory.rmdir()
+    except OSError:                 # something else lives there: left as it is
+        pass
+    return removed
+
+
 @dataclass
 class Snapshot:
     batches: list
@@ -93,6 +136,7 @@ class BackgroundWriter:
         self.writes = self.errors = 0
         self.last_error: str | None = None
         self.busy = self.stopping = False
+        self.jobs: list = []                      # other disk work (pruning), in order, after the writes
         self.condition = threading.Condition()
         self.thread = threading.Thread(target=self._run, name="parquet-sink", daemon=True)
         self.thread.start()
@@ -105,11 +149,17 @@ class BackgroundWriter:
             self.pending[path] = snapshot         # replacing keeps the file's place in the queue
             self.condition.notify()
 
+    def call(self, job) -> None:
+        """Run `job()` on the writer's thread (disk work that must not hold up the loop either)."""
+        with self.condition:
+            self.jobs.append(job)
+            self.condition.notify()
+
     def flush(self, timeout: float) -> bool:
         """Wait until everything submitted is on disk (or failed); False at the deadline."""
         deadline = time.monotonic() + timeout
         with self.condition:
-            while self.pending or self.busy:
+            while self.pending or self.jobs or self.busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -127,15 +177,22 @@ class BackgroundWriter:
     def _run(self) -> None:
         while True:
             with self.condition:
-                while not self.pending and not self.stopping:
+                while not self.pending and not self.jobs and not self.stopping:
                     self.condition.wait()
-                if not self.pending:
+                if self.pending:
+                    path = next(iter(self.pending))
+                    snapshot = self.pending.pop(path)
+                    job = None
+                elif self.jobs:
+                    job = self.jobs.pop(0)
+                else:
                     return
-                path = next(iter(self.pending))
-                snapshot = self.pending.pop(path)
                 self.busy = True
             try:
-                self._apply(path, snapshot)
+                if job is None:
+                    self._apply(path, snapshot)
+                else:
+                    self._run_job(job)
             finally:
                 with self.condition:
                     self.busy = False
@@ -158,6 +215,14 @@ class BackgroundWriter:
             if self.last_error != str(err):
                 log.error("statistics not written to %s (will retry every interval): %s", path, err)
             self.last_error = str(err)
+
+    def _run_job(self, job) -> None:
+        try:
+            job()
+        except Exception as err:    # a job says what it failed at; the writer goes on
+            self.errors += 1
+            self.last_error = str(err)
+            log.error("statistics: %s", err)
 
     def _write(self, path: Path, batches: list) -> None:
         import pyarrow as pa

@@ -8,7 +8,9 @@ when it rotates. Workers never see any of this: statistics cost forwarding nothi
 
 Options (`options="k=v;k=v"`): `dir` (default: see `default_directory`); rotation limits of one
 part file: `rotate_minutes` (default 60, how late the newest rows become visible to readers),
-`max_rows` (default 10000) and `max_mb` (default 64).
+`max_rows` (default 10000) and `max_mb` (default 64); `retain_days` (default 90; 0 keeps
+everything): date directories older than that many days, today counted, are removed at start and
+as each UTC day begins, so a router left running for months does not fill its disk.
 """
 from __future__ import annotations
 
@@ -18,11 +20,12 @@ import os
 from pathlib import Path
 
 from router.monitor import stats_schema
-from router.monitor.parquet_files import BackgroundWriter, RollingParquetFile, recover
+from router.monitor.parquet_files import BackgroundWriter, RollingParquetFile, expired_dates, recover, remove_date
 
 log = logging.getLogger(__name__)
 
 FLUSH_TIMEOUT = 10.0          # at shutdown, for the last interval to reach the disk
+RETAIN_DAYS = 90              # a quarter's history for spark_pipeline, a bounded disk
 SYSTEM_DIRECTORY = Path("/var/lib/umrouter/stats")
 
 
@@ -36,7 +39,8 @@ def make(supervisor) -> "ParquetSink | None":
     sink = ParquetSink(supervisor.name, lambda: supervisor.workers, directory,
                        max_rows=int(_positive(options, "max_rows", 10_000)),
                        max_bytes=int(_positive(options, "max_mb", 64) * (1 << 20)),
-                       period_minutes=max(1, min(1440, int(_positive(options, "rotate_minutes", 60)))))
+                       period_minutes=max(1, min(1440, int(_positive(options, "rotate_minutes", 60)))),
+                       retain_days=_retain_days(options))
     sink.start(supervisor.loop, monitor.interval)
     log.info("statistics every %d s to %s", monitor.interval, sink.root / f"router={supervisor.name}")
     return sink
@@ -53,6 +57,16 @@ def _positive(options: dict[str, str], key: str, default: float) -> float:
     log.error("<format-module module=\"parquet\"> option %s=%r is not a positive number; using %s",
               key, options.get(key), default)
     return default
+
+
+def _retain_days(options: dict[str, str]) -> int:
+    """`retain_days`: a whole number of days, 0 to keep everything."""
+    text = options.get("retain_days", str(RETAIN_DAYS))
+    if text.strip().isdigit():
+        return int(text)
+    log.error("<format-module module=\"parquet\"> option retain_days=%r is not a whole number of days "
+              "(0 keeps everything); using %d", text, RETAIN_DAYS)
+    return RETAIN_DAYS
 
 
 def default_directory() -> Path:
@@ -76,8 +90,12 @@ def default_directory() -> Path:
 
 class ParquetSink:
     def __init__(self, router: str, workers, root: Path, max_rows: int = 10_000, max_bytes: int = 64 << 20,
-                 period_minutes: int = 60, clock=lambda: dt.datetime.now(dt.timezone.utc)):
+                 period_minutes: int = 60, clock=lambda: dt.datetime.now(dt.timezone.utc),
+                 retain_days: int = RETAIN_DAYS):
         self.router, self.workers, self.root, self.clock = router, workers, Path(root), clock
+        self.retain_days = retain_days
+        self.pruned_for: dt.date | None = None    # the UTC day old statistics were last removed for
+        self.dates_removed = 0
         self.schema = stats_schema.arrow_schema()
         self.writer = BackgroundWriter(self.schema)
         self.file = RollingParquetFile(self.root, router, self.writer, max_rows, max_bytes, period_minutes)
@@ -99,12 +117,33 @@ class ParquetSink:
         # call_every stops rescheduling a callback that raises: a bug here must not end statistics.
         try:
             now = self.clock()
+            self._prune_when_the_day_begins(now)
             batch = self.read_batch(now)
             if batch.num_rows:
                 self.file.append(batch, now)
         except Exception:
             self.tick_errors += 1
             log.exception("statistics interval skipped")
+
+    def _prune_when_the_day_begins(self, now: dt.datetime) -> None:
+        today = now.astimezone(dt.timezone.utc).date()
+        if self.retain_days > 0 and today != self.pruned_for:
+            self.pruned_for = today
+            self.writer.call(lambda: self._prune(today))
+
+    def _prune(self, today: dt.date) -> None:
+        """On the writer's thread: remove the date directories older than `retain_days`."""
+        for directory in expired_dates(self.root, self.router, today, self.retain_days):
+            try:
+                files = remove_date(directory)
+            except OSError as err:
+                raise OSError(f"cannot remove {directory} (older than retain_days={self.retain_days}): "
+                              f"{err}") from None
+            if not files:           # only what is not ours is left there: said once already
+                continue
+            self.dates_removed += 1
+            log.info("statistics: removed %s, %d file(s), older than %d day(s) (<format-module> retain_days)",
+                     directory, files, self.retain_days)
 
     def read_batch(self, now: dt.datetime):
         """One row per portal, as of `now`."""
@@ -164,4 +203,5 @@ class ParquetSink:
         return {"dir": str(self.root), "file": str(self.file.path) if self.file.path else None,
                 "rows_in_file": self.file.rows, "writes": self.writer.writes,
                 "write_errors": self.writer.errors, "last_error": self.writer.last_error,
-                "tick_errors": self.tick_errors}
+                "tick_errors": self.tick_errors, "retain_days": self.retain_days,
+                "dates_removed": self.dates_removed}

@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from router.admin.commands import commands
 from router.admin.dispatch import dispatch
 from router.admin.protocol import MAX_REQUEST_BYTES, Errno, decode_reply, encode_request
+from router.monitor.parquet_sink import ParquetSink
 from tests.admin.fake_supervisor import FakeSupervisor
 
 
@@ -37,6 +38,19 @@ def test_status_reply_has_the_documented_shape():
     for portal in data["portals"]:
         assert {"name", "kind", "domain_id", "pid", "uptime_s", "restarts", "heartbeat_age_s",
                 "proxy_receivers", "proxy_sources", "rx_fragments_per_s", "tx_fragments_per_s"} <= set(portal)
+
+
+def test_status_names_the_statistics_sink_and_whether_it_keeps_up(tmp_path):
+    supervisor = FakeSupervisor()
+    assert call(supervisor, "status")["data"]["statistics"] is None
+    sink = ParquetSink("fake", lambda: {}, tmp_path / "stats", retain_days=30)
+    supervisor.extensions.append(sink)
+    try:
+        data = call(supervisor, "status")["data"]
+        assert data["statistics"]["dir"] == str(tmp_path / "stats") and data["statistics"]["retain_days"] == 30
+        assert f"statistics  {tmp_path / 'stats'}, 0 writes, kept 30 days" in commands()["status"].render(data)
+    finally:
+        sink.writer.stop(5)
 
 
 def test_stats_reads_the_counters_and_selects_a_portal():

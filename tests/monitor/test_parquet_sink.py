@@ -332,3 +332,59 @@ def test_default_directory_is_the_state_directory_else_the_system_one_else_the_u
 def test_the_sink_is_registered_as_a_supervisor_extension():
     from router import extensions
     assert "router.monitor.parquet_sink:make" in extensions.FACTORIES
+
+
+def _date_dir(root: Path, router: str, day: dt.date, *names: str) -> Path:
+    directory = root / f"router={router}" / f"date={day.isoformat()}"
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (directory / name).write_bytes(b"x")
+    return directory
+
+
+def test_date_directories_older_than_retain_days_are_removed_at_start_and_as_each_day_begins(make_sink, caplog):
+    clock = Clock()                                  # 2026-03-01
+    sink = make_sink(clock=clock, retain_days=3)
+    root, today = sink.root, T0.date()
+    kept = [_date_dir(root, "r1", today - dt.timedelta(days=n), "part-00001.parquet") for n in (1, 2)]
+    expired = _date_dir(root, "r1", today - dt.timedelta(days=3), "part-00001.parquet", "part-00002.parquet",
+                        ".part-00003.parquet.open", ".part-00004.parquet.tmp")
+    expired_with_notes = _date_dir(root, "r1", today - dt.timedelta(days=40), "part-00001.parquet", "notes.txt")
+    other_router = _date_dir(root, "r2", today - dt.timedelta(days=40), "part-00001.parquet")
+    not_a_date = root / "router=r1" / "date=2026-02-30"
+    not_a_date.mkdir()
+    with caplog.at_level("INFO", logger="router"):
+        sink.tick()
+        assert sink.writer.flush(5)
+    assert not expired.exists() and all(directory.exists() for directory in kept)
+    assert sorted(p.name for p in expired_with_notes.iterdir()) == ["notes.txt"], "not ours: left"
+    assert other_router.exists() and not_a_date.exists()
+    assert sink.dates_removed == 2
+    assert any(f"removed {expired}, 4 file(s), older than 3 day(s)" in r.getMessage() for r in caplog.records)
+    sink.tick()                                      # the same day: nothing more to look at
+    clock.advance(86400)                             # the next day: one more directory expires
+    sink.tick()
+    assert sink.writer.flush(5)
+    assert not kept[1].exists() and kept[0].exists()
+    assert sink.status()["dates_removed"] == 3 and sink.status()["retain_days"] == 3
+    # Today's and yesterday's rows are written as before (yesterday's file published as the day turned).
+    assert [p.relative_to(root).as_posix() for p in open_files(root)] == [
+        "router=r1/date=2026-03-02/.part-00001.parquet.open"]
+    assert len(rows_of(root / "router=r1" / "date=2026-03-01" / "part-00001.parquet")) == 2 * len(sink.workers())
+
+
+def test_retain_days_zero_keeps_everything_and_a_bad_value_keeps_the_default(make_sink, tmp_path, workers, caplog):
+    sink = make_sink(retain_days=0)
+    ancient = _date_dir(sink.root, "r1", dt.date(2001, 1, 1), "part-00001.parquet")
+    sink.tick()
+    assert sink.writer.flush(5) and ancient.exists()
+    supervisor = FakeSupervisor(MonitorConfig(interval=5, format_module="parquet",
+                                              format_options={"dir": str(tmp_path / "s"), "retain_days": "a week"}),
+                                workers)
+    with caplog.at_level("ERROR", logger="router"):
+        made = parquet_sink.make(supervisor)
+    try:
+        assert made.retain_days == parquet_sink.RETAIN_DAYS
+        assert "retain_days='a week' is not a whole number of days" in caplog.text
+    finally:
+        made.close()

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from router.admin import tables
 from router.admin.commands.base import Command
+from router.monitor.parquet_sink import ParquetSink
 from router.monitor.rates import rates_of
 from router.monitor.views import memory, version
 
@@ -18,7 +19,7 @@ class Status(Command):
                     "heartbeat_age_s", "proxy_receivers", "proxy_sources", "state",
                     "rx_fragments_per_s", "rx_bytes_per_s", "tx_fragments_per_s", "tx_bytes_per_s",
                     "scheduling", "scheduling_slice_us", "worker_portals", "rss_bytes", "private_bytes"}],
-       "rss_bytes", "private_bytes"}
+       "rss_bytes", "private_bytes", "statistics"}
     `pid` is null and `uptime_s` 0 while a portal's worker is down; `state` is up, starting or down;
     `scheduling` is the worker's kernel policy now, "normal" or "batch" (router/worker/scheduling.py;
     "fifo", "rr" or "idle" if the router was started with one), `scheduling_slice_us` the time slice
@@ -28,6 +29,9 @@ class Status(Command):
     portal itself among them (more than one with `<daemon><worker-group>`). `rss_bytes` and
     `private_bytes` are the memory of the supervisor (top level) and of each portal's worker
     process (portals sharing one report the same), null while it is down (router/monitor/memory.py).
+    `statistics` is the Parquet sink's state (router/monitor/parquet_sink.py, ParquetSink.status:
+    its directory, current file, writes, errors and the last one, retain_days, date directories
+    removed), null when `<monitor>` does not select it.
     """
 
     def execute(self, supervisor, props: dict) -> dict:
@@ -35,6 +39,8 @@ class Status(Command):
         for portal in status["portals"]:
             portal.update(rates_of(supervisor, portal["name"]))
         status["version"] = version()
+        sink = next((e for e in supervisor.extensions if isinstance(e, ParquetSink)), None)
+        status["statistics"] = sink.status() if sink is not None else None
         used = {p["pid"]: p for p in memory(supervisor, status)["processes"]}
         for entry in [status, *status["portals"]]:
             found = used.get(entry["pid"], {})
@@ -45,7 +51,7 @@ class Status(Command):
         head = tables.key_values([
             ("router", data["router"]), ("node id", f"{data['node_id']:#018x}"), ("pid", data["pid"]),
             ("uptime", tables.duration(data["uptime_s"])), ("config", data["config"]),
-            ("memory", _memory(data)),
+            ("memory", _memory(data)), ("statistics", _statistics(data.get("statistics"))),
         ])
         rows = [[p["name"], p["kind"], p["domain_id"], p["cost"], p["state"], p["pid"],
                  tables.duration(p["uptime_s"]) if p["pid"] else "-",
@@ -57,6 +63,16 @@ class Status(Command):
         headers = ["PORTAL", "KIND", "DOMAIN", "COST", "STATE", "PID", "UPTIME", "RESTARTS", "HEARTBEAT",
                    "PROXY-RCV", "PROXY-SRC", "RX-FRAG/S", "TX-FRAG/S", "SCHED", "RSS"]
         return head + "\n\n" + tables.table(headers, rows, right={2, 3, 5, 6, 7, 8, 9, 10, 11, 12, 14})
+
+
+def _statistics(sink: dict | None) -> str:
+    """"DIR, 120 writes, kept 90 days": where the counters go and whether the disk keeps up."""
+    if sink is None:
+        return "-"
+    kept = f"kept {sink['retain_days']} days" if sink["retain_days"] else "kept without limit"
+    errors = sink["write_errors"] + sink["tick_errors"]
+    failing = f", {errors} errors, last: {sink['last_error']}" if errors else ""
+    return f"{sink['dir']}, {sink['writes']} writes, {kept}{failing}"
 
 
 def _mib(size: int | None) -> str:
