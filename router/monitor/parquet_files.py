@@ -33,7 +33,10 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PART = re.compile(r"^\.?part-(\d+)\.parquet(\.open)?$")
-LEFTOVER = re.compile(r"^\.part-\d+\.parquet\.(open|tmp)$")
+# What pruning removes: published parts and half-written ones. Never an `.open` part: while the
+# router runs that is a live file (yesterday's is published only after the day turned), and those
+# a crash left are published by `recover` at start, before any pruning.
+EXPIRED_FILE = re.compile(r"^(part-\d+\.parquet|\.part-\d+\.parquet\.tmp)$")
 DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 COMPRESSION = "zstd"
 
@@ -102,12 +105,12 @@ def expired_dates(root: Path, router: str, today: dt.date, retain_days: int) -> 
 
 
 def remove_date(directory: Path) -> int:
-    """Remove a date directory's statistics files (published parts, and what a crash left), then
-    the directory if that emptied it. Returns the files removed; a file of another name stays,
-    and so does its directory."""
+    """Remove a date directory's statistics files (EXPIRED_FILE), then the directory if that
+    emptied it. Returns the files removed; a file of another name stays, and so does its
+    directory."""
     removed = 0
     for entry in os.listdir(directory):
-        if PART.match(entry) or LEFTOVER.match(entry):
+        if EXPIRED_FILE.match(entry):
             (directory / entry).unlink(missing_ok=True)
             removed += 1
     try:

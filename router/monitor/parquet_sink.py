@@ -117,10 +117,10 @@ class ParquetSink:
         # call_every stops rescheduling a callback that raises: a bug here must not end statistics.
         try:
             now = self.clock()
-            self._prune_when_the_day_begins(now)
             batch = self.read_batch(now)
             if batch.num_rows:
                 self.file.append(batch, now)
+            self._prune_when_the_day_begins(now)
         except Exception:
             self.tick_errors += 1
             log.exception("statistics interval skipped")

@@ -348,7 +348,7 @@ def test_date_directories_older_than_retain_days_are_removed_at_start_and_as_eac
     root, today = sink.root, T0.date()
     kept = [_date_dir(root, "r1", today - dt.timedelta(days=n), "part-00001.parquet") for n in (1, 2)]
     expired = _date_dir(root, "r1", today - dt.timedelta(days=3), "part-00001.parquet", "part-00002.parquet",
-                        ".part-00003.parquet.open", ".part-00004.parquet.tmp")
+                        ".part-00003.parquet.tmp")
     expired_with_notes = _date_dir(root, "r1", today - dt.timedelta(days=40), "part-00001.parquet", "notes.txt")
     other_router = _date_dir(root, "r2", today - dt.timedelta(days=40), "part-00001.parquet")
     not_a_date = root / "router=r1" / "date=2026-02-30"
@@ -360,7 +360,7 @@ def test_date_directories_older_than_retain_days_are_removed_at_start_and_as_eac
     assert sorted(p.name for p in expired_with_notes.iterdir()) == ["notes.txt"], "not ours: left"
     assert other_router.exists() and not_a_date.exists()
     assert sink.dates_removed == 2
-    assert any(f"removed {expired}, 4 file(s), older than 3 day(s)" in r.getMessage() for r in caplog.records)
+    assert any(f"removed {expired}, 3 file(s), older than 3 day(s)" in r.getMessage() for r in caplog.records)
     sink.tick()                                      # the same day: nothing more to look at
     clock.advance(86400)                             # the next day: one more directory expires
     sink.tick()
@@ -371,6 +371,21 @@ def test_date_directories_older_than_retain_days_are_removed_at_start_and_as_eac
     assert [p.relative_to(root).as_posix() for p in open_files(root)] == [
         "router=r1/date=2026-03-02/.part-00001.parquet.open"]
     assert len(rows_of(root / "router=r1" / "date=2026-03-01" / "part-00001.parquet")) == 2 * len(sink.workers())
+
+
+def test_with_one_day_kept_the_day_that_just_ended_expires_without_a_failed_write(make_sink, workers):
+    """At midnight yesterday's part is published while yesterday expires: pruning never takes a
+    part that is still open, so the publication does not fail and is not retried for ever."""
+    clock = Clock(dt.datetime(2026, 3, 1, 23, 59, 58, tzinfo=dt.timezone.utc))
+    sink = make_sink(clock=clock, retain_days=1)
+    sink.tick()
+    assert sink.writer.flush(5)
+    clock.advance(4)                                 # 2026-03-02: rotation and pruning in one tick
+    sink.tick()
+    assert sink.writer.flush(5)
+    assert sink.writer.errors == 0 and not sink.writer.failed and sink.dates_removed == 1
+    assert not (sink.root / "router=r1" / "date=2026-03-01").exists()
+    assert len(rows_of(open_files(sink.root)[0])) == len(workers)      # today's rows, as before
 
 
 def test_retain_days_zero_keeps_everything_and_a_bad_value_keeps_the_default(make_sink, tmp_path, workers, caplog):
