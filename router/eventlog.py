@@ -70,6 +70,11 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "route-recalculation-slow": ("UMR-4001-4", logging.WARNING),
     "forbidden-topology": ("UMR-4002-1", logging.ERROR),
     "hop-count-exceeded": ("UMR-4003-1", logging.WARNING),      # a source looping between routers
+    # The supervisor's own services: statistics on disk, the web monitor, the admin socket.
+    "statistics-write-failed": ("UMR-5001-1", logging.ERROR),   # retried every interval
+    "statistics-removed": ("UMR-5001-2", logging.INFO),         # older than <format-module> retain_days
+    "web-monitor-unavailable": ("UMR-5002-1", logging.ERROR),
+    "admin-socket-unavailable": ("UMR-5003-1", logging.ERROR),
 }
 
 

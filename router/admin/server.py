@@ -16,6 +16,7 @@ import zmq
 
 from router.admin.dispatch import dispatch, malformed
 from router.admin.protocol import MAX_REQUEST_BYTES, Errno, encode_reply
+from router.eventlog import event
 from router.runtime import admin_endpoint
 
 log = logging.getLogger(__name__)
@@ -127,11 +128,13 @@ def start(supervisor) -> AdminServer | None:
     endpoint = supervisor.config.daemon.admin or admin_endpoint(supervisor.name, supervisor.runtime)
     path = _ipc_path(endpoint)
     if path is not None and os.path.exists(path) and _in_use(path):
-        log.error("admin socket %s is in use by another router named %s; routerctl cannot reach this one "
-                  "(give each router its own <name>)", path, supervisor.name)
+        event("admin-socket-unavailable", f"admin socket {path} is in use by another router named "
+                                          f"{supervisor.name}; routerctl cannot reach this one (give each "
+                                          "router its own <name>)")
         return None
     try:
         return AdminServer(supervisor, endpoint)
     except (zmq.ZMQError, OSError) as err:
-        log.error("cannot open the admin socket %s: %s; routerctl cannot reach this router", endpoint, err)
+        event("admin-socket-unavailable", f"cannot open the admin socket {endpoint}: {err}; routerctl cannot "
+                                          "reach this router")
         return None

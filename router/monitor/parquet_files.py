@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from router.eventlog import event
+
 log = logging.getLogger(__name__)
 
 PART = re.compile(r"^\.?part-(\d+)\.parquet(\.open)?$")
@@ -216,7 +218,7 @@ class BackgroundWriter:
                     self.failed[path] = snapshot
             self.errors += 1
             if self.last_error != str(err):
-                log.error("statistics not written to %s (will retry every interval): %s", path, err)
+                event("statistics-write-failed", f"statistics not written to {path} (will retry every interval): {err}")
             self.last_error = str(err)
 
     def _run_job(self, job) -> None:
@@ -225,7 +227,7 @@ class BackgroundWriter:
         except Exception as err:    # a job says what it failed at; the writer goes on
             self.errors += 1
             self.last_error = str(err)
-            log.error("statistics: %s", err)
+            event("statistics-write-failed", f"statistics: {err}")
 
     def _write(self, path: Path, batches: list) -> None:
         import pyarrow as pa

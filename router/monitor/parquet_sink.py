@@ -19,6 +19,7 @@ import logging
 import os
 from pathlib import Path
 
+from router.eventlog import event
 from router.monitor import stats_schema
 from router.monitor.parquet_files import BackgroundWriter, RollingParquetFile, expired_dates, recover, remove_date
 
@@ -142,8 +143,8 @@ class ParquetSink:
             if not files:           # only what is not ours is left there: said once already
                 continue
             self.dates_removed += 1
-            log.info("statistics: removed %s, %d file(s), older than %d day(s) (<format-module> retain_days)",
-                     directory, files, self.retain_days)
+            event("statistics-removed", f"statistics: removed {directory}, {files} file(s), older than "
+                                        f"{self.retain_days} day(s) (<format-module> retain_days)")
 
     def read_batch(self, now: dt.datetime):
         """One row per portal, as of `now`."""

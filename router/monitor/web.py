@@ -24,6 +24,7 @@ import json
 import logging
 from urllib.parse import parse_qs
 
+from router.eventlog import event
 from router.monitor import html, metrics, pages
 from router.monitor.http_loop import HttpRequest, HttpServer, Respond
 
@@ -115,5 +116,6 @@ def start(supervisor) -> WebMonitor | None:
     try:
         return WebMonitor(supervisor, settings.host, settings.port)
     except OSError as err:
-        log.error("web monitor: cannot listen on %s:%d: %s", settings.host, settings.port, err.strerror)
+        event("web-monitor-unavailable", f"web monitor: cannot listen on {settings.host}:{settings.port}: "
+                                         f"{err.strerror}")
         return None
