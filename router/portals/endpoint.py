@@ -95,6 +95,7 @@ class EndpointPortal(EgressRecords):
                                        config.source_deletion_delay / 1000, counters, log_event,
                                        topic_options=topic_um.for_topic if topic_um is not None else None,
                                        sqn_window=config.sqn_window)
+        self.egress.retry_advert = self.egress_advert      # a failed proxy source, tried again
         self.requests = ProxyRequestTable()
         self.context.response_handler = self._response_in
         self.datapath = datapath
@@ -306,23 +307,24 @@ class EndpointPortal(EgressRecords):
         for kind, symbol in to_drop:
             self.log_event("interest-removed", f"{_COUNT_NAMES[kind][:-1]} {symbol}")
             self.bus.send(bm.Interest(self.name, self.domain_id, kind, symbol, bm.OP_CANCEL))
-            if kind == bm.INTEREST_TOPIC:
-                self.egress.drop_topic(symbol)
-            else:
-                self._drop_pattern_proxies()
         if to_drop:
+            # A dropped pattern may have covered any topic; a dropped topic only itself.
+            self._drop_uncovered_proxies(None if any(kind != bm.INTEREST_TOPIC for kind, _ in to_drop)
+                                         else {symbol for _, symbol in to_drop})
             self._count_interest()
         self._schedule_interest_check()
 
-    def _drop_pattern_proxies(self) -> None:
-        """A pattern's interest went: proxy sources no remaining interest covers go too."""
+    def _drop_uncovered_proxies(self, topics: set[str] | None) -> None:
+        """Interest went: proxy sources (of `topics`, None: of any topic) that no remaining
+        interest covers go now. One that a pattern, or another router's interest, still covers
+        stays: the stream feeding it is still addressed here, and nothing would bring it back."""
         local = InterestTable()
         for kind in _COUNT_NAMES:
             for symbol in self.interest.symbols(kind):
                 local.apply(bm.Interest(self.name, self.domain_id, kind, symbol, bm.OP_ADD))
         for kind, symbol, domain in self.remote.heard_at:
             local.apply(bm.Interest(self.name, domain, kind, symbol, bm.OP_ADD))
-        for topic in self.egress.topics():
+        for topic in self.egress.topics() if topics is None else topics & self.egress.topics():
             if not local.portals_for(topic):
                 self.egress.drop_topic(topic)
 

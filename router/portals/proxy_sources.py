@@ -23,6 +23,7 @@ from router.worker.records import StreamAdvert
 log = logging.getLogger(__name__)
 
 FINAL_ADVERTISEMENTS = 3
+RETRY_INTERVAL = 1.0        # s between attempts at a proxy source that could not be created
 
 
 @dataclass(slots=True)
@@ -52,6 +53,11 @@ class ProxySourceTable:
         self.hold_for_receiver = context.config.get("source", "resolver_advertisement_minimum_initial_duration") / 1000
         self.by_otid: dict[bytes, ProxySource] = {}
         self.by_stream: dict[tuple[int, int], tuple[ProxySource, int | None]] = {}   # -> (proxy, index to write)
+        # Streams whose proxy source could not be created (no free port, say): tried again every
+        # RETRY_INTERVAL until it is, or the stream ends; nothing else would announce them again.
+        self.failed: dict[tuple[int, int], StreamAdvert] = {}
+        self.retry_advert: Callable[[int, StreamAdvert], None] | None = None   # default: advertise
+        self._retry_timer = None
 
     def advertise(self, ring: int, advert: StreamAdvert) -> ProxySource | None:
         """A stream was announced to this portal; returns its proxy source (None: not for us)."""
@@ -69,17 +75,27 @@ class ProxySourceTable:
                     index=advert.origin_index, hold_for_receiver=self.hold_for_receiver)
             except (OSError, ValueError, ConfigError) as err:
                 # No transport session (no free port, say): the stream's data is counted as
-                # dropped due to error as it comes, and the next advertisement tries again.
-                self.log_event("proxy-source-failed", f"topic {advert.topic} for {advert.source}: {err}")
+                # dropped due to error as it comes, and the stream is tried again (_retry).
+                if (ring, advert.stream_id) not in self.failed:
+                    self.log_event("proxy-source-failed", f"topic {advert.topic} for {advert.source}: {err}")
+                self.failed[(ring, advert.stream_id)] = advert
+                if self._retry_timer is None:
+                    self._retry_timer = self.context.loop.call_later(RETRY_INTERVAL, self._retry)
                 return None
             proxy = self.by_otid[advert.otid] = ProxySource(advert, source, SequenceWindow.configured(self.sqn_window))
             self.counters.add("proxy_sources_created")
             self.counters.set("proxy_sources", len(self.by_otid))
             self.log_event("proxy-source-created", f"topic {advert.topic} for {advert.source} "
                            f"(cost {advert.cost + self.portal_cost}, hop {advert.hop_count + 1})")
-        elif proxy.deletion_timer is not None:
-            proxy.deletion_timer.cancel()        # the source came back (or a new path): keep it
-            proxy.deletion_timer = None
+        else:
+            if proxy.deletion_timer is not None:
+                proxy.deletion_timer.cancel()    # the source came back (or a new path): keep it
+                proxy.deletion_timer = None
+            if (advert.cost, advert.hop_count) != (proxy.advert.cost, proxy.advert.hop_count):
+                # Another path now feeds it: advertise that path's cost and hop count.
+                proxy.source.set_cost(advert.cost + self.portal_cost, advert.hop_count + 1)
+            proxy.advert = advert
+        self.failed.pop((ring, advert.stream_id), None)
         proxy.streams.add((ring, advert.stream_id))
         # Frames keep the index the ingress saw; rewrite them only if this proxy could not have it.
         rewrite = None if proxy.source.index == advert.origin_index else proxy.source.index
@@ -97,7 +113,15 @@ class ProxySourceTable:
             self.log_event("proxy-transport-converted", "proxy sources configured for LBT-SMX use TCP instead")
         return "tcp"
 
+    def _retry(self) -> None:
+        self._retry_timer = None
+        retry = self.retry_advert or self.advertise
+        for key, advert in list(self.failed.items()):
+            if self.failed.get(key) is advert:      # not ended meanwhile
+                retry(key[0], advert)
+
     def end_stream(self, ring: int, stream_id: int) -> None:
+        self.failed.pop((ring, stream_id), None)
         entry = self.by_stream.pop((ring, stream_id), None)
         if entry is None:
             return
@@ -108,13 +132,15 @@ class ProxySourceTable:
 
     def end_streams_of_ring(self, ring: int) -> None:
         """A portal's worker died: its streams end (it re-announces them when it is back)."""
-        for key in [k for k in self.by_stream if k[0] == ring]:
+        for key in [k for k in [*self.by_stream, *self.failed] if k[0] == ring]:
             self.end_stream(*key)
 
     def drop_topic(self, topic: str) -> None:
         """No receiver for `topic` remains in this domain: its proxy sources go now."""
         for proxy in [p for p in self.by_otid.values() if p.advert.topic == topic]:
             self._delete(proxy)
+        for key in [k for k, advert in self.failed.items() if advert.topic == topic]:
+            del self.failed[key]
 
     def _delete(self, proxy: ProxySource) -> None:
         if self.by_otid.get(proxy.advert.otid) is not proxy:
@@ -143,5 +169,9 @@ class ProxySourceTable:
         return {p.advert.topic for p in self.by_otid.values()}
 
     def close(self) -> None:
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
+        self.failed.clear()
         for proxy in list(self.by_otid.values()):
             self._delete(proxy)

@@ -41,6 +41,8 @@ class InterestAnnouncer:
     def update(self, wanted: set[Item], now: float) -> None:
         for item in wanted - self.items.keys():
             self.items[item] = _Schedule(self.min_interval, now)
+            if item in self.cancelled:       # gone and back before its CANCEL went: wanted after all
+                self.cancelled.remove(item)
         for item in self.items.keys() - wanted:
             del self.items[item]
             self.cancelled.append(item)
