@@ -155,12 +155,15 @@ BATCH_COUNTERS = ("batch_msgs_min", "batch_msgs_mean", "batch_msgs_max", "batch_
 # Added with ring-lapped events (router/worker/datapath.py): bytes of records a portal lost because
 # a producer judged its worker dead and wrote over them; lapping was counted as malformed records.
 LAPPED_COUNTERS = ("ring_laps", "ring_bytes_lapped")
+# Route-info for another router on a shared domain dropped because it did not read what waited
+# for it (router/portals/domain_routes.py); these were counted as data fragments dropped.
+ROUTE_INFO_DROP_COUNTERS = ("route_info_msgs_dropped",)
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
                  + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS
                  + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS
-                 + BATCH_COUNTERS + LAPPED_COUNTERS)
+                 + BATCH_COUNTERS + LAPPED_COUNTERS + ROUTE_INFO_DROP_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

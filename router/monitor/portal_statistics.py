@@ -182,6 +182,7 @@ def _routing(*more: tuple[str, str]) -> Section:
         ("Interest messages received", "interest_msgs_rcvd"),
         ("Route information messages sent", "route_info_msgs_sent"),
         ("Route information messages received", "route_info_msgs_rcvd"),
+        ("Route information messages dropped (another router on the domain not reading)", "route_info_msgs_dropped"),
         ("Streams rejected by the inbound ACL", "acl_inbound_rejected"),
         ("Streams rejected by the outbound ACL", "acl_outbound_rejected"),
     ), paired=False)

@@ -24,7 +24,8 @@ SCHEMA_VERSION = "12"           # 2: request/response counters (monitor/counters
                                 # 9: unicast immediate messages with no route, malformed (UNICAST_COUNTERS)
                                 # 10: frames dropped as duplicates by <sqn-window> (DUPLICATE_COUNTERS)
                                 # 11: a peer link's messages and bytes per batch (BATCH_COUNTERS)
-                                # 12: records lost to a producer writing past a dead-judged worker (LAPPED_COUNTERS)
+                                # 12: records lost to a producer writing past a dead-judged worker (LAPPED_COUNTERS),
+                                #     route-info a router on a shared domain did not read (ROUTE_INFO_DROP_COUNTERS)
 METADATA_KEY = b"umrouter.stats.schema_version"
 COUNTERS_METADATA_KEY = b"umrouter.stats.counters"
 

@@ -43,6 +43,7 @@ class _Neighbor:
     connected: bool = False
     backlog: bytearray = field(default_factory=bytearray)
     failures: int = 0
+    dropping: bool = False          # its backlog is full: route-info for it is dropped (said once)
 
 
 def node_id_of(ctxinfo: GatewayContextInfo) -> int | None:
@@ -123,7 +124,13 @@ class DomainRouteChannel:
             if neighbor.sock is None:
                 continue
             if len(neighbor.backlog) + len(data) > MAX_BACKLOG:
-                self.counters.add("data_fragments_dropped_would_block")
+                self.counters.add("route_info_msgs_dropped")
+                if not neighbor.dropping:
+                    neighbor.dropping = True
+                    self.log_event("drops-would-block",
+                                   f"route-info for router node {neighbor.node_id:#x} at {neighbor.address[0]}:"
+                                   f"{neighbor.address[1]} dropped: {len(neighbor.backlog)} bytes wait for it to "
+                                   "read (a stopped router; it times this one out if it stays so)")
                 continue
             neighbor.backlog += data
             self.counters.add("route_info_msgs_sent")
@@ -167,6 +174,7 @@ class DomainRouteChannel:
             return
         del neighbor.backlog[:sent]
         if not neighbor.backlog:
+            neighbor.dropping = False
             self.loop.remove_writer(sock)
         else:
             self.loop.add_writer(sock, lambda n=neighbor: self._writable(n))
@@ -174,6 +182,7 @@ class DomainRouteChannel:
     def _failed(self, neighbor: _Neighbor, reason: str) -> None:
         neighbor.failures += 1
         neighbor.backlog.clear()
+        neighbor.dropping = False
         if neighbor.failures == 1:          # once per episode: the next announcement retries
             self.log_event("domain-route-connect-failed",
                            f"route-info connection to router node {neighbor.node_id:#x} at "
