@@ -337,6 +337,8 @@ class EndpointPortal(EgressRecords):
         count = max(1, int(initial.duration / max(interval, 0.001)))
 
         def request(remaining: int) -> None:
+            if self.closed:             # the series outlived the portal (a worker's closing drain)
+                return
             self.context.channel.send_packet(LbmrPacket(TopicResRequest(TRREQ_QUERY | TRREQ_WILDCARD_QUERY)))
             self.counters.add("topic_resolution_requests_sent")
             if remaining > 1:
@@ -345,6 +347,8 @@ class EndpointPortal(EgressRecords):
 
     # -- the router-wide view ----------------------------------------------------------------------
     def on_bus(self, message) -> None:
+        if self.closed:                 # closed while the worker drains: no proxies on a closed context
+            return
         changed = self.view.apply(message, self.datapath)
         if changed == "snapshot":
             self._restore_interest(message)
