@@ -41,3 +41,17 @@ def admin_endpoint(name: str, directory: Path | None = None) -> str:
 def bus_endpoints(name: str, pid: int, directory: Path | None = None) -> tuple[str, str]:
     base = (directory or runtime_dir()) / f"{name}.{pid}.bus"
     return f"ipc://{base}", f"ipc://{base}-pub"
+
+
+def remove_stale_bus_sockets(name: str, directory: Path) -> list[Path]:
+    """The bus sockets of router `name`'s earlier runs that did not stop cleanly (killed, say):
+    their supervisor's pid is in the name and no longer alive. The directory outlives the runs
+    (systemd's RuntimeDirectoryPreserve=), so nothing else would ever remove them."""
+    from router.ipc.shm import pid_alive
+    removed = []
+    for path in directory.glob(f"{name}.*.bus*"):
+        pid = path.name[len(name) + 1:].partition(".")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

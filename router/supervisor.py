@@ -31,7 +31,7 @@ from router.monitor.views import version
 from router.routing.service import RoutingService
 from router.routing.topology import Adjacency, new_node_id
 from router.um.lbmr_channel import domain_identity
-from router.runtime import bus_endpoints, runtime_dir
+from router.runtime import bus_endpoints, remove_stale_bus_sockets, runtime_dir
 from router.um.loop import EventLoop
 from router.worker.datapath import MAX_PORTALS, DataPathSpec, RingSet
 from router.worker.process import EXIT_BOOT_ERROR, WORKER_SIGNALS, WorkerSpec, worker_main
@@ -115,6 +115,7 @@ class Supervisor:
         removed = remove_stale(f"umr.{self.name}")
         if removed:
             log.info("removed %d shared-memory segments of a crashed run", len(removed))
+        remove_stale_bus_sockets(self.name, self.runtime)
         self._install_signals()
         claim_log_file()
         self.loop.call_every(1.0, roll_log_if_due)
@@ -156,6 +157,8 @@ class Supervisor:
         self.loop.add_reader(reader.fileno(), lambda: _drain_socket(reader))
         for sig in self.SIGNALS:
             signal.signal(sig, self._enqueue_signal)
+        # tnwgd blocks them while it starts (router/cli/tnwgd.py): one sent meanwhile is handled now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
 
     def _enqueue_signal(self, signum, frame) -> None:
         self.signals.append(signum)          # nothing else here: no logging in a handler
@@ -227,11 +230,26 @@ class Supervisor:
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_SIGNALS)
         try:
             process.start()
+        except OSError as err:
+            self._fork_failed(members, err)
+            return
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         for member in members:
             member.process = process
             member.started = time.monotonic()
+
+    def _fork_failed(self, members: list[Worker], err: OSError) -> None:
+        """No process for these portals (EAGAIN: TasksMax= or the pid table is full; ENOMEM). That
+        may pass, as what kills a worker may: try again after the backoff, as for a worker that
+        died, while the other portals route on."""
+        backoff = members[0].backoff
+        for member in members:
+            member.generation -= 1            # not started: the next one is that generation
+            member.restart_at = time.monotonic() + backoff
+            member.backoff = min(backoff * 2, BACKOFF_MAX)
+        event("portal-down", f"cannot start a worker: {err}; trying again in {backoff:.1f} s",
+              "+".join(member.config.name for member in members))
 
     def _restart_requested(self, worker: Worker) -> None:
         """Stop `worker`'s process to start it again at once: not a failure, for any portal in it."""
@@ -403,12 +421,13 @@ class Supervisor:
         statistics, logging, routing timers, worker scheduling) are the router's own and were
         set up at start: edited ones are reported and take effect at the next start; until then
         the running ones stay in force, also for workers started later."""
-        systemd_notify.reloading()
+        if self.ready_sent:          # while starting, READY=1 is _notify's, once every portal is up
+            systemd_notify.reloading()
         try:
             new = load_gateway_config(self.config_path)
         except (ConfigError, OSError) as err:
             event("config-rejected", f"configuration not reloaded, the old one keeps running: {err}")
-            systemd_notify.notify("READY=1", "STATUS=reload rejected: configuration invalid")
+            self._reload_finished("reload rejected: configuration invalid")
             return {"ok": False, "error": str(err)}
         diff = diff_configs(self.config, new)
         freed = sum(1 for name in diff.removed if self.workers[name].process is None)
@@ -417,7 +436,7 @@ class Supervisor:
             error = (f"{len(diff.added)} portals to add, {len(self.free_indexes) + freed} ring slots free "
                      f"({len(self.retiring)} removed portals still stopping); reload again in a moment")
             event("config-rejected", f"configuration not reloaded, the old one keeps running: {error}")
-            systemd_notify.notify("READY=1", "STATUS=reload rejected: no free ring slot")
+            self._reload_finished("reload rejected: no free ring slot")
             return {"ok": False, "error": error}
         cost_only = []
         for name in diff.removed:
@@ -452,8 +471,17 @@ class Supervisor:
                    if diff.daemon_changes else "")
         event("config-reloaded", f"added {diff.added}, removed {diff.removed}, changed {diff.changed}, "
               f"kept {diff.kept}{pending}")
-        systemd_notify.notify("READY=1", f"STATUS=routing: {len(self.workers)} portals up")
+        self._reload_finished(f"routing: {len(self.workers)} portals up" if self.ready_sent
+                              else f"starting {len(self.workers)} portals")
         return summary
+
+    def _reload_finished(self, status: str) -> None:
+        """READY=1 ends the RELOADING=1 systemd was told; before start-up is over it would say
+        the router is up while its portals are not."""
+        if self.ready_sent:
+            systemd_notify.notify("READY=1", f"STATUS={status}")
+        else:
+            systemd_notify.notify(f"STATUS={status}")
 
     def _cost_changed(self, worker: Worker) -> None:
         """A cost-only reload: the adjacency's cost changes, the others hear it in route-info."""

@@ -10,9 +10,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 from router.config import ConfigError, dump_dtd, load_gateway_config, validate_structure
+
+
+# Blocked from the pidfile's writing until the supervisor's handlers are in place.
+STARTUP_SIGNALS = frozenset({signal.SIGHUP, signal.SIGTERM, signal.SIGINT})
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,10 +56,26 @@ def main(argv=None) -> int:
     log_config = config.daemon.log
     configure_logging(log_config.type, log_config.path, args.use_utc, frequency=log_config.frequency,
                       size=log_config.size)
+    # From here on the daemon leaves things behind (the pidfile, then the supervisor's sockets and
+    # segments): a stop, a Ctrl-C or a reload asked for before the supervisor handles signals waits
+    # until it does (Supervisor._install_signals unblocks them), instead of killing it on the spot.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STARTUP_SIGNALS)
     if args.detach:
         _daemonize(config.daemon.pidfile)
     elif config.daemon.pidfile:
         _write_pidfile(config.daemon.pidfile)
+    try:
+        return _run(args, config)
+    finally:
+        if config.daemon.pidfile:
+            try:
+                os.unlink(config.daemon.pidfile)
+            except OSError:
+                pass
+
+
+def _run(args: argparse.Namespace, config) -> int:
+    log_config = config.daemon.log
     from router.identity import IdentityError, switch_identity
     try:
         switched = switch_identity(config.daemon.uid, config.daemon.gid,
@@ -66,15 +87,7 @@ def main(argv=None) -> int:
     if switched:
         logging.getLogger("router.identity").info(switched)
     from router.supervisor import Supervisor
-    supervisor = Supervisor(args.configfile, utc=args.use_utc, config=config)
-    try:
-        return supervisor.run()
-    finally:
-        if config.daemon.pidfile:
-            try:
-                os.unlink(config.daemon.pidfile)
-            except OSError:
-                pass
+    return Supervisor(args.configfile, utc=args.use_utc, config=config).run()
 
 
 def _daemonize(pidfile: str | None) -> None:
