@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -228,9 +229,14 @@ class Supervisor:
         # it waits (a TERM in its first milliseconds went to the supervisor's handler copied
         # into it, and was lost); the supervisor's own wait the moment of the fork.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_SIGNALS)
+        pipes = _open_pipes()
         try:
             process.start()
         except OSError as err:
+            # multiprocess opened the worker's two pipes before fork() failed, and keeps them
+            # nowhere: closed here, or a fork failing for hours would run out of descriptors.
+            for fd in _open_pipes() - pipes:
+                os.close(fd)
             self._fork_failed(members, err)
             return
         finally:
@@ -649,3 +655,15 @@ def _describe_exit(code: int | None) -> str:
 
 def _microseconds(nanoseconds: int | None) -> float | None:
     return None if nanoseconds is None else nanoseconds / 1000
+
+
+def _open_pipes() -> set[int]:
+    """The pipe descriptors this process has open (no other thread of the supervisor makes pipes)."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if stat.S_ISFIFO(os.fstat(int(name)).st_mode):
+                found.add(int(name))
+        except OSError:             # the directory's own descriptor, closed by now
+            pass
+    return found

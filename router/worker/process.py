@@ -75,8 +75,11 @@ class _Hosted:
 
 
 def _run(specs: list[WorkerSpec]) -> int:
-    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
+    # A terminal's hangup, or `systemctl kill -s HUP` (every process of the unit), is the
+    # supervisor's to act on (a reload); it would otherwise end every worker, as crashes.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     first = specs[0]
     configure_logging(first.log_type, first.log_path, first.utc)
     names = "+".join(spec.portal.name for spec in specs)

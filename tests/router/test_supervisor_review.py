@@ -95,6 +95,20 @@ def test_sighup_while_starting_does_not_kill_the_daemon(runtime_dir, routers, ma
         kill_all(workers)
 
 
+def test_a_hangup_sent_to_every_process_reloads_and_kills_no_worker(runtime_dir, routers, make_domain):
+    """SIGHUP to the whole process group (a terminal's hangup; `systemctl kill -s HUP` signals
+    every process of the unit): the supervisor reloads, the workers carry on (they ended, and were
+    restarted as crashes)."""
+    router = routers.start(two_lans(make_domain(), make_domain())).wait_ready()
+    pids = router.worker_pids()
+    for pid in (*pids.values(), router.pid):
+        os.kill(pid, signal.SIGHUP)
+    wait_for(lambda: "UMR-1002-1" in router.log(), 10, message="the supervisor's reload")
+    assert router.worker_pids() == pids and all(alive(pid) for pid in pids.values())
+    assert "UMR-1101-2" not in router.log(), "no portal went down"
+    assert router.stop() == 0
+
+
 class NotifyListener:
     """Stands in for systemd's $NOTIFY_SOCKET; `hold()` fills its queue, so the daemon's next
     sd_notify blocks until `release()` (a busy systemd, and a way to stop the daemon at a point)."""
@@ -187,6 +201,16 @@ def test_a_killed_supervisors_bus_sockets_are_removed_at_the_next_start(runtime_
     assert glob.glob(f"{runtime_dir}/{second.name}.*.bus*") == []
 
 
+def pipes_of(pid: int) -> int:
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).startswith("pipe:")
+        except OSError:             # closed meanwhile
+            pass
+    return count
+
+
 PIDS_CGROUPS = Path("/sys/fs/cgroup/pids")
 
 
@@ -227,6 +251,10 @@ def test_a_worker_that_cannot_be_forked_is_retried_without_stopping_the_router(r
                  message="a failed fork")
         assert router.tool.proc.poll() is None, f"the router died of a failed fork:\n{router.log()[-3000:]}"
         assert router.worker_pids()["0"] == pids["0"], "LAN1 was left alone"
+        # Each attempt opens the worker's pipes before fork() fails: none may stay open.
+        after_first = pipes_of(router.pid)
+        wait_for(lambda: router.log().count("cannot start") >= 3, 20, message="two more failed forks")
+        assert pipes_of(router.pid) <= after_first
         limit.open()
         wait_for(lambda: router.worker_pids()["1"] not in (0, pids["1"]), 30, message="LAN2's worker started")
         router.tool.wait_for_stderr("generation 2", 30)
