@@ -515,6 +515,11 @@ class Supervisor:
         self.hub.forget_portal(name)
         self.hub.publish(bm.PortalRemoved(name, worker.index))
         self.rings.remove(worker.index)        # unlinked; a process still mapping them keeps them
+        # Its counters were a view of the segment: a copy outlives it, so a late reader (a page
+        # or an extension still holding the worker) reads the last values, not unmapped memory.
+        last = PortalCounters()
+        last.values[:] = worker.counters.values
+        worker.counters = last
         worker.segment.close()
         if worker.process is None:
             self.free_indexes.append(worker.index)
