@@ -332,22 +332,24 @@ class PeerLink:
         udp = None
         if self.config.udp_path is not None:
             try:
-                self.udp_path = self._open_udp_path()
+                # <interface> may be a network (10.29.3.0/24): the path binds this host's address in it.
+                interface = peer_sockets.local_address(self.link.interface) if self.link.interface else "0.0.0.0"
+                self.udp_path = self._open_udp_path(interface)
             except OSError as err:
                 reason = f"cannot open the UDP path on port {self.config.udp_path.port}: {err}"
                 self._set_timer("handshake", 0, lambda: self._fire(E.HANDSHAKE_FAILED, reason))
                 return
-            udp = (self.link.interface or "0.0.0.0", self.udp_path.port, self.udp_path.session_id)
+            udp = (interface, self.udp_path.port, self.udp_path.session_id)
         self.loop.add_reader(sock, self._on_readable)
         self._set_timer("handshake", self.handshake_timeout_ms, lambda: self._fire(
             E.HANDSHAKE_FAILED, f"no handshake from the companion within {self.handshake_timeout_ms} ms"))
         self._set_timer("tick", self.keepalive.check_interval_s() * 1000, self._tick)
-        self._queue_control(build_handshake(self.own_name, self.node_id, udp))
+        self._queue_own_control(build_handshake(self.own_name, self.node_id, udp))
 
-    def _open_udp_path(self) -> PeerUdpPath:
+    def _open_udp_path(self, interface: str) -> PeerUdpPath:
         generation = self._generation
         batching = self.config.batching
-        return PeerUdpPath(self.loop, self.link.interface or "0.0.0.0", self.config.udp_path,
+        return PeerUdpPath(self.loop, interface, self.config.udp_path,
                            max_queue=self.config.max_queue, batching_minimum_length=batching.min_length,
                            batching_interval=batching.batch_interval / 1000,
                            on_payload=self._udp_payload,
@@ -551,11 +553,17 @@ class PeerLink:
         keepalive = keepalive_header(message)
         if keepalive is not None:
             if keepalive.flags & KA_QUERY:
-                self._queue_control(self.keepalive.make_response(keepalive))
+                self._queue_own_control(self.keepalive.make_response(keepalive))
             elif keepalive.flags & KA_RESPONSE:
                 self.keepalive.on_response(keepalive)
             return
         self._call_owner(self.on_message, message)
+
+    def _queue_own_control(self, message: LbmcMessage) -> bool:
+        """The link's own control messages (handshake, keepalives): generated, as the owner's are
+        (send_control), so gateway_cntl_msgs_sent never exceeds gateway_cntl_msgs."""
+        self.counters.add("gateway_cntl_msgs")
+        return self._queue_control(message)
 
     def _queue_control(self, message: LbmcMessage | bytes) -> bool:
         data = encode_lbmc(message) if isinstance(message, LbmcMessage) else bytes(message)
@@ -620,8 +628,7 @@ class PeerLink:
             self._fire(E.LOST, f"nothing received for {self.keepalive.silent_ms():.0f} ms "
                                f"(gateway-keepalive timeout {self.config.gateway_keepalive.timeout} ms)")
         elif self.keepalive.query_due():
-            self.counters.add("gateway_cntl_msgs")
-            self._queue_control(self.keepalive.make_query())       # TCP, with or without <udp>
+            self._queue_own_control(self.keepalive.make_query())       # TCP, with or without <udp>
 
     # -- helpers ------------------------------------------------------------------------------------
     def _call_owner(self, callback, *args) -> None:

@@ -5,6 +5,7 @@ synchronous wrapper that raises OSError with a message naming the portal and the
 """
 from __future__ import annotations
 
+import errno
 import socket
 
 from router.um.netif import resolve_interface
@@ -20,11 +21,12 @@ def start_connect(link) -> tuple[socket.socket, tuple[str, int], int]:
     initiator = link.initiator
     family, kind, proto, _, address = socket.getaddrinfo(initiator.address, initiator.port,
                                                          socket.AF_INET, socket.SOCK_STREAM)[0]
+    local = local_address(link.interface) if link.interface else None
     sock = socket.socket(family, kind, proto)
     try:
         sock.setblocking(False)
-        if link.interface:
-            sock.bind((resolve_interface(link.interface), 0))
+        if local is not None:
+            sock.bind((local, 0))
         return sock, address, sock.connect_ex(address)
     except OSError:
         sock.close()
@@ -33,11 +35,14 @@ def start_connect(link) -> tuple[socket.socket, tuple[str, int], int]:
 
 def open_listener(link, portal: str) -> socket.socket:
     """The acceptor's listening socket on ``<interface>`` (all addresses if none) : listen-port."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     port = link.acceptor.listen_port
     try:
+        host = local_address(link.interface) if link.interface else "0.0.0.0"
+    except OSError as err:
+        raise OSError(err.errno, f"peer portal {portal}: cannot listen on port {port}: {err.strerror}") from err
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        host = resolve_interface(link.interface) if link.interface else "0.0.0.0"
         listener.bind((host, port))
         listener.listen(8)
         listener.setblocking(False)
@@ -45,6 +50,15 @@ def open_listener(link, portal: str) -> socket.socket:
         listener.close()
         raise OSError(err.errno, f"peer portal {portal}: cannot listen on port {port}: {err.strerror}") from err
     return listener
+
+
+def local_address(interface: str) -> str:
+    """`<interface>`'s local address; OSError when no local address is in its network (now: an
+    interface may lose its address, and get it back, while the router runs)."""
+    try:
+        return resolve_interface(interface)
+    except ValueError as err:
+        raise OSError(errno.EADDRNOTAVAIL, str(err)) from None
 
 
 def apply_link_options(sock: socket.socket, link) -> None:

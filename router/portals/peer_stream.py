@@ -3,9 +3,10 @@ compression (`<compression>LZ4</compression>`), TLS (`<tls>`), or both (compress
 
 PeerLink reads and writes through one of these instead of the socket. The plain stream is the
 socket itself: the outbound queue's chunks go to `sendmsg` with no copy. The transformed stream
-takes each write whole, compresses and/or encrypts it into its own buffer of wire bytes and
-writes what the socket takes; while that buffer is above HIGH_WATER it refuses more
-(BlockingIOError), so the outbound queue and `<max-queue>` still see the link's back-pressure.
+takes up to MAX_WRITE bytes of each write (as a socket, it may take a prefix), compresses and/or
+encrypts them into its own buffer of wire bytes and writes what the socket takes; while that
+buffer is above HIGH_WATER it refuses more (BlockingIOError), so the outbound queue and
+`<max-queue>` still see the link's back-pressure.
 
 TLS runs on memory BIOs (ssl.SSLObject, as asyncio does) so the link's own non-blocking socket
 and event loop stay in charge. Both sides present a certificate and verify the other's against
@@ -26,6 +27,10 @@ import struct
 import lz4.block
 
 HIGH_WATER = 256 * 1024
+# A write takes at most this many bytes of the queue's chunks (returning fewer, as a socket may):
+# one compressed frame per write, and a backlog of many chunks must not make one larger than
+# the companion's reader accepts (MAX_FRAME).
+MAX_WRITE = 1024 * 1024
 _FRAME = struct.Struct(">I")
 # A frame or block larger than this is not one our companion wrote: the stream is corrupt.
 MAX_FRAME = 16 * 1024 * 1024
@@ -83,7 +88,15 @@ class TransformedStream:
             self.flush()
             if len(self.outgoing) >= HIGH_WATER:
                 raise BlockingIOError("the link's wire buffer is full")
-        data = b"".join(views)
+        taken, budget = [], MAX_WRITE
+        for view in views:
+            if len(view) >= budget:
+                taken.append(view[:budget])
+                break
+            taken.append(view)
+            budget -= len(view)
+        data = b"".join(taken)
+        size = len(data)                        # all of the views, or a prefix: what was taken
         if self.compress:
             block = lz4.block.compress(data, store_size=True)
             data = _FRAME.pack(len(block)) + block
@@ -92,7 +105,7 @@ class TransformedStream:
             self.flush()
         else:
             self.held.append(data)
-        return sum(len(view) for view in views)
+        return size
 
     def _emit(self, data: bytes) -> None:
         if self.tls is None:

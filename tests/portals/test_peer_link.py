@@ -84,13 +84,6 @@ class Harness:
             side.loop.close()
 
 
-@pytest.fixture
-def harness():
-    h = Harness()
-    yield h
-    h.close()
-
-
 def test_handshake_exchanges_names_and_node_ids_then_messages_flow(harness):
     acceptor, initiator = harness.pair()
     assert initiator.ups == [("router-B", 0xB0B)] and acceptor.ups == [("router-A", 0xA1)]

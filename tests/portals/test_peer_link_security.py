@@ -14,18 +14,11 @@ from router.routing.route_info import build_route_info, parse_route_info
 from router.routing.topology import Adjacency, Topology
 from router.um.wire.lbmc import MESSAGE_HEADER, NHDR_DATA
 from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE
-from tests.portals.test_peer_link import Harness, config
+from tests.portals.test_peer_link import config
 from tests.support.certs import issue, make_ca
 from tests.support.tshark import LiveCapture, decode
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def harness():
-    h = Harness()
-    yield h
-    h.close()
 
 
 @pytest.fixture(scope="module")

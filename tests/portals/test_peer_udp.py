@@ -11,7 +11,7 @@ from router.config.model import UdpLink
 from router.portals.peer_link import LinkState
 from router.um.wire.lbmc import (LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, GatewayName, LbmcMessage, decode_lbmc,
                                  encode_lbmc)
-from tests.portals.test_peer_link import Harness, config
+from tests.portals.test_peer_link import config
 from tests.support.routers import free_port
 from tests.support.tshark import LiveCapture, decode, expert_info
 
@@ -41,13 +41,6 @@ class Received:
                 message, offset = decode_lbmc(frames, offset)
                 out.append(message)
         return out
-
-
-@pytest.fixture
-def harness():
-    h = Harness()
-    yield h
-    h.close()
 
 
 def udp_pair(harness, acceptor_udp: UdpLink | None, initiator_udp: UdpLink | None, **kwargs):
