@@ -58,7 +58,7 @@ class HttpServer:
         loop.add_reader(self.socket.fileno(), self._accept)
 
     def _accept(self) -> None:
-        for sock, _ in accept_pending(self.socket, "web monitor"):
+        for sock, _ in accept_pending(self.socket, "web monitor", self.loop, self._accept):
             if len(self.connections) >= MAX_CONNECTIONS:
                 sock.close()
                 continue

@@ -196,7 +196,8 @@ class DomainRouteChannel:
 
     # -- receiving -------------------------------------------------------------------------------
     def _accept(self) -> None:
-        for sock, _ in accept_pending(self.listener, f"portal {self.portal} route-info"):
+        for sock, _ in accept_pending(self.listener, f"portal {self.portal} route-info", self.loop,
+                                      self._accept):
             self.inbound[sock] = bytearray()
             self.loop.add_reader(sock, lambda s=sock: self._readable(s))
 

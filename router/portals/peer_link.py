@@ -36,6 +36,7 @@ from router.portals.peer_link_states import (ACCEPTOR_TRANSITIONS, INITIATOR_TRA
 from router.portals.immediate import is_immediate
 from router.portals.peer_late_join import is_late_join_answer
 from router.portals.peer_responses import is_unicast
+from router.um.accepting import accept_pending
 from router.um.frame_runs import MIN_RUN, equal_frames, frames_and_last_sequence_numbers
 from router.um.wire.lbmc_constants import NHDR_DESTINATION, NHDR_ODOMAIN, NHDR_REQUEST
 from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, LbmcMessage,
@@ -289,15 +290,11 @@ class PeerLink:
         self.loop.add_reader(self._listener, self._on_acceptable)
 
     def _on_acceptable(self) -> None:
-        while self._listener is not None:
-            try:
-                conn, address = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as err:          # e.g. EMFILE: log and let the loop try again later
-                log.warning("peer %s: accept failed: %s", self.name, err)
-                return
+        listener = self._listener
+        for conn, address in accept_pending(listener, f"peer {self.name}", self.loop, self._on_acceptable):
             self._fire(E.ACCEPTED, (conn, address))
+            if self._listener is not listener:      # the link closed it meanwhile
+                return
 
     def _refuse_second(self, accepted) -> None:
         conn, address = accepted

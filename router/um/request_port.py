@@ -138,7 +138,7 @@ class RequestPort:
         loop.add_reader(self.listener.fileno(), self._accept)
 
     def _accept(self) -> None:
-        for sock, peer in accept_pending(self.listener, f"request port {self.address[1]}"):
+        for sock, peer in accept_pending(self.listener, f"request port {self.address[1]}", self.loop, self._accept):
             connection = UimConnection(sock, peer, self._deliver, self.counters, self._other)
             self.connections[sock.fileno()] = (sock, connection)
             self.counters["response_connections"] += 1

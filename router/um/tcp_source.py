@@ -80,7 +80,7 @@ class TcpSourceSession(BatchingSession):
 
     # -- connections -----------------------------------------------------------------------------
     def _accept(self) -> None:
-        for sock, peer in accept_pending(self.listener, f"TCP session port {self.port}"):
+        for sock, peer in accept_pending(self.listener, f"TCP session port {self.port}", self.loop, self._accept):
             if self.nodelay:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             connection = _Connection(sock, peer)
