@@ -15,6 +15,7 @@ Fragments are counted "sent" only once the socket took all of their bytes.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 
@@ -123,7 +124,8 @@ class OutboundQueue:
         caller's: the connection is gone."""
         written = 0
         while self._chunks:
-            views = [chunk.view for chunk in list(self._chunks)[:_MAX_IOVEC]]
+            # islice, not a copy of the deque: a backlog of thousands of chunks is not copied per write.
+            views = [chunk.view for chunk in itertools.islice(self._chunks, _MAX_IOVEC)]
             try:
                 sent = sock.sendmsg(views)
             except BlockingIOError:
