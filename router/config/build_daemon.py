@@ -10,7 +10,7 @@ from router.config.model import (DaemonConfig, HashMapConfig, LogConfig, Monitor
                                  RouteRecalculation, WebMonitorConfig, WorkerGroup)
 from router.config.reader import INT32_MAX, UINT32_MAX, ElementReader
 from router.um import monitoring
-from router.um.config import ConfigError, load_file
+from router.um.config import ConfigError, UMConfig, load_file
 from router.um.xml_config import children
 from router.worker.scheduling import MODES as SCHEDULING_MODES
 
@@ -125,6 +125,13 @@ def _monitor(reader: ElementReader, element: etree._Element | None) -> MonitorCo
                                 monitor.format_module, monitor.format_options)
         except monitoring.MonitoringError as err:
             reader.fail(transport if transport is not None else element, str(err))
+        for key, value in monitor.transport_options.items():
+            if "|" in key:          # scope|option=value: set in the monitoring context (spec/dro.md §1.3)
+                scope, _, option = key.partition("|")
+                try:
+                    UMConfig().set(scope, option, value)
+                except ConfigError as err:
+                    reader.fail(transport, f"options '{key}={value}': {err.reason}")
         config = monitor.transport_options.get("config")
         if config:
             try:

@@ -210,6 +210,9 @@ class TlsConfig:
     certificate_key_password: str | None = None
     trusted_certificates: Path | None = None
     cipher_suites: str | None = None
+    # The files' contents (router.config.validate), so a reload sees a certificate rotated in place
+    # and restarts the peer, whose worker reads them once.
+    digest: str = field(default="", repr=False)
 
 
 @dataclass

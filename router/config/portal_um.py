@@ -15,14 +15,14 @@ one DRO on the same TRD" is unsupported).
 """
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from router.config.model import DaemonConfig, EndpointConfig, PeerConfig
 from router.um.config import ConfigError, UMConfig, load_file
-from router.um.xml_config import ROUTER_APPLICATION, is_xml_config, load_xml_config, topic_options
+from router.um.xml_config import (ROUTER_APPLICATION, content_digest, is_xml_config, load_xml_config,
+                                  topic_options)
 
 Portal = EndpointConfig | PeerConfig
 
@@ -74,10 +74,7 @@ class TopicOptions:
 
 
 def _digest(paths: list[Path]) -> str:
-    sha = hashlib.sha256()
-    for path in paths:
-        sha.update(Path(path).read_bytes())
-    return sha.hexdigest()
+    return content_digest(paths)
 
 
 def _context(portal: Portal, base: UMConfig, xml_files: list[Path], name: str | None) -> UMConfig:

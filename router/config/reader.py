@@ -53,8 +53,11 @@ class ElementReader:
         return next(children(parent, tag), None)
 
     def text(self, element: etree._Element) -> str:
-        """Element text; trimmed unless xml:space="preserve"."""
-        raw = element.text or ""
+        """Element text; trimmed unless xml:space="preserve". Comments and processing
+        instructions inside it are not part of it: `<cost><!-- WAN -->5</cost>` is 5, and
+        `<name>LAN<!-- B -->2</name>` is LAN2 (the text after one is that node's tail)."""
+        raw = (element.text or "") + "".join(child.tail or "" for child in element
+                                             if not isinstance(child.tag, str))
         return raw if element.get(XML_SPACE) == "preserve" else raw.strip()
 
     def child_text(self, parent: etree._Element | None, tag: str, default: str | None = None) -> str | None:

@@ -15,7 +15,7 @@ from router.config.model import DaemonConfig, EndpointConfig, GatewayConfig, Pee
 from router.config.portal_um import describe_resolver, portal_um_configs, same_domain
 from router.portals.peer_stream import tls_context
 from router.um.config import ConfigError
-from router.um.xml_config import check_xml_config
+from router.um.xml_config import check_xml_config, content_digest
 
 Portal = EndpointConfig | PeerConfig
 log = logging.getLogger("router.config")
@@ -77,6 +77,12 @@ def _check_link(peer: PeerConfig) -> None:
         for path in (link.tls.certificate, link.tls.certificate_key, link.tls.trusted_certificates):
             if path is not None and not path.is_file():
                 raise ConfigError(f"peer '{peer.name}': TLS file '{path}' does not exist", *where, "tls")
+        try:
+            link.tls.digest = _digest(p for p in (link.tls.certificate, link.tls.certificate_key,
+                                                   link.tls.trusted_certificates) if p is not None)
+        except OSError as err:
+            raise ConfigError(f"peer '{peer.name}': cannot read TLS file '{err.filename}': {err.strerror}",
+                              *where, "tls") from None
         # The side this router takes does not change what can be wrong with the files: a key
         # that does not match, a wrong password, a cipher list OpenSSL cannot use.
         try:
@@ -85,6 +91,13 @@ def _check_link(peer: PeerConfig) -> None:
             raise ConfigError(f"peer '{peer.name}': {err}", *where, "tls") from None
     if peer.udp is not None:
         _check_udp(peer)
+
+
+def _digest(paths) -> str:
+    sha = hashlib.sha256()
+    for path in paths:
+        sha.update(Path(path).read_bytes())
+    return sha.hexdigest()
 
 
 def _check_udp(peer: PeerConfig) -> None:
@@ -103,7 +116,7 @@ def _check_xml_config(daemon: DaemonConfig) -> None:
         raise ConfigError(f"cannot read xml-config file '{daemon.xml_config}': no such file",
                           *where, "xml-config")
     check_xml_config(daemon.xml_config)
-    daemon.xml_config_digest = hashlib.sha256(Path(daemon.xml_config).read_bytes()).hexdigest()
+    daemon.xml_config_digest = content_digest([daemon.xml_config])
 
 
 def _check_domains(endpoints: list[EndpointConfig]) -> None:

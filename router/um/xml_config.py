@@ -17,6 +17,7 @@ names are errors naming file, line and element, because a typo there silently lo
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Iterator
@@ -324,6 +325,18 @@ def _mtime_and_size(name: str) -> tuple:
 def check_xml_config(path: str | Path) -> None:
     """Check a whole file (structure, templates, every option) without selecting anything."""
     read_document(path)
+
+
+def content_digest(paths) -> str:
+    """A hash of what UM XML files say: each file and every file it XIncludes (an http:/ftp: part
+    by its address), so an edit in an included part is an edit of the file."""
+    sha = hashlib.sha256()
+    for path in paths:
+        for name in read_document(path).file.files():
+            local = Path(name)
+            sha.update(name.encode("utf-8", "surrogateescape") + b"\0")
+            sha.update(local.read_bytes() if local.is_file() else b"")
+    return sha.hexdigest()
 
 
 def is_xml_config(path: str | Path) -> bool:
