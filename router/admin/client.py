@@ -116,7 +116,12 @@ def request(endpoint: str, command: str, props: dict | None = None, timeout: flo
         sock.send(encode_request(request_id, command, props))
         deadline = time.monotonic() + timeout
         while sock.poll(max(0, int((deadline - time.monotonic()) * 1000)), zmq.POLLIN):
-            reply = decode_reply(sock.recv())
+            payload = sock.recv()
+            try:
+                reply = decode_reply(payload)
+            except Exception as err:      # msgpack raises several kinds: something else answers there
+                raise Unreachable(f"{endpoint} answered with something that is not a router's admin reply "
+                                  f"({type(err).__name__}: {err}); is -s/-n naming a router?") from None
             if reply.get("id") in (request_id, None):
                 return reply
         raise Unreachable(f"no answer from {endpoint} within {timeout:g} s: is the router running, "

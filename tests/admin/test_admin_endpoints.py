@@ -2,8 +2,10 @@
 second router with the same name does not steal the first one's socket."""
 import os
 import stat
+import threading
 
 import pytest
+import zmq
 
 from tests.support.processes import wait_for
 from tests.support.routerctl import routerctl
@@ -35,3 +37,29 @@ def test_socket_is_private_and_a_namesake_router_does_not_take_it(runtime_dir, r
     second.stop()
     assert os.path.exists(path), "the second router must not remove the first one's socket"
     assert routerctl("-n", "twin", "--json", "status").json()["pid"] == first.pid
+
+
+def test_an_endpoint_answering_something_else_is_an_error_not_a_traceback(runtime_dir):
+    """routerctl -s pointed at a ZeroMQ socket that is not a router's: exit 1 saying so."""
+    context = zmq.Context.instance()
+    impostor = context.socket(zmq.ROUTER)
+    impostor.setsockopt(zmq.LINGER, 0)
+    endpoint = f"ipc://{runtime_dir}/impostor.admin"
+    impostor.bind(endpoint)
+    done = threading.Event()
+
+    def answer_garbage() -> None:
+        while not done.is_set():
+            if impostor.poll(100):
+                identity, _ = impostor.recv_multipart()
+                impostor.send_multipart([identity, b"\xc1 not msgpack"])
+    answering = threading.Thread(target=answer_garbage, daemon=True)
+    answering.start()
+    try:
+        result = routerctl("-s", endpoint, "status")
+    finally:
+        done.set()
+        answering.join(5)
+        impostor.close()
+    assert result.code == 1, result.explain()
+    assert "not a router's admin reply" in result.stderr and "Traceback" not in result.stderr, result.explain()
