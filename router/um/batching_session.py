@@ -205,10 +205,17 @@ class BatchingSession:
         self.loop.call_later(self.batching_interval, self._timer_flush)
 
     def _timer_flush(self) -> None:
-        with self.lock:
+        if not self.lock.acquire(blocking=False):
+            # A sending thread has the lock (it may wait for a receiver or the rate for long):
+            # the loop does not wait; it looks again after the interval (the timer stays armed).
+            self.loop.call_later(self.batching_interval, self._timer_flush)
+            return
+        try:
             self.flush_timer_armed = False
             if self.batch:
                 self._flush_locked()
+        finally:
+            self.lock.release()
 
     def flush(self) -> None:
         with self.lock:

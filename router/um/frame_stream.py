@@ -80,6 +80,10 @@ class FrameStream:
         self.raw_indexes: set[int] = set()
         # (tidx, first_sqn) -> [bytearray, bytes received, time.monotonic() of the first fragment]
         self.fragments: dict[tuple[int, int], list] = {}
+        # topic index -> first sqns of its messages being reassembled: fragments come in sequence
+        # (a window aside), so when a topic's next message starts, the ones before it that are
+        # still partial lost a fragment for good (a router dropped it): they go, on every transport.
+        self.partials: dict[int, list[int]] = {}
         self.counters = {"frames": 0, "bytes": 0, "unknown_frames": 0, "malformed": 0,
                          "fragments": 0, "reassembled": 0, "control_frames": 0, "fragments_expired": 0,
                          "sequence_gaps": 0, "frames_missing": 0, "gaps_waited": 0, "frames_late": 0}
@@ -108,6 +112,7 @@ class FrameStream:
             self.subscriptions.pop(tidx, None)
             self.raw_indexes.discard(tidx)
             self.next_sqns.pop(tidx, None)       # whoever subscribes next starts where it joins
+            self._drop_partials(tidx)
             window = self.windows.pop(tidx, None)
             if window is not None and window.timer is not None:
                 window.timer.cancel()
@@ -482,6 +487,14 @@ class FrameStream:
                 self._malformed(f"fragmented message of {total} bytes")
                 return None
             entry = self.fragments[key] = [bytearray(total), 0, time.monotonic()]
+            partials = self.partials.get(tidx)
+            if partials is None:
+                self.partials[tidx] = [first_sqn]
+            else:
+                if tidx not in self.windows:    # late fragments may still fill a gap waited for
+                    self._drop_partials(tidx)
+                    partials = self.partials[tidx] = []
+                partials.append(first_sqn)
         if frag_offset + len(piece) > len(entry[0]):
             self._malformed("fragment beyond the message's length")
             del self.fragments[key]
@@ -491,8 +504,18 @@ class FrameStream:
         if entry[1] < len(entry[0]):
             return None
         del self.fragments[key]
+        partials = self.partials.get(tidx)
+        if partials is not None and len(partials) == 1:
+            del self.partials[tidx]             # the usual case; others go with the next message
         self.counters["reassembled"] += 1
         return first_sqn, bytes(entry[0])
+
+    def _drop_partials(self, tidx: int) -> None:
+        """Forget the topic's partial messages (counted as fragments_expired)."""
+        fragments = self.fragments
+        for first_sqn in self.partials.pop(tidx, ()):
+            if fragments.pop((tidx, first_sqn), None) is not None:
+                self.counters["fragments_expired"] += 1
 
     def expire_fragments(self, older_than: float) -> int:
         """Drop messages whose first fragment came before `older_than` (time.monotonic()) and that

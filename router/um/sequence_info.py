@@ -60,7 +60,9 @@ class SequenceInfo:
         if session.closed:
             self.remove_all()
             return
-        with session.lock:
+        if not session.lock.acquire(blocking=False):
+            return      # a sending thread has it (data flowing, or waiting for a slow receiver)
+        try:
             batches = session.counters["batches"]
             busy = batches != self.batches_seen or bool(session.batch)
             self.batches_seen = batches
@@ -73,6 +75,8 @@ class SequenceInfo:
             for group in tsni_messages(records):
                 session.send_control(encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, [Tsni(group)])))
                 session.counters["tsni_sent"] += 1
+        finally:
+            session.lock.release()
 
     def records(self, now: float) -> list[tuple[int, int]]:
         """(topic index, last sequence number) of each topic still within the active threshold."""

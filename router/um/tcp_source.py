@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_DRAIN_TIMEOUT = 5.0      # s a closing session gives its receivers to take what is queued
 CLOSE_DRAIN_CHECK = 0.05       # s between looks, when the loop's thread closed it
+_LOCK_RETRY = 0.005            # s the loop waits to try again for a lock a sending thread holds
 
 
 class _Connection:
@@ -87,12 +88,26 @@ class TcpSourceSession(BatchingSession):
             # The TCP_SID control message ties this stream to the session id in our TIRs.
             sid = TCP_SID_HEADER.pack(NHDR_NONE, TCP_SID_HEADER.size, 0, self.session_id)
             connection.queue += CONTROL_HEADER.pack(LBMC_TYPE_CONTROL, NHDR_TCP_SID, 4 + len(sid)) + sid
-            with self.lock:
-                self._give_held(connection)
-                self.connections.append(connection)
-                self.counters["connections_accepted"] += 1
-                self._write(connection)
-            self.loop.add_reader(sock.fileno(), lambda c=connection: self._readable(c))
+            self._add_connection(connection)
+
+    def _add_connection(self, connection: _Connection) -> None:
+        """A receiver connected: it joins the session under its lock. A sending thread may hold
+        that lock for long (waiting for a slow receiver): the loop does not wait for it, it
+        tries again shortly."""
+        if self.closed:
+            connection.sock.close()
+            return
+        if not self.lock.acquire(blocking=False):
+            self.loop.call_later(_LOCK_RETRY, self._add_connection, connection)
+            return
+        try:
+            self._give_held(connection)
+            self.connections.append(connection)
+            self.counters["connections_accepted"] += 1
+            self._write(connection)
+        finally:
+            self.lock.release()
+        self.loop.add_reader(connection.sock.fileno(), lambda c=connection: self._readable(c))
 
     def _readable(self, connection: _Connection) -> None:
         """Receivers send nothing we need; reading tells us when they hang up."""
@@ -106,10 +121,15 @@ class TcpSourceSession(BatchingSession):
             self._drop_connection(connection)
 
     def _drop_connection(self, connection: _Connection) -> None:
-        with self.lock:
+        if not self.lock.acquire(blocking=False):      # loop thread: never waits for a sender
+            self.loop.call_later(_LOCK_RETRY, self._drop_connection, connection)
+            return
+        try:
             if connection not in self.connections:
                 return
             self.connections.remove(connection)
+        finally:
+            self.lock.release()
         self.loop.remove_reader(connection.sock.fileno())
         self.loop.remove_writer(connection.sock.fileno())
         connection.sock.close()
@@ -138,7 +158,10 @@ class TcpSourceSession(BatchingSession):
                         connection.dropped_bytes += len(data)
                         self.count_dropped(data)
                         continue
-                    self.wait_drained(self.max_queue // 2, connection)
+                    if not self.loop.in_loop_thread():
+                        self.wait_drained(self.max_queue // 2, connection)
+                    # (The loop's thread, the batching timer's short batch: queued past the limit,
+                    # never waited for there; the next send from the application's thread waits.)
                 connection.queue += data
                 self._write(connection)
                 continue
@@ -189,11 +212,20 @@ class TcpSourceSession(BatchingSession):
             self.loop.add_writer(connection.sock.fileno(), lambda: self._writable(connection))
 
     def _writable(self, connection: _Connection) -> None:
-        with self.lock:
+        if not self.lock.acquire(blocking=False):
+            # A sending thread holds the lock (it may be waiting for a slow receiver): the loop
+            # does not wait; the writer is set aside, still armed, and tried again shortly.
+            if connection in self.connections:
+                self.loop.remove_writer(connection.sock.fileno())
+                self.loop.call_later(_LOCK_RETRY, self._arm_writer, connection)
+            return
+        try:
             self._write(connection)
             if not connection.queue:
                 connection.writer_armed = False
                 self.loop.remove_writer(connection.sock.fileno())
+        finally:
+            self.lock.release()
 
     def wait_drained(self, limit: int, only: _Connection | None = None, timeout: float | None = None) -> bool:
         """Block the calling thread until every queue holds at most `limit` bytes."""
