@@ -48,7 +48,7 @@ def test_a_tcp_stream_does_not_keep_messages_whose_fragments_were_dropped_upstre
 
 @pytest.fixture
 def loop():
-    loop = EventLoop("review-test")
+    loop = EventLoop("pressure-test")
     loop.start_thread()
     yield loop
     loop.close()

@@ -219,7 +219,7 @@ class PidsLimit:
     with EAGAIN, as under systemd's TasksMax= or a full pid table), `open()` lifts that."""
 
     def __init__(self, pid: int):
-        self.path = PIDS_CGROUPS / f"umr-review-{os.getpid()}-{pid}"
+        self.path = PIDS_CGROUPS / f"umr-test-{os.getpid()}-{pid}"
         self.path.mkdir()
         (self.path / "cgroup.procs").write_text(str(pid))
 

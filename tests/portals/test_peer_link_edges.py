@@ -1,4 +1,6 @@
-"""Review findings on the peer link, each shown over real sockets on loopback."""
+"""The peer link at its edges, over real sockets on loopback: a compressed backlog larger than
+one frame, an <interface> network that loses its address, a UDP path on such a network, and what
+the control message counters add up to."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
-"""Review findings on reading, validating and diffing the configuration: each test failed before its fix."""
+"""Reading, validating and diffing the configuration at its edges: comments inside values, the
+monitor transport's scope|option pairs, TLS files and XIncluded UM XML parts changed in place."""
 from __future__ import annotations
 
 import shutil
