@@ -77,14 +77,17 @@ class UnicastRouting:
 
 
 def reached_domains(view, own_portal: str, own_domain: int) -> list[int]:
-    """The domains an endpoint portal on `own_domain` says it reaches: those whose next hop from
-    this router is another of its portals (a path that would come back out by this portal is
-    another router's to offer)."""
-    routes = view.routes
-    if routes is None:
+    """The domains an endpoint portal on `own_domain` says it reaches: those whose chosen path
+    from `own_domain` leaves that domain by this router (enters it by this portal).
+
+    Exactly one router on a domain says so for each domain it reaches, the same one every router
+    computes: a router that merely has *some* path (say, back over a peer link to a router that
+    sends into this domain again) must not, or a router sending into this (transit) domain may
+    pick it and the message loops until MAX_HOPS."""
+    if view.routes is None:
         return []
-    return [domain for domain in routes.routes.domains
-            if domain != own_domain and view.next_hop(domain) not in (None, own_portal)]
+    return [domain for domain in view.routes.routes.domains
+            if domain != own_domain and own_portal in view.entry_portals(domain)]
 
 
 class DomainRouteAnnouncements:

@@ -20,7 +20,7 @@ from router.eventlog import event
 from router.routing.paths import Routes
 from router.routing.recalculation import RecalcTrigger, RecalculationScheduler
 from router.routing.route_info import RouteInfoError, encode_route_info, parse_route_info, with_ttl
-from router.routing.topology import DOMAIN, Adjacency, RouterRecord, Topology, TopologySnapshot
+from router.routing.topology import DOMAIN, Adjacency, RouterRecord, Topology, TopologySnapshot, UpdateOutcome
 from router.um.wire.lbmc import WireError, decode_lbmc, encode_lbmc
 
 log = logging.getLogger(__name__)
@@ -120,14 +120,16 @@ class RoutingService:
             return
         self.counters["route_info_rcvd"] += 1
         result = self.topology.apply(announcement, now)
-        if result.record is None or result.forward_ttl is None:
+        if result.outcome in (UpdateOutcome.DUPLICATE, UpdateOutcome.STALE, UpdateOutcome.OWN):
             self.counters["route_info_duplicates"] += 1
             return
         if result.changes_topology:
-            trigger = (RecalcTrigger.NEW_DRO_DISCOVERED if result.outcome.name == "NEW_ROUTER"
+            trigger = (RecalcTrigger.NEW_DRO_DISCOVERED if result.outcome is UpdateOutcome.NEW_ROUTER
                        else RecalcTrigger.NODE_UPDATED)
             self.scheduler.note(trigger, result.record.label(), now)
             self._report_forbidden()
+        if result.forward_ttl is None:       # applied here, on its last allowed hop: not flooded on
+            return
         forwarded = encode_lbmc(with_ttl(message, result.forward_ttl))
         for other in sorted(self.route_portals - {portal}):
             self._send(other, forwarded)
