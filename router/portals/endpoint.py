@@ -471,7 +471,7 @@ class EndpointPortal(EgressRecords):
         for them (LBMR REMOTE_DOMAIN_ROUTE), within <domain-route>'s rate limit."""
         self._domain_route_timer = None
         domains = self.domain_routes.domains
-        if not domains:
+        if not domains and not self.domain_routes.withdrawing:
             return
         now = time.monotonic()
         size = _DOMAIN_ROUTE_SIZE + 4 * len(domains)

@@ -94,7 +94,9 @@ class DomainRouteAnnouncements:
     """When an endpoint portal says which domains it reaches (the DRO's `<domain-route>`
     min-interval / max-interval, spec/dro.md §1.5): at once when the set changes, then at
     intervals doubling from the minimum up to the maximum, where they stay until it changes again.
-    Each announcement names every domain reached, so the domain's contexts keep the whole set."""
+    Each announcement names every domain reached, so the domain's contexts keep the whole set.
+    When the last domain goes, one announcement naming none withdraws the claim at once (else the
+    contexts would keep sending to this router until the claim timed out); then nothing more."""
 
     def __init__(self, min_interval: float, max_interval: float):
         self.min_interval = max(min_interval, 0.001)
@@ -102,16 +104,20 @@ class DomainRouteAnnouncements:
         self.domains: tuple[int, ...] = ()
         self.interval = self.min_interval
         self.due_at = 0.0
+        self.withdrawing = False        # an announcement of no domain is due
 
     def update(self, domains, now: float) -> None:
         domains = tuple(sorted(domains))
         if domains != self.domains:
+            self.withdrawing = not domains
             self.domains, self.interval, self.due_at = domains, self.min_interval, now
 
     def next_due(self, now: float) -> float | None:
-        """Seconds until the next announcement; None while no domain is reached."""
-        return max(0.0, self.due_at - now) if self.domains else None
+        """Seconds until the next announcement; None while no domain is reached (and none was
+        just given up)."""
+        return max(0.0, self.due_at - now) if self.domains or self.withdrawing else None
 
     def sent(self, now: float) -> None:
+        self.withdrawing = False
         self.due_at = now + self.interval
         self.interval = min(self.interval * 2, self.max_interval)

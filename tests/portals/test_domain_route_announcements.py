@@ -31,7 +31,9 @@ def test_the_same_set_again_keeps_the_pace_a_new_one_starts_over():
     schedule.update([2, 4], 3.2)                                # a domain more: said at once
     assert schedule.next_due(3.2) == 0.0
     assert announce_times(schedule, 3.2, 3.9) == [3.2, 3.3, 3.5]
-    schedule.update([], 4.0)                                    # none left
+    schedule.update([], 4.0)                                    # none left: said once, then nothing
+    assert schedule.next_due(4.0) == 0.0
+    schedule.sent(4.0)
     assert schedule.next_due(4.0) is None
 
 
@@ -39,3 +41,17 @@ def test_bounds_that_make_no_sense_are_kept_sane():
     schedule = DomainRouteAnnouncements(0.0, 0.0)               # min 0: not a busy loop
     schedule.update([2], 0.0)
     assert announce_times(schedule, 0.0, 0.0105)[:3] == [0.0, 0.001, 0.002]
+
+
+def test_the_last_domain_gone_is_said_once_then_nothing():
+    """An empty announcement withdraws the claim at once (the domain's contexts would otherwise
+    keep sending to this router until the claim timed out), and is not repeated."""
+    schedule = DomainRouteAnnouncements(0.1, 1.0)
+    schedule.update([2, 3], 0.0)
+    announce_times(schedule, 0.0, 2.0)
+    schedule.update([], 2.5)
+    assert schedule.withdrawing and schedule.next_due(2.5) == 0.0
+    schedule.sent(2.5)
+    assert schedule.next_due(2.6) is None and not schedule.withdrawing
+    schedule.update([], 3.0)                                    # still none: nothing more
+    assert schedule.next_due(3.0) is None

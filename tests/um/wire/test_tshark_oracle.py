@@ -85,6 +85,7 @@ LBMR_PACKETS = {
         "10.2.2.2", 16000)]), version=1),
     "tnwg_trreq1": r.LbmrPacket(r.GatewayTopicResRequest([r.TnwgDomainOption(22)]), GATEWAY_TRAILER, 1),
     "route": r.LbmrPacket(r.RemoteDomainRoute("10.3.3.3", 17000, [17, 18, 19]), GATEWAY_TRAILER, 1),
+    "route_withdrawn": r.LbmrPacket(r.RemoteDomainRoute("10.3.3.3", 17000, []), GATEWAY_TRAILER, 1),
     "rctxinfo": r.LbmrPacket(r.RemoteContextInfo([
         r.RemoteContextRecord(r.RCTXINFO_REC_FLAG_QUERY, []),
         r.RemoteContextRecord(0, [r.RciAddressOption(17, "10.4.4.4", 18000), r.RciInstanceOption(CTXINST),
@@ -286,6 +287,9 @@ def test_remote_domain_route_and_context_info(batch):
         "10.3.3.3", "17000")
     assert _ints(route, "lbmr.remote_domain_route.domain") == [17, 18, 19]
     assert _one(route, "lbmr.remote_domain_route.num_domains") == "3"
+    withdrawn = frame_of(batch, "route_withdrawn")          # a router that reaches no domain any more
+    assert _one(withdrawn, "lbmr.remote_domain_route.num_domains") == "0"
+    assert "lbmr.remote_domain_route.domain" not in withdrawn
     info = frame_of(batch, "rctxinfo")
     assert _ints(info, "lbmr.rctxinfo.rec.flags") == [r.RCTXINFO_REC_FLAG_QUERY, 0]
     assert (_one(info, "lbmr.rctxinfo.rec.address.ip"), _one(info, "lbmr.rctxinfo.rec.address.port")) == (
