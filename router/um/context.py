@@ -676,8 +676,8 @@ class Context:
                 ttl=get("context", "resolver_multicast_ttl"), **_repairing_options(config, "lbtrm"), **batching)
         if transport == "lbtru":
             return LbtruSourceSession(
-                self.loop, get("source", "transport_lbtru_interface") or get("context", "transport_lbtru_interface")
-                or self.channel.interface,
+                self.loop, resolve_interface(get("source", "transport_lbtru_interface")
+                                             or get("context", "transport_lbtru_interface") or self.channel.interface),
                 get("context", "transport_lbtru_port_low"), get("context", "transport_lbtru_port_high"),
                 **_repairing_options(config, "lbtru"),
                 client_activity_timeout=get("source", "transport_lbtru_client_activity_timeout") / 1000,
@@ -730,8 +730,8 @@ class Context:
         if port is None or port.sock is None:
             get = self.config.get
             port = self.lbtru_port = LbtruPort(
-                self.loop, get("receiver", "transport_lbtru_interface") or get("context", "transport_lbtru_interface")
-                or self.channel.interface,
+                self.loop, resolve_interface(get("receiver", "transport_lbtru_interface")
+                                             or get("context", "transport_lbtru_interface") or self.channel.interface),
                 get("receiver", "transport_lbtru_port_low"), get("receiver", "transport_lbtru_port_high"),
                 get("context", "transport_lbtru_receiver_socket_buffer"),
                 lambda closed: setattr(self, "lbtru_port", None) if self.lbtru_port is closed else None)

@@ -1,4 +1,5 @@
-"""Turning UM interface specifications (an address or a CIDR network) into a local IPv4 address."""
+"""Turning UM interface specifications (an address, a CIDR network or an interface's name, as UM
+takes them) into a local IPv4 address."""
 from __future__ import annotations
 
 import fcntl
@@ -27,9 +28,18 @@ def local_addresses() -> dict[str, str]:
 
 
 def resolve_interface(spec: str) -> str:
-    """`127.0.0.1` stays as it is; `10.29.3.0/24` becomes this host's address in that network."""
+    """`127.0.0.1` stays as it is; `10.29.3.0/24` becomes this host's address in that network,
+    `eth0` that interface's address. ValueError when this host has no such address now."""
     if "/" not in spec:
-        return spec
+        try:
+            ipaddress.IPv4Address(spec)
+            return spec
+        except ValueError:
+            pass
+        address = local_addresses().get(spec)
+        if address is None:
+            raise ValueError(f"no interface named '{spec}' with an IPv4 address on this host")
+        return address
     network = ipaddress.IPv4Network(spec, strict=False)
     for address in local_addresses().values():
         if ipaddress.IPv4Address(address) in network:

@@ -7,6 +7,7 @@ same error for the same mistake.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -38,14 +39,21 @@ def _ipv4(text: str) -> str:
 
 
 def _interface(text: str) -> str:
-    """An interface is an IPv4 address or a CIDR network (UM's 'a.b.c.0/24' form)."""
+    """An interface is an IPv4 address, a CIDR network (UM's 'a.b.c.0/24' form) or an interface's
+    name (`eth0`: its address is looked up when a socket is opened, router.um.netif)."""
     text = str(text).strip()
     try:
         if "/" in text:
             return str(ipaddress.IPv4Network(text, strict=False))
         return str(ipaddress.IPv4Address(text))
     except ValueError:
-        raise OptionError(f"'{text}' is not an IPv4 address or network") from None
+        # A name has a letter in it: '10.0.0.300' is a mistyped address, not a name.
+        if _INTERFACE_NAME.match(text) and not set(text) <= set("0123456789."):
+            return text
+        raise OptionError(f"'{text}' is not an IPv4 address, a network or an interface name") from None
+
+
+_INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")     # Linux: IFNAMSIZ - 1
 
 
 def _multicast(text: str) -> str:
