@@ -16,6 +16,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 # The TLS peer-link tests make their certificates with the openssl command.
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# A peer-link test takes an interface's address away inside a network namespace of its own (unshare -n).
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 # The systemd unit's test runs `systemd-analyze verify` (no running systemd needed).
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 

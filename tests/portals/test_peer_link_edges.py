@@ -103,8 +103,9 @@ def test_an_initiator_whose_interface_network_lost_its_address_keeps_retrying_an
     """<interface> given as a network (10.29.3.0/24): while no local address is in it (a VPN or
     DHCP lease gone), each attempt fails and is retried, and the link comes back with the address;
     it must not stop retrying for good at the first attempt that cannot pick a local address."""
-    if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
-        pytest.skip("needs a network namespace of its own (unshare -n)")
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
+    assert probe.returncode == 0, ("needs a network namespace of its own: unshare -n, from util-linux "
+                                   f"(scripts/install-sysdeps.sh), run as root: {probe.stderr}")
     child = subprocess.run(["unshare", "-n", sys.executable, "-c", _INTERFACE_CHILD], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
     assert "RECONNECTED" in child.stdout, child.stdout + child.stderr[-3000:]

@@ -3,21 +3,10 @@ caused it connects only once it has heard its advertisement); an application's s
 import socket
 import time
 
-import pytest
-
-from router.um.loop import EventLoop
 from router.um.tcp_source import TcpSourceSession
 from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER
 
 from tests.support.processes import wait_for
-
-
-@pytest.fixture
-def loop():
-    loop = EventLoop("hold-test")
-    loop.start_thread()
-    yield loop
-    loop.close()
 
 
 def _session(loop, domain, **kwargs) -> TcpSourceSession:

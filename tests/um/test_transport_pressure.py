@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from router.um.loop import EventLoop
 from router.um.sequence_info import SequenceInfo
 from router.um.tcp_source import TcpSourceSession
 from tests.support.processes import wait_for
@@ -44,14 +43,6 @@ def test_a_tcp_stream_does_not_keep_messages_whose_fragments_were_dropped_upstre
 
 
 # -- a publisher waiting on a slow TCP receiver must not stop its context's loop ----------------
-
-
-@pytest.fixture
-def loop():
-    loop = EventLoop("pressure-test")
-    loop.start_thread()
-    yield loop
-    loop.close()
 
 
 class _Publisher:
