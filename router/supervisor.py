@@ -75,6 +75,14 @@ class Worker:
                                           # exits by that TERM; counted if it had crashed anyway
     planned_start: bool = False           # its next start follows such a stop (logged as portal-up only)
 
+    def back_off(self, now: float) -> float:
+        """Start again after the current backoff, doubled for next time (up to BACKOFF_MAX);
+        returns the wait."""
+        wait = self.backoff
+        self.restart_at = now + wait
+        self.backoff = min(wait * 2, BACKOFF_MAX)
+        return wait
+
 
 class Supervisor:
     SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
@@ -249,12 +257,11 @@ class Supervisor:
         """No process for these portals (EAGAIN: TasksMax= or the pid table is full; ENOMEM). That
         may pass, as what kills a worker may: try again after the backoff, as for a worker that
         died, while the other portals route on."""
-        backoff = members[0].backoff
+        now = time.monotonic()
         for member in members:
             member.generation -= 1            # not started: the next one is that generation
-            member.restart_at = time.monotonic() + backoff
-            member.backoff = min(backoff * 2, BACKOFF_MAX)
-        event("portal-down", f"cannot start a worker: {err}; trying again in {backoff:.1f} s",
+            wait = member.back_off(now)
+        event("portal-down", f"cannot start a worker: {err}; trying again in {wait:.1f} s",
               "+".join(member.config.name for member in members))
 
     def _restart_requested(self, worker: Worker) -> None:
@@ -369,16 +376,15 @@ class Supervisor:
             worker.restarts += 1
             if uptime < STABLE_AFTER:
                 worker.quick_deaths += 1
-            worker.restart_at = time.monotonic() + worker.backoff
+            wait = worker.back_off(time.monotonic())
             event("portal-down", f"worker pid {process.pid} exited with {_describe_exit(code)} after "
-                  f"{uptime:.1f} s; restarting in {worker.backoff:.1f} s (restart {worker.restarts})", name)
+                  f"{uptime:.1f} s; restarting in {wait:.1f} s (restart {worker.restarts})", name)
             if worker.quick_deaths == CRASH_LOOP_RESTARTS:
                 # Restarting goes on (backing off to BACKOFF_MAX): what kills it may pass (a port
                 # held by another process, a full disk), but an operator must look now.
                 event("portal-crash-loop", f"the worker died {CRASH_LOOP_RESTARTS} times in a row, each within "
                       f"{STABLE_AFTER:.0f} s of starting (last: {_describe_exit(code)}); still restarting, at "
                       f"most every {BACKOFF_MAX:.0f} s; the lines above say why", name)
-            worker.backoff = min(worker.backoff * 2, BACKOFF_MAX)
 
     def _check_heartbeats(self) -> None:
         now_ns = time.monotonic_ns()

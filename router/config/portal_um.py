@@ -47,7 +47,7 @@ def portal_um_configs(portal: Portal, daemon: DaemonConfig) -> tuple[UMConfig, U
     source = _context(portal, base, xml_files, source_name)
     # Proxy sources belong to the source context (the DRO's src_ctx): its name selects their
     # templates and per-topic options, its options are theirs where no topic says otherwise.
-    portal.topic_um = TopicOptions(tuple(xml_files), source_name, source, _digest(xml_files))
+    portal.topic_um = TopicOptions(tuple(xml_files), source_name, source, content_digest(xml_files))
     return (source, _context(portal, base, xml_files, portal.receiver_context_name or default_name))
 
 
@@ -71,10 +71,6 @@ class TopicOptions:
         for path in self.xml_files:
             config = topic_options(path, ROUTER_APPLICATION, self.context_name, topic, into=config)
         return config
-
-
-def _digest(paths: list[Path]) -> str:
-    return content_digest(paths)
 
 
 def _context(portal: Portal, base: UMConfig, xml_files: list[Path], name: str | None) -> UMConfig:

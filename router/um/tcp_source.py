@@ -97,8 +97,7 @@ class TcpSourceSession(BatchingSession):
         if self.closed:
             connection.sock.close()
             return
-        if not self.lock.acquire(blocking=False):
-            self.loop.call_later(_LOCK_RETRY, self._add_connection, connection)
+        if not self._lock_or_later(self._add_connection, connection):
             return
         try:
             self._give_held(connection)
@@ -108,6 +107,15 @@ class TcpSourceSession(BatchingSession):
         finally:
             self.lock.release()
         self.loop.add_reader(connection.sock.fileno(), lambda c=connection: self._readable(c))
+
+    def _lock_or_later(self, retry, *args) -> bool:
+        """On the loop's thread: take the session lock if it is free, else call `retry(*args)`
+        shortly and say no. A sending thread may hold it for long (waiting for a slow receiver),
+        and the loop must not wait for it: every other socket and timer of the context would."""
+        if self.lock.acquire(blocking=False):
+            return True
+        self.loop.call_later(_LOCK_RETRY, retry, *args)
+        return False
 
     def _readable(self, connection: _Connection) -> None:
         """Receivers send nothing we need; reading tells us when they hang up."""
@@ -121,8 +129,7 @@ class TcpSourceSession(BatchingSession):
             self._drop_connection(connection)
 
     def _drop_connection(self, connection: _Connection) -> None:
-        if not self.lock.acquire(blocking=False):      # loop thread: never waits for a sender
-            self.loop.call_later(_LOCK_RETRY, self._drop_connection, connection)
+        if not self._lock_or_later(self._drop_connection, connection):
             return
         try:
             if connection not in self.connections:
@@ -212,12 +219,10 @@ class TcpSourceSession(BatchingSession):
             self.loop.add_writer(connection.sock.fileno(), lambda: self._writable(connection))
 
     def _writable(self, connection: _Connection) -> None:
-        if not self.lock.acquire(blocking=False):
-            # A sending thread holds the lock (it may be waiting for a slow receiver): the loop
-            # does not wait; the writer is set aside, still armed, and tried again shortly.
+        if not self._lock_or_later(self._arm_writer, connection):
+            # Set aside meanwhile, still armed: a writable socket would call us on every turn.
             if connection in self.connections:
                 self.loop.remove_writer(connection.sock.fileno())
-                self.loop.call_later(_LOCK_RETRY, self._arm_writer, connection)
             return
         try:
             self._write(connection)
