@@ -249,9 +249,34 @@ class PeerLink:
         getattr(self, transition[1])(detail)
 
     def _begin_connect(self, _detail) -> None:
+        """Connect to the companion; a DNS name is resolved again at every attempt (the DRO does
+        this since 6.17, so a companion whose name moved is found), off the loop."""
         self._generation += 1
+        initiator = self.link.initiator
+        address = peer_sockets.numeric_address(initiator.address, initiator.port)
+        if address is not None:
+            self._connect_to(address)
+            return
+        generation = self._generation
+        self._set_timer("connect", self.connect_timeout_ms,
+                        lambda: self._fire(E.CONNECT_FAILED,
+                                           f"{initiator.address} did not resolve within {self.connect_timeout_ms} ms"))
+        peer_sockets.resolve_off_loop(initiator.address, initiator.port, self.loop,
+                                      lambda result: self._resolved(generation, result))
+
+    def _resolved(self, generation: int, result) -> None:
+        if generation != self._generation or self.state is not S.CONNECTING or self._sock is not None:
+            return                                  # timed out, stopped or restarted meanwhile
+        self._cancel_timer("connect")
+        if isinstance(result, OSError):
+            self._fire(E.CONNECT_FAILED, f"cannot resolve {self.link.initiator.address}: {result}")
+        else:
+            self._connect_to(result)
+
+    def _connect_to(self, address: tuple[str, int]) -> None:
+        self.peer_address = address
         try:
-            self._sock, self.peer_address, result = peer_sockets.start_connect(self.link)
+            self._sock, result = peer_sockets.start_connect(self.link, address)
         except OSError as err:
             self._fire(E.CONNECT_FAILED, str(err))
             return

@@ -6,28 +6,50 @@ synchronous wrapper that raises OSError with a message naming the portal and the
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
+import threading
+from typing import Callable
 
 from router.um.netif import resolve_interface
 
 
-def start_connect(link) -> tuple[socket.socket, tuple[str, int], int]:
-    """Begin a non-blocking connect to ``link.initiator``; (socket, address, connect_ex result).
+def numeric_address(host: str, port: int) -> tuple[str, int] | None:
+    """(host, port) when host is a dotted IPv4 address, None for a name that must be resolved."""
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return None
+    return host, port
 
-    The address is resolved on every call, so a companion whose DNS name moved is found again on
-    the next attempt (the DRO does this since 6.17). DNS lookups of names block the loop briefly;
-    numeric addresses do not.
-    """
-    initiator = link.initiator
-    family, kind, proto, _, address = socket.getaddrinfo(initiator.address, initiator.port,
-                                                         socket.AF_INET, socket.SOCK_STREAM)[0]
+
+def resolve_off_loop(host: str, port: int, loop, deliver: Callable[[tuple[str, int] | OSError], None]) -> None:
+    """Resolve a companion's DNS name on a thread of its own; ``deliver`` gets the address, or the
+    OSError, on the loop's thread.
+
+    A lookup can take the resolver's whole timeout (5 s per attempt and name server by default)
+    when DNS is down, which is when links drop and reconnect. On the loop that would stall every
+    portal of the worker and its heartbeats, and the supervisor would restart the worker as hung,
+    again at every attempt."""
+    def lookup() -> None:
+        try:
+            result = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+        except OSError as err:
+            result = err
+        loop.call_soon_threadsafe(deliver, result)
+    threading.Thread(target=lookup, name=f"resolve {host}", daemon=True).start()
+
+
+def start_connect(link, address: tuple[str, int]) -> tuple[socket.socket, int]:
+    """Begin a non-blocking connect to ``address`` from `<interface>`'s address, if any;
+    (socket, connect_ex result)."""
     local = local_address(link.interface) if link.interface else None
-    sock = socket.socket(family, kind, proto)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setblocking(False)
         if local is not None:
             sock.bind((local, 0))
-        return sock, address, sock.connect_ex(address)
+        return sock, sock.connect_ex(address)
     except OSError:
         sock.close()
         raise

@@ -52,6 +52,10 @@ class EventLoop:
         self._selector.register(self._wakeup_fd, selectors.EVENT_READ, [self._drain_wakeup, None])
         self._stopping = False
         self._thread: threading.Thread | None = None
+        # The thread that runs the loop: the one that made it, unless start_thread gives it its own.
+        # Callbacks handed over from any other thread wake the loop, whether or not it has a thread
+        # of its own (a worker runs its loop on its main thread and resolves names on others).
+        self._runner = threading.get_ident()
         self.callback_errors = 0
         self.cancelled_timers = 0       # cancelled ones still in the heap
         # Bumped by every handler change: a handler that ran may have removed or replaced another
@@ -116,7 +120,7 @@ class EventLoop:
     def call_soon_threadsafe(self, callback: Callable, *args) -> None:
         """Run `callback` on the loop's next turn; from another thread this also wakes the loop."""
         self._pending.append((callback, args))
-        if not self.in_loop_thread():
+        if threading.get_ident() != self._runner:
             os.eventfd_write(self._wakeup_fd, 1)
 
     def call_and_wait(self, callback: Callable, *args, timeout: float = 5.0):
@@ -211,6 +215,7 @@ class EventLoop:
             log.exception("%s: callback %r failed", self.name, callback)
 
     def run_forever(self) -> None:
+        self._runner = threading.get_ident()
         self._stopping = False
         while not self._stopping:
             self.run_once()

@@ -1,5 +1,7 @@
 """The event loop: its timers, and the hook that sees ready descriptors first."""
 import os
+import threading
+import time
 
 from router.um.loop import EventLoop
 
@@ -65,3 +67,18 @@ def test_a_handler_removed_by_another_in_the_same_turn_is_not_called():
         loop.close()
         for fd in set(fds) - closed:
             os.close(fd)
+
+
+def test_a_callback_handed_over_from_another_thread_wakes_a_loop_run_by_its_own_thread():
+    """A worker runs its loop on its main thread (no start_thread) and gets results from other
+    threads (a DNS lookup's): handing one over must wake the loop out of its wait, not leave it
+    waiting for its next timer or descriptor."""
+    loop = EventLoop("main-thread")
+    ran = []
+    helper = threading.Thread(target=lambda: (time.sleep(0.2), loop.call_soon_threadsafe(ran.append, "handed over")))
+    helper.start()
+    began = time.monotonic()
+    loop.run_once(60.0)                         # nothing else would end this wait for a minute
+    helper.join()
+    assert ran == ["handed over"] and time.monotonic() - began < 30
+    loop.close()
