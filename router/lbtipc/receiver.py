@@ -2,15 +2,20 @@
 
 Records are batches of LBMC frames, parsed exactly as a TCP stream (frame_stream.FrameStream).
 The receiver sleeps on its wakeup FIFO; a producer writes it only when the receiver is parked.
-EOS comes from the source's end record, or from noticing that the source's process is gone.
+EOS comes from the source's end record, or from noticing that the source is gone: its process
+died, or it closed without room in the ring for its end record (a receiver behind). What the ring
+still holds is read first (it stays mapped): a source's last messages are not lost with it. A
+dead source's shared memory is removed by the receiver that notices (nobody else will, until the
+next LBT-IPC source starts on this host).
 """
 from __future__ import annotations
 
 import logging
+import os
 
 from router.ipc.ring import ConsumerLapped
 from router.ipc.ring_consumer import RingConsumer
-from router.ipc.shm import SharedSegment, pid_alive
+from router.ipc.shm import SharedSegment, pid_alive, remove_stale
 from router.ipc.wakeup import RingWakeups
 from router.lbtipc import naming
 from router.lbtipc.source import RECORD_END, RECORD_FRAMES, SLOTS
@@ -37,6 +42,7 @@ class LbtipcSessionClient(FrameStream):
         self.wakeups = RingWakeups.fifos(name, SLOTS, create=False)
         self.consumer = RingConsumer(self.segment.memory, self.slot, wakeups=self.wakeups)
         self.ended = False
+        self.source_gone = False          # the source closed or died: EOS once the ring is read
         loop.add_reader(self.consumer.fileno(), self._woken)
         self._check = loop.call_every(CHECK_INTERVAL, self._check_source)
         loop.call_later(0, self._woken)
@@ -59,6 +65,9 @@ class LbtipcSessionClient(FrameStream):
             if delivered == READ_LIMIT:
                 self.loop.call_later(0, self._woken)       # let other sockets have a turn
                 return
+            if self.source_gone and not consumer.has_records():
+                self.close()                                # its last record is read
+                return
             if consumer.prepare_to_park():
                 return
             consumer.unpark()
@@ -73,13 +82,24 @@ class LbtipcSessionClient(FrameStream):
             self.ended = True
 
     def _check_source(self) -> None:
-        """Heartbeat our slot (so an idle source keeps waiting for us) and notice a dead source."""
+        """Heartbeat our slot (so an idle source keeps waiting for us) and notice a source that
+        is gone; the stream ends once what the ring holds is read."""
         if self.closed:
             return
         self.consumer.heartbeat()
-        if not pid_alive(self.owner_pid):
-            log.info("%s: its source process %d is gone", self.description, self.owner_pid)
+        if not self.source_gone:
+            if not pid_alive(self.owner_pid):
+                log.info("%s: its source process %d is gone", self.description, self.owner_pid)
+                remove_stale(f"umr.{naming.OWNER}.{self.owner_pid}")
+            elif not os.path.exists(f"{naming.SHM_DIRECTORY}/{self.segment.name.lstrip('/')}"):
+                log.info("%s: its source closed without an end record", self.description)
+            else:
+                return
+            self.source_gone = True
+        if not self.paused and not self.consumer.has_records():
             self.close()
+        elif not self.paused:
+            self.loop.call_later(0, self._woken)
 
     def pause(self) -> None:
         self.paused = True          # the ring fills and the source waits: flow control

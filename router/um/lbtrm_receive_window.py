@@ -12,11 +12,12 @@ delivery moves past it, when:
 - it is still missing `nak_generation_interval` after the gap was seen: `unrecovered_tmo`;
 - what waits behind gaps passes `max_buffered` bytes: the oldest gap goes first (`unrecovered_txw`).
 
-A receiver starts at the first sequence number it hears (DATA), or after the lead of the first
-SM: what a source sent before a receiver joined is not that receiver's to recover (UM without
-late join does the same). One exception: DATA from a session that has sent only a few datagrams
-(within YOUNG_SESSION of its trailing edge) starts the receiver at that edge, so a receiver that
-joined before the source began, and lost its first datagram, recovers it.
+A receiver starts at the first sequence number it hears (new DATA, not a retransmission another
+receiver asked for), or after the lead of the first SM: what a source sent before a receiver
+joined is not that receiver's to recover (UM without late join does the same). One exception:
+DATA from a session that has sent only a few datagrams (within YOUNG_SESSION of its trailing
+edge) starts the receiver at that edge, so a receiver that joined before the source began, and
+lost its first datagram, recovers it.
 """
 from __future__ import annotations
 
@@ -68,6 +69,11 @@ class ReceiveWindow:
              trail: int | None = None) -> list[bytes]:
         """A DATA datagram; returns the payloads now deliverable, in order."""
         if self.expected is None:
+            if retransmission:
+                # Another receiver's repair (multicast to the group) of something sent before
+                # this one joined: where the session is now, only new data or an SM says.
+                self.counters["retransmissions_rcved"] += 1
+                return []
             start = sqn
             if trail is not None and 0 < (sqn - trail) % _WRAP <= YOUNG_SESSION:
                 start = sqn - (sqn - trail) % _WRAP

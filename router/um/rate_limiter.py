@@ -4,7 +4,8 @@
 UM grants a transport its rate in slices of `transport_lbtrm_rate_interval` milliseconds: what a
 slice allows may go out at once, more waits for the next slice. The bucket here holds at most one
 slice's worth (never less than one datagram, or a datagram larger than a slice could never go),
-refills continuously, and says how long a sender must wait for the bytes it wants to send.
+refills continuously, and says how long a sender must wait for the bytes it wants to send. A cost
+larger than the bucket goes from a full bucket and is paid back (the tokens go below zero).
 Not thread-safe: each bucket has one user (the sending thread, or the loop for retransmissions).
 """
 from __future__ import annotations
@@ -31,11 +32,13 @@ class RateLimiter:
             self.stamp = now
 
     def take(self, size: int, now: float | None = None) -> bool:
-        """Spend `size` bytes if the bucket holds them; False (nothing spent) if not."""
+        """Spend `size` bytes if the bucket holds them; False (nothing spent) if not. More than
+        the bucket can ever hold (an LBT-RU datagram charged once per receiver) goes when it is
+        full, and leaves it owing the rest: the sends after wait until that is earned back."""
         if self.rate <= 0:
             return True
         self._refill(time.monotonic() if now is None else now)
-        if self.tokens >= size:
+        if self.tokens >= min(size, self.capacity):
             self.tokens -= size
             return True
         return False

@@ -9,7 +9,9 @@ LBT-RM, each connected receiver for LBT-RU), and reads its socket.
 - **Rate.** Data goes out within `transport_*_data_rate_limit`, retransmissions within
   `transport_*_retransmit_rate_limit` (router.um.rate_limiter). An application's sending thread
   waits for its turn; a router's proxy source (overflow "drop") queues what the rate holds back, up
-  to its `max_queue`, and counts what does not fit as dropped (blocking), never sent half.
+  to its `max_queue`, and counts what does not fit as dropped (blocking), never sent half. The
+  loop never waits for the rate: what an application's session sends from it (the batching
+  timer's short batch, a TSNI) is queued too, and its thread's next send waits for it.
 - **Repair.** Sent datagrams stay in a transmission window of `transport_*_transmission_window_size`
   bytes of datagrams and, if `transport_*_transmission_window_limit` is set (0: no limit), at most
   that many bytes counting what each kept datagram costs besides its bytes (WINDOW_ENTRY_OVERHEAD):
@@ -50,6 +52,7 @@ _NAK_LINGER = 1.5                       # and this long after the last NAK: a re
 _REFUSED_LINGER = 1.5                   # after an NCF "shed"/"ignored": the receiver asks again after
                                         # its nak_suppress_interval (1 s by default)
 _CLOSE_LINGER_LIMIT = 5.0
+_LOCK_RETRY = 0.005                     # s the loop waits to try again for a lock a sending thread holds
 # What one datagram kept in the window costs besides its bytes: the bytes object's header, its
 # sequence-number key and the ordered map's share (CPython 3.11, 64-bit: 170 bytes an entry over
 # 100,000 entries, measured with tracemalloc).
@@ -206,26 +209,41 @@ class RepairingSourceSession(BatchingSession):
         """Send one datagram's payload now if the data rate allows, else queue it behind what
         waits; with overflow "drop", one that would take the queue beyond `max_queue` is dropped
         (counted) unless `force`d: a peer link's control messages are queued whatever the queue
-        holds (they are few and small, and losing one loses the link's order)."""
+        holds (they are few and small, and losing one loses the link's order). An application's
+        thread (overflow "block") sleeps for the rate instead, after sending what waits."""
         size = len(payload)
         cost = self._data_cost(size + self.header_size)
-        if self.overflow == "block":
-            wait = self.data_rate.wait(cost)
-            while wait > 0:
-                time.sleep(wait)
-                wait = self.data_rate.wait(cost)
-            self.data_rate.take(cost)
+        if self.overflow == "block" and not self.loop.in_loop_thread():
+            # An application's thread waits for the rate; what the loop queued goes first.
+            while self.pending:
+                head = self.pending.popleft()
+                self.pending_bytes -= len(head)
+                self._wait_for_rate(self._data_cost(len(head) + self.header_size))
+                self._send_new(head)
+            self._wait_for_rate(cost)
             self._send_new(payload)
             return
         if not self.pending and self.data_rate.take(cost):
             self._send_new(payload)
             return
-        if self.pending_bytes + size > self.max_queue and not force:
+        # The loop's thread (a router's proxy, or an application's batching timer or TSNI) never
+        # waits for the rate: it queues. An application's session never drops: past max_queue
+        # too, its short batch is queued, and the application's next send waits for it.
+        if self.pending_bytes + size > self.max_queue and not force and self.overflow == "drop":
             self.count_dropped(payload)
             return
         self.pending.append(bytes(payload))
         self.pending_bytes += size
         self._arm_pump()
+
+    def _wait_for_rate(self, cost: int) -> None:
+        """Sleep until the data rate allows `cost` bytes, and spend them (an application's
+        thread, never the loop's)."""
+        wait = self.data_rate.wait(cost)
+        while wait > 0:
+            time.sleep(wait)
+            wait = self.data_rate.wait(cost)
+        self.data_rate.take(cost)
 
     def _arm_pump(self) -> None:
         if not self.pump_armed:
@@ -233,14 +251,24 @@ class RepairingSourceSession(BatchingSession):
             self.loop.call_soon_threadsafe(self._schedule_pump)
 
     def _schedule_pump(self) -> None:
-        with self.lock:
+        if not self.lock.acquire(blocking=False):
+            # An application's thread holds the lock (it may sleep for the rate): the loop does
+            # not wait for it; the pump looks again shortly (that thread sends what waits first).
+            self.loop.call_later(_LOCK_RETRY, self._pump)
+            return
+        try:
             delay = (self.data_rate.wait(self._data_cost(len(self.pending[0]) + self.header_size))
                      if self.pending else 0.0)
+        finally:
+            self.lock.release()
         self.loop.call_later(delay, self._pump)
 
     def _pump(self) -> None:
         """Send what the rate held back, as the rate allows (loop thread)."""
-        with self.lock:
+        if not self.lock.acquire(blocking=False):
+            self.loop.call_later(_LOCK_RETRY, self._pump)      # as in _schedule_pump
+            return
+        try:
             self.pump_armed = False
             pending = self.pending
             while pending and self.data_rate.take(self._data_cost(len(pending[0]) + self.header_size)):
@@ -249,6 +277,8 @@ class RepairingSourceSession(BatchingSession):
                 self._send_new(payload)
             if pending:
                 self._arm_pump()
+        finally:
+            self.lock.release()
 
     def _send_new(self, payload) -> None:
         sqn = self.next_sqn
@@ -395,6 +425,8 @@ class RepairingSourceSession(BatchingSession):
         return None
 
     def wait_drained(self, limit: int, only=None, timeout: float | None = None) -> bool:
+        if self.loop.in_loop_thread():
+            return self.pending_bytes <= limit      # the loop drains the queue: it cannot wait for it
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.pending_bytes > limit:
             if deadline is not None and time.monotonic() >= deadline:

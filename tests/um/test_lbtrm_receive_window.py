@@ -443,6 +443,21 @@ def test_the_first_data_with_an_old_trail_starts_there_too():
     assert not w.missing
 
 
+def test_a_retransmission_heard_first_does_not_start_the_window():
+    """Retransmissions are multicast to the whole group: a receiver that joins while another is
+    repairing may hear one for an old datagram before any new one. Started there, it would NAK
+    everything sent since (a NAK storm, and a retransmission storm for every receiver), deliver
+    what was sent before it joined, and count what it cannot get back as lost."""
+    w = window()
+    assert w.data(1000, payload(1000), 0.0, retransmission=True, trail=900) == []
+    assert w.expected is None and not w.missing
+    lead = 1000 + MAX_GAP + 5000
+    assert w.data(lead, payload(lead), 0.1, trail=900) == payloads(lead)
+    assert not w.missing and w.next_deadline() is None
+    assert lost_counters(w) == (0, 0, 0)
+    assert w.counters["retransmissions_rcved"] == 1
+
+
 def test_an_sm_first_starts_the_window_after_its_lead():
     w = window()
     assert w.sm(50, 10, 0.0) == []

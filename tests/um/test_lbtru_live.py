@@ -19,12 +19,14 @@ import pytest
 
 from router.um.context import Context
 from router.um.lbtru_receiver import LbtruPort, LbtruSessionClient
+from router.um.lbtru_source import LbtruSourceSession
 from router.um.loop import EventLoop
 from router.um.repairing_source import NCF_NO_RETRY, WINDOW_ENTRY_OVERHEAD
 from router.um.wire.lbtru import (LbtruCreq, LbtruData, LbtruNcf, LbtruRst, LbtruSm, decode_lbtru, encode_lbtru_ack,
                                   encode_lbtru_creq, encode_lbtru_data, encode_lbtru_nak, encode_lbtru_ncf,
                                   encode_lbtru_rst, encode_lbtru_sm)
 from router.um.wire.errors import WireError
+from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
 from tests.support.domains import new_domain
 from tests.support.processes import wait_for
 from tests.support.tshark import LiveCapture, decode, expert_info
@@ -606,3 +608,30 @@ def test_the_session_on_the_wire_with_loss(tmp_path, monkeypatch):
     assert naked and naked <= retransmitted, (naked, retransmitted)
     rows = expert_info(pcap, [], prefs, min_severity="warn")
     assert rows and all(row.startswith("Warn/Sequence/LBT-RU: NAK (x") for row in rows), rows
+
+
+def test_a_datagram_whose_copies_cost_more_than_the_rate_bucket_still_goes(loop, domain):
+    """The data rate is charged for every copy an LBT-RU session sends, so with enough receivers
+    one datagram costs more than the bucket holds (one `transport_lbtru_rate_interval` of the
+    rate, or one datagram): it goes once the bucket is full, and the rate is paid back after, as
+    for any datagram (else a router's proxy session never sent again, its queue only growing)."""
+    session = LbtruSourceSession(loop, "127.0.0.1", domain.tcp_low, domain.tcp_high, datagram_max_size=8192,
+                                 data_rate_limit=80_000, rate_interval=0.1, overflow="drop",
+                                 max_queue=1 << 20, batching_minimum_length=1)
+    receivers = [_raw_socket(), _raw_socket()]
+    try:
+        address = ("127.0.0.1", session.port)
+        for client_id, raw in enumerate(receivers, 1):
+            raw.sendto(encode_lbtru_creq(session.session_id, client_id), address)
+            _receive_syn(raw)
+        assert session.data_rate.capacity < 2 * 5000          # two copies: more than it holds
+        frame = MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_DATA, 5000, 1, 0) + bytes(5000 - MESSAGE_HEADER.size)
+        loop.call_and_wait(session.send_raw, frame, None, 1, True)
+        for raw in receivers:
+            data = _receive(raw, LbtruData, timeout=10.0)
+            assert data.sqn == 0 and len(data.payload) == 5000
+        assert not session.pending
+    finally:
+        loop.call_and_wait(session.close)
+        for raw in receivers:
+            raw.close()

@@ -175,3 +175,15 @@ def test_bytes_sent_in_any_window_never_exceed_rate_times_window_plus_capacity(
             window = times[j] - times[i]
             assert prefix[j + 1] - prefix[i] <= bucket.rate * window + bucket.capacity + slack, (
                 f"{prefix[j + 1] - prefix[i]} bytes in {window} s")
+
+
+def test_more_than_the_capacity_goes_once_the_bucket_is_full_and_is_paid_back():
+    """A cost above the capacity (an LBT-RU datagram charged once per receiver) can never find
+    that many tokens: it goes when the bucket is full, and the next sends wait until the bucket
+    has earned it back."""
+    bucket = limiter()                                    # 1024 bytes a second, 1024 held
+    assert bucket.wait(3000, now=0.0) == 0.0
+    assert bucket.take(3000, now=0.0)
+    assert bucket.wait(1, now=0.0) == (3000 - 1024 + 1) / 1024
+    assert not bucket.take(1, now=1.0)
+    assert bucket.take(1024, now=3000 / 1024)             # the debt, then a full bucket's worth

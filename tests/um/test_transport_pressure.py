@@ -1,14 +1,17 @@
 """Transports under pressure: a TCP stream that lost fragments upstream does not keep their
-messages' partial buffers, and a publisher waiting for a slow TCP receiver never stops its context's
-event loop (timers, new receivers, the batching timer)."""
+messages' partial buffers, and a publisher waiting for a slow TCP receiver, or for an LBT-RM or
+LBT-RU data rate, never stops its context's event loop (timers, new receivers, the batching timer)."""
 import socket
 import threading
 from types import SimpleNamespace
 
 import pytest
 
+from router.um.lbtrm_source import LbtrmSourceSession
+from router.um.lbtru_source import LbtruSourceSession
 from router.um.sequence_info import SequenceInfo
 from router.um.tcp_source import TcpSourceSession
+from router.um.wire.lbmc import MESSAGE_HEADER
 from tests.support.processes import wait_for
 from tests.um.test_frame_stream import _fragment, _Messages, _Stream
 
@@ -139,4 +142,44 @@ def test_the_batching_timer_does_not_wait_on_the_loop_for_a_slow_tcp_receiver(lo
         assert len(connection.queue) > session.max_queue - 2 * (len(payload) + 12)
     finally:
         slow.close()
+        session.close()
+
+
+# -- an application's LBT-RM / LBT-RU session waiting for its data rate must not stop the loop ----
+
+
+def _rate_limited_session(kind: str, loop, domain):
+    """An application's session (overflow "block") at 4 kbit/s: one 8 KB datagram empties its
+    bucket, and the next few KB wait seconds for the rate."""
+    options = dict(datagram_max_size=8192, data_rate_limit=4000, rate_interval=0.1,
+                   batching_minimum_length=8192, batching_interval=0.01, overflow="block")
+    if kind == "lbtrm":
+        return LbtrmSourceSession(loop, "127.0.0.1", domain.lbtrm_group, domain.port, domain.tcp_low,
+                                  domain.tcp_high, **options)
+    return LbtruSourceSession(loop, "127.0.0.1", domain.tcp_low, domain.tcp_high, **options)
+
+
+@pytest.mark.parametrize("kind", ["lbtrm", "lbtru"])
+def test_the_batching_timer_does_not_sleep_on_the_loop_for_the_data_rate(loop, domain, kind):
+    """A message too small to fill a batch is sent by the implicit batching timer, on the loop's
+    thread. When the data rate is spent, an application's thread waits for it; the loop must not
+    (it runs every other session, receiver and the topic resolution of the context): the batch
+    waits in the session's queue and goes when the rate allows, in order."""
+    session = _rate_limited_session(kind, loop, domain)
+    try:
+        session.send(1, 0, b"a" * 7000, flush=True)        # empties the bucket
+        assert session.counters["msgs_sent"] == 1
+        session.send(1, 1, b"b" * 3000)                    # short: the timer sends it, seconds away
+        wait_for(lambda: not session.batch, 5, message="the batching timer's flush")
+        sent = loop.call_and_wait(lambda: session.counters["msgs_sent"], timeout=5.0)
+        assert sent == 1, "the loop slept until the data rate let the batching timer's datagram go"
+        assert session.pending_bytes > 0                   # it waits for the rate, queued
+        session.data_rate.rate = 0                         # (no more waiting in this test)
+        session.send(1, 2, b"c" * 10, flush=True)          # the application's next send goes after it
+        with session.window_lock:
+            datagrams = list(session.window.values())
+        assert [d[session.header_size + MESSAGE_HEADER.size:][:1] for d in datagrams] == [b"a", b"b", b"c"]
+        assert not session.pending
+    finally:
+        session.data_rate.rate = 0                         # what waits goes at once: a quick close
         session.close()
