@@ -151,6 +151,7 @@ class Context:
         self.uim_counters = {"uim_sent": 0, "uim_received": 0, "uim_no_route": 0, "uim_malformed": 0,
                              "uim_incomplete": 0}
         self.uim_pieces = UimReassembly(self.uim_counters)
+        self._uim_pieces_timer = None       # armed while pieces of an incomplete message wait
         # Multicast immediate messaging (router.um.immediate): opened on first use.
         self.immediate: ImmediateChannel | None = None
         self.immediate_callbacks: list[OnMessage] = []           # topicless messages
@@ -559,6 +560,8 @@ class Context:
             whole = self.uim_pieces.add(connection if d is None else (d.orig_domain_id, d.orig_ipaddr, d.orig_port),
                                         uim)
             if whole is None:
+                if self._uim_pieces_timer is None:
+                    self._uim_pieces_timer = self.loop.call_later(self.uim_pieces.timeout, self._expire_uim_pieces)
                 return
             uim.data = whole
         source = source_of(uim, connection.source)
@@ -574,6 +577,12 @@ class Context:
             delivered = RequestMessage(uim.topic or "", source, uim.sqn, uim.data,
                                        RequestOrigin(request.ipaddr, request.port, request.qidx, domain), self)
         self._deliver_immediate(uim.topic, delivered)
+
+    def _expire_uim_pieces(self) -> None:
+        self._uim_pieces_timer = None
+        wait = self.uim_pieces.expire()
+        if wait is not None and not self.closed:
+            self._uim_pieces_timer = self.loop.call_later(wait, self._expire_uim_pieces)
 
     def _request_sent(self) -> None:
         with self.requests.lock:           # applications may send requests from several threads
@@ -876,6 +885,9 @@ class Context:
             self.responder.close()
             if self.request_port is not None:
                 self.request_port.close()
+            if self._uim_pieces_timer is not None:
+                self._uim_pieces_timer.cancel()
+                self._uim_pieces_timer = None
         self._call(shutdown)
         self.requests.close_all()
         for session in list(self.session_users):

@@ -91,6 +91,7 @@ class ImmediateChannel:
         self.delivery = ImmediateDeliveryControl(get("context", "mim_sqn_window_size"),
                                                  get("context", "mim_src_deletion_timeout") / 1000)
         self.reassembly = ImmediateReassembly(get("context", "mim_src_deletion_timeout") / 1000)
+        self._expiry_timer = None       # armed while fragments of an incomplete message wait
         self.session_id = int.from_bytes(os.urandom(4), "big")
         self.counters = {"mim_messages_sent": 0, "mim_bytes_sent": 0, "mim_send_errors": 0,
                          "mim_messages_received": 0, "mim_bytes_received": 0, "mim_duplicates": 0,
@@ -236,6 +237,14 @@ class ImmediateChannel:
             whole = self.reassembly.add(origin, fragment, message.payload)
             if whole is not None:
                 self.on_message(ImmediateMessage(topic, whole, fragment.first_sqn, origin, origin_domain, source, b""))
+            elif self._expiry_timer is None and self.reassembly.pending:
+                self._expiry_timer = self.loop.call_later(self.reassembly.timeout, self._expire_fragments)
+
+    def _expire_fragments(self) -> None:
+        self._expiry_timer = None
+        wait = self.reassembly.expire()
+        if wait is not None and not self.closed:
+            self._expiry_timer = self.loop.call_later(wait, self._expire_fragments)
 
     def _malformed(self, address: tuple, err: WireError) -> None:
         self.counters["mim_malformed"] += 1
@@ -248,6 +257,9 @@ class ImmediateChannel:
     def close(self) -> None:
         """On the loop thread."""
         self.closed = True
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
         if self.receiver is not None:
             self.loop.remove_reader(self.receiver.fileno())
             self.receiver.close()

@@ -6,14 +6,19 @@ as a whole message (CTXINST, TOPICNAME) and a FRAG header {first_sqn, offset, le
 the next sequence number, as UM's fragments do. A router forwards fragments one by one, as the DRO
 does (spec/dro.md: a fragment larger than the egress datagram size is dropped), so they need no
 reassembly on the way. A receiving context puts a message back together once every byte of it
-has arrived; MIM is not retransmitted, so one whose fragments stop coming is dropped when it has
-waited `timeout` seconds, or when more than `max_pending` messages are waiting (counted).
+has arrived (router.um.received_ranges: a fragment that comes twice or overlaps another adds only
+what was missing); MIM is not retransmitted, so one whose fragments stop coming is dropped when it
+has waited `timeout` seconds, or when more than `max_pending` messages or `max_bytes` bytes of them
+are waiting (counted). A first fragment is one small datagram that may claim 64 MB: without the
+byte limit, a sender starting many messages and finishing none would make every listening context
+(routers' too) allocate 64 MB for each.
 """
 from __future__ import annotations
 
 import time
 from typing import Callable
 
+from router.um.received_ranges import ReceivedRanges
 from router.um.wire.lbmc import Frag, LbmcMessage, encode_lbmc
 from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE
 
@@ -37,11 +42,14 @@ def fragment_frames(headers: list, payload: bytes, first_sqn: int, room: int) ->
 
 
 class ImmediateReassembly:
-    def __init__(self, timeout: float, max_pending: int = 1024, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, timeout: float, max_pending: int = 1024, clock: Callable[[], float] = time.monotonic,
+                 max_bytes: int = MAX_MESSAGE):
         self.timeout = timeout
         self.max_pending = max_pending
+        self.max_bytes = max_bytes
         self.clock = clock
-        self.pending: dict[tuple[bytes, int], list] = {}    # (origin, first_sqn) -> [buffer, received, deadline]
+        self.pending: dict[tuple[bytes, int], list] = {}    # (origin, first_sqn) -> [buffer, ranges, deadline]
+        self.waiting = 0                                    # bytes of the buffers pending
         self.counters = {"mim_fragments_received": 0, "mim_reassembled": 0, "mim_reassembly_expired": 0,
                          "mim_fragments_malformed": 0}
 
@@ -56,22 +64,33 @@ class ImmediateReassembly:
             if not 0 < frag.length <= MAX_MESSAGE:
                 self.counters["mim_fragments_malformed"] += 1
                 return None
-            if len(self.pending) >= self.max_pending:
-                del self.pending[next(iter(self.pending))]          # the oldest waits no longer
-                self.counters["mim_reassembly_expired"] += 1
-            entry = self.pending[key] = [bytearray(frag.length), 0, now + self.timeout]
-        buffer = entry[0]
+            while self.pending and (len(self.pending) >= self.max_pending
+                                    or self.waiting + frag.length > self.max_bytes):
+                self._give_up(next(iter(self.pending)))     # the oldest waits no longer
+            entry = self.pending[key] = [bytearray(frag.length), ReceivedRanges(), now + self.timeout]
+            self.waiting += frag.length
+        buffer, ranges = entry[0], entry[1]
         if frag.length != len(buffer) or frag.offset + len(piece) > len(buffer):
             self.counters["mim_fragments_malformed"] += 1
-            del self.pending[key]
+            self._forget(key)
             return None
         buffer[frag.offset:frag.offset + len(piece)] = piece
-        entry[1] += len(piece)
-        if entry[1] < len(buffer):
+        ranges.add(frag.offset, frag.offset + len(piece))
+        if ranges.covered < len(buffer):
             return None
-        del self.pending[key]
+        self._forget(key)
         self.counters["mim_reassembled"] += 1
         return bytes(buffer)
+
+    def expire(self) -> float | None:
+        """Give up what has waited its timeout; seconds until the next one would have, or None if
+        nothing waits (the owner's timer: a message whose fragments stopped coming is given up and
+        counted when its time comes, not when another one happens to arrive)."""
+        now = self.clock()
+        self._expire(now)
+        if not self.pending:
+            return None
+        return max(next(iter(self.pending.values()))[2] - now, 0.0)
 
     def _expire(self, now: float) -> None:
         # Entries are in arrival order and share one timeout: the expired ones are at the front.
@@ -79,5 +98,11 @@ class ImmediateReassembly:
             key, entry = next(iter(self.pending.items()))
             if entry[2] > now:
                 return
-            del self.pending[key]
-            self.counters["mim_reassembly_expired"] += 1
+            self._give_up(key)
+
+    def _give_up(self, key: tuple[bytes, int]) -> None:
+        self._forget(key)
+        self.counters["mim_reassembly_expired"] += 1
+
+    def _forget(self, key: tuple[bytes, int]) -> None:
+        self.waiting -= len(self.pending.pop(key)[0])

@@ -16,6 +16,7 @@ import socket
 from typing import Callable
 
 from router.um.accepting import accept_pending, listen_in_range
+from router.um.received_ranges import ReceivedRanges
 from router.um.requests import RequestPortUnavailable
 from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
 from router.um.wire.lbmc_constants import NHDR_DESTINATION
@@ -51,7 +52,7 @@ class UimConnection:
         self.late_join: dict[int, list] = {}     # topic index -> the LateJoinClients its RETRANS may be for
         self.counters = counters
         self.buffer = bytearray()
-        self.partial: dict[tuple[int, int], list] = {}     # (qidx, first_sqn) -> [bytearray, received]
+        self.partial: dict[tuple[int, int], list] = {}     # (qidx, first_sqn) -> [bytearray, ReceivedRanges]
         self.partial_bytes = 0
 
     def take(self, data: bytes) -> None:
@@ -103,13 +104,16 @@ class UimConnection:
             if self.partial_bytes + total > MAX_PARTIAL_BYTES:
                 raise MalformedResponse(f"fragmented response of {total} bytes, with {self.partial_bytes} "
                                         f"bytes of others pending (at most {MAX_PARTIAL_BYTES})")
-            entry = self.partial[key] = [bytearray(total), 0]
+            entry = self.partial[key] = [bytearray(total), ReceivedRanges()]
             self.partial_bytes += total
-        if piece_offset + len(piece) > len(entry[0]):
+        if total != len(entry[0]):
+            raise MalformedResponse(f"fragment of a {total}-byte response where one of {len(entry[0])} bytes "
+                                    f"has the same index and first sequence number")
+        if piece_offset + len(piece) > total:
             raise MalformedResponse("fragment beyond the response's length")
         entry[0][piece_offset:piece_offset + len(piece)] = piece
-        entry[1] += len(piece)
-        if entry[1] >= len(entry[0]):
+        entry[1].add(piece_offset, piece_offset + len(piece))     # a piece that came twice counts once
+        if entry[1].covered >= total:
             del self.partial[key]
             self.partial_bytes -= len(entry[0])
             self.on_response(qidx, bytes(entry[0]), self.source)

@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from router.um.received_ranges import ReceivedRanges
 from router.um.wire.errors import WireError
 from router.um.wire.lbmc import LbmcMessage, decode_lbmc, encode_lbmc
 from router.um.wire.lbmc_constants import LBMC_TYPE_MESSAGE
@@ -206,12 +207,18 @@ def source_of(uim: Uim, peer: str) -> str:
 class UimReassembly:
     """Pieces of messages being put back together, by (who sent it, first sequence number). At most
     MAX_MESSAGE bytes wait in all, none longer than PIECES_TIMEOUT (a sender gone, a piece lost on a
-    failed connection): beyond either, the oldest incomplete message is given up (counted)."""
+    failed connection): beyond either, the oldest incomplete message is given up (counted).
+
+    A message is whole once every byte of it came (router.um.received_ranges), a piece that came
+    twice counting once. A sender numbers its pieces on its connection, from 0 on a new one (it
+    restarted, or its connection to the router was made again): a piece whose message length is
+    not that of the incomplete message under its key is the start of another message, which
+    takes the key; the incomplete one is given up (counted)."""
 
     def __init__(self, counters: dict, limit: int = MAX_MESSAGE, timeout: float = PIECES_TIMEOUT):
         self.counters = counters
         self.limit, self.timeout = limit, timeout
-        self.partial: dict[tuple, list] = {}      # key -> [bytearray of the whole, bytes received, started]
+        self.partial: dict[tuple, list] = {}      # key -> [bytearray of the whole, ReceivedRanges, started]
         self.waiting = 0
 
     def add(self, sender, uim: Uim, now: float | None = None) -> bytes | None:
@@ -220,24 +227,43 @@ class UimReassembly:
         piece = uim.fragment
         key = (sender, piece.first_sqn)
         entry = self.partial.get(key)
+        if entry is not None and len(entry[0]) != piece.length:
+            self._give_up(key)
+            entry = None
         if entry is None:
             while self.partial:
                 first = next(iter(self.partial))                   # the oldest
                 oldest = self.partial[first]
                 if self.waiting + piece.length <= self.limit and now - oldest[2] < self.timeout:
                     break
-                del self.partial[first]
-                self.waiting -= len(oldest[0])
-                self.counters["uim_incomplete"] += 1
-            entry = self.partial[key] = [bytearray(piece.length), 0, now]
+                self._give_up(first)
+            entry = self.partial[key] = [bytearray(piece.length), ReceivedRanges(), now]
             self.waiting += piece.length
-        entry[0][piece.offset:piece.offset + len(uim.data)] = uim.data
-        entry[1] += len(uim.data)
-        if entry[1] < len(entry[0]):
+        buffer, ranges = entry[0], entry[1]
+        buffer[piece.offset:piece.offset + len(uim.data)] = uim.data     # within: uim_of checked it
+        ranges.add(piece.offset, piece.offset + len(uim.data))
+        if ranges.covered < len(buffer):
             return None
         del self.partial[key]
-        self.waiting -= len(entry[0])
-        return bytes(entry[0])
+        self.waiting -= len(buffer)
+        return bytes(buffer)
+
+    def expire(self, now: float | None = None) -> float | None:
+        """Give up the messages that have waited PIECES_TIMEOUT; seconds until the next one will
+        have, or None if none waits (the owner's timer: a message whose pieces stopped coming is
+        given up and counted when its time comes, not when another one happens to arrive)."""
+        now = time.monotonic() if now is None else now
+        while self.partial:
+            oldest = next(iter(self.partial))
+            started = self.partial[oldest][2]
+            if now - started < self.timeout:
+                return started + self.timeout - now
+            self._give_up(oldest)
+        return None
+
+    def _give_up(self, key: tuple) -> None:
+        self.waiting -= len(self.partial.pop(key)[0])
+        self.counters["uim_incomplete"] += 1
 
 
 _KEPT_ROUTERS = 64

@@ -168,6 +168,31 @@ def test_reassembly_drops_what_stops_coming_and_what_does_not_fit():
     assert reassembly.counters["mim_fragments_malformed"] == 2 and reassembly.counters["mim_reassembly_expired"] == 2
 
 
+def test_reassembly_holds_at_most_one_largest_message_however_many_start():
+    # A first fragment is a small datagram that may claim up to 64 MB: a sender starting many
+    # messages and finishing none must not make every listening context (a router's too) hold
+    # 64 MB for each.
+    from router.um.immediate_fragments import MAX_MESSAGE
+    reassembly = ImmediateReassembly(timeout=30.0, clock=Clock())
+    claim = 30 * 1024 * 1024
+    for first in range(4):
+        assert reassembly.add(b"H" * 8, Frag(first, 0, claim), b"x" * 100) is None
+    assert sum(len(entry[0]) for entry in reassembly.pending.values()) <= MAX_MESSAGE
+    assert reassembly.counters["mim_reassembly_expired"] == 2 and len(reassembly.pending) == 2
+    assert reassembly.add(b"H" * 8, Frag(3, 100, claim), b"y" * (claim - 100)) == b"x" * 100 + b"y" * (claim - 100)
+    assert list(reassembly.pending) == [(b"H" * 8, 2)] and reassembly.waiting == claim
+
+
+def test_reassembly_completes_only_when_every_byte_came():
+    reassembly = ImmediateReassembly(timeout=30.0, clock=Clock())
+    origin = b"D" * 8
+    assert reassembly.add(origin, Frag(10, 0, 12), b"abcd") is None
+    assert reassembly.add(origin, Frag(10, 0, 12), b"abcd") is None          # the same piece again
+    assert reassembly.add(origin, Frag(10, 2, 12), b"cdef") is None          # overlapping what came
+    assert reassembly.add(origin, Frag(10, 8, 12), b"ijkl") is None          # 6..7 still missing
+    assert reassembly.add(origin, Frag(10, 6, 12), b"gh") == b"abcdefghijkl"
+
+
 def test_malformed_immediate_datagrams_are_counted_and_receiving_goes_on(domain):
     got, done, on_message = _collector(1)
     with Context(**domain.overrides()) as receiving, Context(**domain.overrides()) as sending:
@@ -184,6 +209,27 @@ def test_malformed_immediate_datagrams_are_counted_and_receiving_goes_on(domain)
         assert done.wait(10) and got[0].data == b"still here"
 
 
+def test_a_message_whose_fragments_stop_coming_is_given_up_with_nothing_more_arriving(domain):
+    # MIM is not retransmitted: the first fragment of a message whose others were lost is all
+    # that comes. It is given up (and counted) when it has waited mim_src_deletion_timeout, not
+    # whenever another fragmented message happens to arrive, maybe never.
+    first_only = encode_lbtrm_data(7, 0, encode_lbmc(LbmcMessage(
+        LBMC_TYPE_MESSAGE, [CtxInst(b"L" * 8, NHDR_CTXINST), TopicName("mim.lost"), Frag(0, 0, 20_000)],
+        b"p" * 4000, tidx=0, sqn=0)))
+    with Context(**domain.overrides(), mim_src_deletion_timeout=300) as receiving:
+        receiving.receiver("mim.lost", lambda message: None)
+        sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+        try:
+            sender.sendto(first_only, (domain.mim_group, domain.port))
+        finally:
+            sender.close()
+        wait_for(lambda: receiving.counters()["mim_fragments_received"] == 1, 10, message="the fragment heard")
+        wait_for(lambda: receiving.counters()["mim_reassembly_expired"] == 1, 10,
+                 message="the incomplete message given up once it has waited")
+        assert receiving.loop.call_and_wait(lambda: len(receiving.immediate.reassembly.pending)) == 0
+
+
 def test_mim_incoming_address_0_0_0_0_turns_receiving_off(domain):
     with Context(**domain.overrides(), mim_incoming_address="0.0.0.0") as context:
         context.receiver("mim.off", lambda m: None)
@@ -195,6 +241,9 @@ def test_mim_incoming_address_0_0_0_0_turns_receiving_off(domain):
 class _NoLoop:
     def add_reader(self, fd, callback):
         pass
+
+    def call_later(self, delay, callback, *args):
+        return threading.Timer(delay, callback)          # never started: only cancelled
 
 
 _VALID = encode_lbtrm_data(1, 0, encode_lbmc(LbmcMessage(

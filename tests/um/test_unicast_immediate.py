@@ -247,3 +247,52 @@ def test_a_router_reads_the_destination_in_place():
     wrong = bytearray(encode_uim(4, None, b"x", destination))
     wrong[13] = 8
     assert destination_of(bytes(wrong)) is None
+
+
+def test_a_message_is_whole_only_when_every_byte_of_it_came():
+    from router.um.unicast_immediate import UimReassembly, uim_frames
+    counters = {"uim_incomplete": 0}
+    pieces = UimReassembly(counters)
+    body = bytes(range(256)) * 500                                   # 128,000 bytes: two pieces
+    first, last = [decode_uim(f) for f in uim_frames(None, body)[0]]
+    assert pieces.add("sender", first) is None
+    assert pieces.add("sender", first) is None                       # the same piece again
+    assert pieces.add("sender", last) == body and pieces.waiting == 0 and not pieces.partial
+
+
+def test_a_sender_numbering_again_from_the_start_gives_way_to_its_new_message():
+    # A sender that restarted (same request port), or whose connection to the router was made
+    # again, numbers from 0 again: a piece of its new message may share the key of a message
+    # its old connection never finished, with another length.
+    from router.um.unicast_immediate import UimReassembly, uim_frames
+    counters = {"uim_incomplete": 0}
+    pieces = UimReassembly(counters)
+    stale = [decode_uim(f) for f in uim_frames(None, b"o" * 100_000)[0]]
+    fresh_body = bytes(range(256)) * 800                             # 204,800 bytes: four pieces
+    fresh = [decode_uim(f) for f in uim_frames(None, fresh_body)[0]]
+    assert stale[0].fragment.first_sqn == fresh[0].fragment.first_sqn == 0
+    assert pieces.add("sender", stale[0]) is None                    # its other piece was lost
+    got = [pieces.add("sender", uim) for uim in fresh]
+    assert got[:-1] == [None] * (len(fresh) - 1) and got[-1] == fresh_body
+    assert counters["uim_incomplete"] == 1 and pieces.waiting == 0 and not pieces.partial
+
+
+def test_a_message_whose_pieces_stop_coming_is_given_up_with_nothing_more_arriving(make_domain):
+    # Its sender failed after the first piece: nothing else ever comes to this context. The
+    # message is given up (counted, its buffer freed) when it has waited, not when another
+    # message in pieces happens to arrive, maybe never.
+    from router.um.unicast_immediate import uim_frames
+    domain = make_domain()
+    target = Context(**domain.overrides())
+    try:
+        target.immediate_receiver(lambda message: None)
+        target.uim_pieces.timeout = 0.3
+        first_piece = uim_frames(None, b"z" * 200_000)[0][0]
+        with socket.create_connection(target.request_address(), timeout=10) as failing:
+            failing.sendall(first_piece)
+            wait_for(lambda: target.loop.call_and_wait(lambda: len(target.uim_pieces.partial)) == 1, 10,
+                     message="the first piece waits")
+        wait_for(lambda: target.counters()["uim_incomplete"] == 1, 10, message="the message given up once it waited")
+        assert target.loop.call_and_wait(lambda: (len(target.uim_pieces.partial), target.uim_pieces.waiting)) == (0, 0)
+    finally:
+        target.close()
