@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -80,6 +81,9 @@ def _repairing_options(config: UMConfig, transport: str) -> dict:
 # propagation interval (1 s by default).
 ROUTE_WAIT = 5.0
 ROUTE_RETRY = 0.05
+# How long closing a context waits for its sources' final advertisements (a series of up to
+# resolver_send_final_advertisements, 100 ms apart) to go out.
+FINALS_WAIT = 5.0
 BAD_UIM_LOG_INTERVAL = 10.0      # s: malformed unicast immediate messages are logged at most this often
 
 
@@ -874,12 +878,22 @@ class Context:
 
         if self.own_loop and not self.loop.in_loop_thread():
             self.responder.wait_sent(5.0)     # answers given just before closing still go out
+            # The sources' final advertisements, spaced out, go out before the loop stops.
+            finals_sent = threading.Event()
+            self._call(self.resolver.after_final_advertisements, finals_sent.set)
+            finals_sent.wait(FINALS_WAIT)
 
         def shutdown() -> None:
             for client in list(self.clients.values()):
                 client.close(notify=False)
             self.resolver.close()
-            self.channel.close()
+            self.channel.stop_receiving()
+            if self.own_loop:
+                self.channel.close()
+            else:
+                # A shared loop (a router's) goes on: the resolver socket stays open until the
+                # last final advertisement went out on it.
+                self.resolver.after_final_advertisements(self.channel.close)
             if self.immediate is not None:
                 self.immediate.close()
             self.responder.close()

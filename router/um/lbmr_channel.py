@@ -16,14 +16,17 @@ from router.um.config import UMConfig
 from router.um.datagrams import pending_datagrams
 from router.um.netif import resolve_interface
 from router.um.wire.errors import WireError
-from router.um.wire.lbmr import (LbmrPacket, SrcIdOption, Tir, TopicResolution, UnicastAlive,
-                                 decode_lbmr, encode_lbmr, tir_size, tqr_size,
-                                 LBMR_HDR_TYPE_UCAST_RCV_ALIVE)
+from router.um.wire.lbmr import (LbmrPacket, SrcIdOption, Tir, Tmr, TopicManagement, TopicResolution,
+                                 UnicastAlive, WcTqr, WildcardQuery, decode_lbmr, encode_lbmr, tir_size,
+                                 tqr_size, LBMR_HDR_TYPE_UCAST_RCV_ALIVE)
 
 log = logging.getLogger(__name__)
 
 _IP_MULTICAST_ALL = 49          # Linux: deliver only groups this socket joined
 _LBMR_HEADER = 4
+_TMB_HEADER = 4                 # a topic management block's length and record count
+_TMR_HEADER = 4                 # each record's length, type and flags, before its name
+_WC_TQR_HEADER = 1              # each wildcard query's pattern type, before its pattern
 _RECEIVE_BATCH = 64             # datagrams read per readiness event before yielding to the loop
 
 
@@ -45,6 +48,7 @@ class LbmrChannel:
             self._open_unicast(config)
         else:
             self._open_multicast(config)
+        self.receiving = True
         for sock in self.receive_sockets:
             loop.add_reader(sock.fileno(), lambda s=sock: self._readable(s))
 
@@ -152,6 +156,22 @@ class LbmrChannel:
             used += size
         flush()
 
+    def send_tmrs(self, tmrs: Iterable[Tmr]) -> None:
+        """Topic management records (use queries, their responses, leave-topic records) in as few
+        datagrams as `resolver_datagram_max_size` allows."""
+        options = self._options()
+        budget = self.max_datagram - _LBMR_HEADER - _TMB_HEADER - _options_size(options)
+        for batch in _packed(tmrs, lambda tmr: _TMR_HEADER + tqr_size(tmr.name), budget, 0xFFFF):
+            self.send_bytes(encode_lbmr(LbmrPacket(TopicManagement(batch), list(options))))
+
+    def send_wildcard_queries(self, queries: Iterable[WcTqr]) -> None:
+        """Wildcard TQRs in as few datagrams as `resolver_datagram_max_size` allows (at most 255
+        a datagram: the header counts them in one byte)."""
+        options = self._options()
+        budget = self.max_datagram - _LBMR_HEADER - _options_size(options)
+        for batch in _packed(queries, lambda query: _WC_TQR_HEADER + tqr_size(query.pattern), budget, 255):
+            self.send_bytes(encode_lbmr(LbmrPacket(WildcardQuery(batch), list(options))))
+
     # -- receiving -------------------------------------------------------------------------------
     def _readable(self, sock: socket.socket) -> None:
         for data, address in pending_datagrams(sock, _RECEIVE_BATCH, "LBMR"):
@@ -172,14 +192,21 @@ class LbmrChannel:
             log.warning("dropped malformed LBMR packet from %s:%s (%s); %d so far",
                         address[0], address[1], err, self.counters["malformed"])
 
+    def stop_receiving(self) -> None:
+        """Read nothing more (the context is closing; it may still send its last packets)."""
+        if self.receiving:
+            self.receiving = False
+            for sock in self.receive_sockets:
+                self.loop.remove_reader(sock.fileno())
+            if self.daemons:
+                self._keepalive.cancel()
+
     def close(self) -> None:
+        self.stop_receiving()
         for sock in self.receive_sockets:
-            self.loop.remove_reader(sock.fileno())
             sock.close()
         if self.sender not in self.receive_sockets:
             self.sender.close()
-        if self.daemons:
-            self._keepalive.cancel()
 
 
 def domain_identity(config: UMConfig) -> str:
@@ -206,6 +233,22 @@ def _options_size(options: list) -> int:
         return 0
     empty = encode_lbmr(LbmrPacket(TopicResolution([], []), list(options)))
     return len(empty) - _LBMR_HEADER
+
+
+def _packed(records: Iterable, size_of: Callable[[object], int], budget: int, most: int):
+    """The records in runs of at most `budget` bytes and `most` records (a record larger than the
+    budget on its own goes alone: it cannot be split)."""
+    batch: list = []
+    used = 0
+    for record in records:
+        size = size_of(record)
+        if batch and (used + size > budget or len(batch) == most):
+            yield batch
+            batch, used = [], 0
+        batch.append(record)
+        used += size
+    if batch:
+        yield batch
 
 
 def new_src_id() -> bytes:

@@ -1,6 +1,8 @@
 """A unicast topic resolution daemon (after UM's lbmrd): where multicast is not allowed, contexts
 configured with `resolver_unicast_daemon` send LBMR here and it relays each datagram to every
-other live client. Clients are forgotten when they stay silent (contexts send keepalives)."""
+other live client. Clients are forgotten when they stay silent (contexts send keepalives).
+Keepalives register their sender and go no further: relayed, N contexts' keepalives would be N^2
+datagrams every keepalive interval, telling the other contexts nothing."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +14,7 @@ import time
 
 from router.um.loop import EventLoop
 from router.um.wire.errors import WireError
-from router.um.wire.lbmr import decode_lbmr
+from router.um.wire.lbmr import TopicResolution, UnicastAlive, decode_lbmr
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +25,8 @@ class ResolverDaemon:
         self.loop = loop
         self.client_timeout = client_timeout
         self.clients: dict[tuple, float] = {}
-        self.counters = {"datagrams_received": 0, "datagrams_relayed": 0, "malformed": 0, "clients_expired": 0}
+        self.counters = {"datagrams_received": 0, "datagrams_relayed": 0, "malformed": 0, "clients_expired": 0,
+                         "keepalives_received": 0}
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((interface, port))
         self.sock.setblocking(False)
@@ -39,7 +42,7 @@ class ResolverDaemon:
                 return
             self.counters["datagrams_received"] += 1
             try:
-                decode_lbmr(data)          # relay only what parses: garbage stays here, counted
+                packet = decode_lbmr(data)     # relay only what parses: garbage stays here, counted
             except WireError as err:
                 self.counters["malformed"] += 1
                 log.debug("malformed datagram from %s: %s", client, err)
@@ -47,6 +50,9 @@ class ResolverDaemon:
             if client not in self.clients:
                 log.info("client %s:%d joined", *client)
             self.clients[client] = time.monotonic()
+            if _is_keepalive(packet.body):
+                self.counters["keepalives_received"] += 1
+                continue
             for other in self.clients:
                 if other != client:
                     try:
@@ -67,6 +73,11 @@ class ResolverDaemon:
         self._sweep.cancel()
         self.loop.remove_reader(self.sock.fileno())
         self.sock.close()
+
+
+def _is_keepalive(body) -> bool:
+    """A client's keepalive: an alive record, or a topic resolution packet with nothing in it."""
+    return isinstance(body, UnicastAlive) or (isinstance(body, TopicResolution) and not body.tqrs and not body.tirs)
 
 
 def main(argv=None) -> int:

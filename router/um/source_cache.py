@@ -145,9 +145,10 @@ class TopicSources:
         self.by_otid: dict[bytes, _OtidEntry] = {}
 
     def observe(self, tir: Tir, now: float | None = None) -> tuple[str, Candidate | None]:
-        """Fold one TIR in. Returns ('final', candidate) for a final advertisement of a known
-        candidate, ('new', candidate) for an advertisement not seen before, ('refresh', candidate)
-        otherwise, ('rejected', None) when the cost function refuses it."""
+        """Fold one TIR in. Returns ('final', candidate) for a final advertisement (the path it
+        ends: the one known, else the advertisement itself), ('new', candidate) for an
+        advertisement not seen before, ('refresh', candidate) otherwise, ('rejected', None) when
+        the cost function refuses it."""
         now = time.monotonic() if now is None else now
         fresh = candidate_from_tir(tir, now)
         entry = self.by_otid.setdefault(fresh.otid, _OtidEntry())
@@ -155,7 +156,9 @@ class TopicSources:
         if fresh.cost == COST_INFINITE:
             gone = entry.candidates.pop(key, None)
             self._drop_if_empty(fresh.otid)
-            return ("final", gone) if gone is not None else ("refresh", None)
+            # Not known here, it may still be a path a receiver joined: one quiet for longer than
+            # CACHE_TIMEOUT (quiescent) was forgotten, and its end must reach the receiver all the same.
+            return "final", gone if gone is not None else fresh
         if self.cost_function is not None:
             evaluated = self.cost_function(self.topic, fresh.source_string, fresh.hop_count, fresh.cost)
             if evaluated is None or evaluated >= COST_INFINITE:

@@ -35,11 +35,14 @@ log = logging.getLogger(__name__)
 # here receives are forgotten, a tenth at a time; one wanted later is asked for, as after expiry.
 MAX_CACHED_TOPICS = 100_000
 
+# Wildcard query patterns heard, compiled, remembered at most (the oldest forgotten first): every
+# distinct pattern of every wildcard receiver the domain ever had would otherwise stay for good.
+MAX_QUERY_PATTERNS = 10_000
+
 _KIND_FLAG = {"pcre": TMR_FLAG_WILDCARD_PCRE, "regex": TMR_FLAG_WILDCARD_REGEX}
 _KIND_TYPE = {"pcre": PATTERN_PCRE, "regex": PATTERN_REGEX}
 _FINAL_ADVERTISEMENT_SPACING = 0.1
 _CACHE_SWEEP_SECONDS = 60.0
-_TMRS_PER_PACKET = 200
 
 
 class TopicResolver:
@@ -70,6 +73,8 @@ class TopicResolver:
                          "bad_patterns": 0, "resolver_cache_evictions": 0}
         self._timer = None
         self._timer_due: float | None = None
+        self.finals_pending = 0                  # final advertisements scheduled, not sent yet
+        self._after_finals: list[Callable[[], None]] = []
         self._sweep = self.loop.call_every(_CACHE_SWEEP_SECONDS, self.expire_cache)
 
     def close(self) -> None:
@@ -98,9 +103,25 @@ class TopicResolver:
             self.sources.pop(source.topic, None)
             self.interest_heard.pop(source.topic, None)
         final = source.final_tir()
+        self.finals_pending += final_advertisements
         for n in range(final_advertisements):
-            self.loop.call_later(n * _FINAL_ADVERTISEMENT_SPACING,
-                                 lambda: self.context.channel.send_resolution(tirs=[final]))
+            self.loop.call_later(n * _FINAL_ADVERTISEMENT_SPACING, self._send_final, final)
+
+    def _send_final(self, final) -> None:
+        self.context.channel.send_resolution(tirs=[final])
+        self.finals_pending -= 1
+        if not self.finals_pending:
+            waiting, self._after_finals = self._after_finals, []
+            for callback in waiting:
+                callback()
+
+    def after_final_advertisements(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once every final advertisement scheduled has gone out (at once if none
+        is): what closes the context closes the resolver socket only then."""
+        if self.finals_pending:
+            self._after_finals.append(callback)
+        else:
+            callback()
 
     def add_receiver(self, receiver: Receiver) -> None:
         self.receivers.setdefault(receiver.topic, []).append(receiver)
@@ -196,13 +217,18 @@ class TopicResolver:
 
     def _query_pattern(self, pattern_type: int, text: str) -> re.Pattern | None:
         key = (pattern_type, text)
-        if key not in self.query_patterns:
-            try:
-                self.query_patterns[key] = re.compile(text)
-            except re.error:
-                self.counters["bad_patterns"] += 1
-                self.query_patterns[key] = None
-        return self.query_patterns[key]
+        patterns = self.query_patterns
+        if key in patterns:
+            return patterns[key]
+        try:
+            compiled = re.compile(text)
+        except re.error:
+            self.counters["bad_patterns"] += 1
+            compiled = None
+        if len(patterns) >= MAX_QUERY_PATTERNS:
+            del patterns[next(iter(patterns))]
+        patterns[key] = compiled
+        return compiled
 
     def _answer_use_queries(self, tmrs) -> None:
         answers = []
@@ -233,8 +259,7 @@ class TopicResolver:
             self._send_tmrs(answers)
 
     def _send_tmrs(self, tmrs: list[Tmr]) -> None:
-        for start in range(0, len(tmrs), _TMRS_PER_PACKET):
-            self.context.channel.send_packet(LbmrPacket(TopicManagement(tmrs[start:start + _TMRS_PER_PACKET])))
+        self.context.channel.send_tmrs(tmrs)
 
     # -- the resolver cache and joins ------------------------------------------------------------
     def _observe(self, tir) -> None:
@@ -246,7 +271,7 @@ class TopicResolver:
                 self._evict_unwanted_topics()
             cached = self.cache[topic] = TopicSources(topic, self.cost_function)
         kind, candidate = cached.observe(tir)
-        if kind == "final" and candidate is not None:
+        if kind == "final":
             self.counters["final_advertisements_received"] += 1
             for receiver in self._receivers_of(topic):
                 joined = receiver.joined.get(candidate.otid)
@@ -341,6 +366,12 @@ class TopicResolver:
             cached.forget(joined.candidate)
             if cached.best(joined.candidate.otid) is not None:
                 self._schedule_join(receiver.topic, joined.candidate.otid)
+        # As UM's receivers do, query again (sustaining phase): another path to the source, as
+        # quiet as this one was and long forgotten by the cache, answers, and is joined.
+        schedule = self.query_schedules.get(receiver.topic)
+        if schedule is not None and not receiver.closed:
+            schedule.sustain(time.monotonic())
+            self._reschedule()
 
     # -- schedules ---------------------------------------------------------------------------------
     def _reschedule(self) -> None:
@@ -366,8 +397,7 @@ class TopicResolver:
             self.context.channel.send_resolution(tqrs=tqrs, tirs=tirs)
         queries = [WcTqr(w.pattern, _KIND_TYPE[w.kind]) for w, schedule in self.wildcard_schedules.items()
                    if _take(schedule, now)]
-        for start in range(0, len(queries), 64):
-            self.context.channel.send_packet(LbmrPacket(WildcardQuery(queries[start:start + 64])))
+        self.context.channel.send_wildcard_queries(queries)
         self._reschedule()
 
 

@@ -221,3 +221,191 @@ def test_a_flood_of_advertised_topics_nobody_wants_is_bounded_and_a_wanted_one_s
     assert resolver.counters["resolver_cache_evictions"] >= 900
     source.send(b"still", flush=True)
     wait_for(lambda: got.payloads() == [b"still"], 10, message="the wanted topic still delivered")
+
+
+# Sources that advertise for a fraction of a second, then answer queries only (quiescent), and
+# receivers that query as briefly: the state of a domain minutes after its sources started.
+_BRIEF_ADVERTISING = {"resolver_advertisement_minimum_initial_duration": 200,
+                      "resolver_advertisement_sustain_interval": 0}
+_BRIEF_QUERYING = {"resolver_query_minimum_initial_duration": 200, "resolver_query_sustain_interval": 0}
+
+
+def _quiet(ctx) -> bool:
+    resolver = ctx.resolver
+    return ctx._call(lambda: all(s.quiescent for s in [*resolver.source_schedules.values(),
+                                                      *resolver.query_schedules.values()]))
+
+
+def test_a_final_advertisement_ends_a_joined_source_the_cache_no_longer_holds(contexts):
+    """A source joined long ago, quiet since (quiescent), is no longer in the resolver cache (it
+    forgets advertisements unheard for CACHE_TIMEOUT): its final advertisements still end it."""
+    from router.um.source_cache import CACHE_TIMEOUT
+    publisher, subscriber = contexts(**_BRIEF_ADVERTISING), contexts(**_BRIEF_QUERYING)
+    keep = publisher.source("quiet.keep")                    # keeps the shared TCP session open
+    leaving = publisher.source("quiet.leaving", final_advertisements=3)
+    got = Collector()
+    subscriber.receiver("quiet.keep", lambda m: None)
+    subscriber.receiver("quiet.leaving", got.on_message, got.on_event)
+    wait_for(lambda: any(e.kind == "BOS" for e in got.events), 10, message="BOS")
+    wait_for(lambda: _quiet(publisher) and _quiet(subscriber), 10, message="resolution quiescent")
+    subscriber._call(subscriber.resolver.expire_cache, time.monotonic() + CACHE_TIMEOUT + 1)
+    leaving.close()
+    wait_for(lambda: any(e.kind == "EOS" for e in got.events), 2.0, message="EOS from the final advertisements")
+    assert keep.receiver_count == 1
+    assert subscriber.counters()["final_advertisements_received"] >= 1
+
+
+def _resolver_listener(domain) -> socket.socket:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind((domain.group, domain.port))
+    listener.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                        socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
+    listener.settimeout(0.2)
+    return listener
+
+
+def test_use_query_responses_and_wildcard_queries_fit_the_resolver_datagram_size(contexts, domain):
+    """A context answering a router's topic resolution request for many receivers, and querying
+    for many wildcard receivers, packs its TMRs and wildcard TQRs into datagrams no larger than
+    resolver_datagram_max_size (UM contexts read no more than that: a longer one is lost)."""
+    from router.um.wire.lbmr import TRREQ_QUERY, TRREQ_WILDCARD_QUERY, TopicResRequest, WildcardQuery
+    max_size = 600
+    listener = _resolver_listener(domain)
+    subscriber = contexts(resolver_datagram_max_size=max_size)
+    topics = {f"market.data.equities.venue{n:03d}.instrument.level1.quotes" for n in range(60)}
+    patterns = {f"^market\\.data\\.options\\.venue{n:03d}\\.instrument\\..*" for n in range(20)}
+    for topic in topics:
+        subscriber.receiver(topic, lambda m: None)
+    for pattern in patterns:
+        subscriber.wildcard_receiver(pattern, lambda m: None)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+    request = encode_lbmr(LbmrPacket(TopicResRequest(TRREQ_QUERY | TRREQ_WILDCARD_QUERY)))
+    answered, queried, sizes = set(), set(), []
+    deadline = time.monotonic() + 10
+    try:
+        while (answered != topics | patterns or queried != patterns) and time.monotonic() < deadline:
+            sender.sendto(request, (domain.group, domain.port))
+            try:
+                while True:
+                    data = listener.recv(65536)
+                    packet = decode_lbmr(data)
+                    if isinstance(packet.body, TopicManagement):
+                        answered |= {t.name for t in packet.body.tmrs if t.flags & TMR_FLAG_RESPONSE}
+                    elif isinstance(packet.body, WildcardQuery):
+                        queried |= {q.pattern for q in packet.body.queries}
+                    else:
+                        continue
+                    sizes.append(len(data))
+            except socket.timeout:
+                pass
+    finally:
+        listener.close()
+        sender.close()
+    assert answered == topics | patterns and queried == patterns
+    assert max(sizes) <= max_size, f"datagrams of {max(sizes)} bytes over resolver_datagram_max_size {max_size}"
+
+
+def test_a_receiver_whose_source_ends_queries_again_and_finds_a_quiet_other_path(contexts):
+    """Two paths to one source (one OTID: two routers' proxy sources), both quiet for long
+    (quiescent, forgotten by the receiver's cache). When the joined path ends, the receiver goes
+    back to sustaining-phase querying (spec/dro.md §2.2), so the other path answers and is joined."""
+    from router.um.source_cache import CACHE_TIMEOUT
+    otid = tcp_otid("127.0.0.1", 2, 1)
+    cheap_ctx, expensive_ctx = contexts(**_BRIEF_ADVERTISING), contexts(**_BRIEF_ADVERTISING)
+    subscriber = contexts(resolver_query_minimum_initial_duration=200, resolver_query_sustain_interval=200,
+                          resolver_query_minimum_sustain_duration=1)
+    cheap = cheap_ctx.source("failover", otid=otid, cost=2, hop_count=1, final_advertisements=3)
+    expensive = expensive_ctx.source("failover", otid=otid, cost=5, hop_count=1)
+    got = Collector()
+    subscriber.receiver("failover", got.on_message, got.on_event)
+    wait_for(lambda: cheap.receiver_count == 1, 10, message="the cheaper path joined")
+    wait_for(lambda: all(_quiet(c) for c in (cheap_ctx, expensive_ctx, subscriber)), 10,
+             message="resolution quiescent")
+    subscriber._call(subscriber.resolver.expire_cache, time.monotonic() + CACHE_TIMEOUT + 1)
+    cheap_ctx.close()
+    wait_for(lambda: expensive.receiver_count == 1, 5, message="the other path found and joined")
+    wait_for(lambda: [e.kind for e in got.events] == ["BOS", "EOS", "BOS"], 2, message="EOS, then BOS")
+    expensive.send(b"via-expensive", flush=True)
+    wait_for(lambda: got.payloads() == [b"via-expensive"], 5, message="delivery over the other path")
+
+
+def _finals_heard(listener: socket.socket, topic: str, expected: int, timeout: float) -> int:
+    """Final advertisements of `topic` heard on the resolver group until `expected` of them or
+    `timeout` (and a little past `expected`: one too many would show)."""
+    from router.um.wire.lbmr import COST_INFINITE, CostOption, TopicResolution
+    heard = 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            packet = decode_lbmr(listener.recv(65536))
+        except socket.timeout:
+            if heard >= expected:
+                break
+            continue
+        if isinstance(packet.body, TopicResolution):
+            heard += sum(1 for tir in packet.body.tirs if tir.topic == topic and any(
+                isinstance(option, CostOption) and option.cost == COST_INFINITE for option in tir.options))
+    return heard
+
+
+def test_closing_a_context_sends_its_sources_whole_series_of_final_advertisements(domain):
+    """resolver_send_final_advertisements N: N final advertisements, also when the context is
+    closed with the source still open (the source's close schedules them; the context's close
+    must not close the resolver socket under them)."""
+    listener = _resolver_listener(domain)
+    try:
+        publisher = Context(**domain.overrides())
+        publisher.source("closing.context", final_advertisements=4)
+        publisher.close()
+        assert _finals_heard(listener, "closing.context", 4, 5) == 4
+    finally:
+        listener.close()
+
+
+def test_a_context_on_a_shared_loop_sends_the_series_after_it_closed(domain):
+    """A router's endpoint context runs on its worker's loop and is closed on that loop's thread
+    (a portal removed by a reload): its proxy sources' final advertisements still all go out."""
+    from router.um.loop import EventLoop
+    listener = _resolver_listener(domain)
+    loop = EventLoop("shared-loop-test")
+    loop.start_thread()
+    try:
+        publisher = loop.call_and_wait(lambda: Context(**domain.overrides(), loop=loop))
+        loop.call_and_wait(lambda: publisher.source("closing.portal", final_advertisements=4))
+        loop.call_and_wait(publisher.close)
+        assert _finals_heard(listener, "closing.portal", 4, 5) == 4
+        wait_for(lambda: loop.call_and_wait(lambda: publisher.channel.sender.fileno() == -1), 5,
+                 message="the resolver socket closed after the last one")
+    finally:
+        loop.close()
+        listener.close()
+
+
+def test_patterns_of_wildcard_queries_heard_are_remembered_within_a_bound(contexts, monkeypatch):
+    """Every distinct pattern other contexts query with is compiled once and remembered; months
+    of wildcard receivers made with patterns of their own (a session's, a request's) must not
+    grow that without bound. The oldest are forgotten (compiled again if heard again)."""
+    from router.um import topic_resolver
+    from router.um.wire.lbmr import PATTERN_PCRE, WcTqr, WildcardQuery
+    monkeypatch.setattr(topic_resolver, "MAX_QUERY_PATTERNS", 100)
+    publisher = contexts()
+    source = publisher.source("patterns.kept")
+    resolver = publisher.resolver
+    answered = []
+    publisher._call(lambda: setattr(publisher.channel, "send_resolution",
+                                    lambda tqrs=(), tirs=(): answered.extend(t.topic for t in tirs)))
+
+    def hear(patterns):
+        """On the loop's thread: what the source sends meanwhile answers these queries only."""
+        answered.clear()
+        for start in range(0, len(patterns), 50):
+            queries = [WcTqr(pattern, PATTERN_PCRE) for pattern in patterns[start:start + 50]]
+            resolver.on_packet(LbmrPacket(WildcardQuery(queries)), ("127.0.0.1", 1))
+        return list(answered)
+    heard = [f"^session\\.{n}\\." for n in range(1000)] + ["(unbalanced"] * 3 + ["^patterns\\."]
+    assert publisher._call(hear, heard) == [source.topic]
+    assert len(resolver.query_patterns) <= 100
+    assert resolver.counters["bad_patterns"] == 1
