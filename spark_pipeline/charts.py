@@ -4,6 +4,10 @@ Each function takes rows as `load.collect` returns them and writes one file; a c
 to show says so in the picture instead of being left out, so the report's layout never changes.
 Per-router charts are drawn for the busiest routers only (MAX_ROUTER_CHARTS) to keep the report
 one page; every router is still in the tables.
+
+Router and portal names are the operator's free text: every chart draws them as written, never as
+TeX (matplotlib reads `$...$` as math, and a name such as `a$_$b` would stop the whole job here),
+and a legend keeps a name that starts with `_` (matplotlib leaves such labels out unless told).
 """
 from __future__ import annotations
 
@@ -18,6 +22,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 MAX_ROUTER_CHARTS = 12
 MAX_DROP_BARS = 25
+
+# Each chart function draws under this: a decorator, so every Text it makes (tick labels too) is plain.
+_plain_text = matplotlib.rc_context({"text.parse_math": False})
 
 
 def _series(rows: list[dict], key, x: str, y: str) -> dict:
@@ -50,14 +57,17 @@ def _lines(axes, lines: dict, title: str, ylabel: str) -> None:
     if not lines:
         _empty(axes, "no data")
         return
+    handles, labels = [], []
     for label, (xs, ys) in sorted(lines.items()):
-        axes.plot(xs, ys, label=label, linewidth=1)
-    axes.legend(fontsize="small", loc="upper left")
+        handles += axes.plot(xs, ys, linewidth=1)
+        labels.append(label)
+    axes.legend(handles, labels, fontsize="small", loc="upper left")
     locator = mdates.AutoDateLocator()
     axes.xaxis.set_major_locator(locator)
     axes.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
 
 
+@_plain_text
 def fleet_rates(router_rates: list[dict], path: Path) -> Path:
     figure, (out, drops) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     _lines(out, _series(router_rates, lambda r: r["router"], "bucket_start", "msgs_out_per_s"),
@@ -67,6 +77,7 @@ def fleet_rates(router_rates: list[dict], path: Path) -> Path:
     return _save(figure, path)
 
 
+@_plain_text
 def router_rates(portal_rates: list[dict], router: str, path: Path) -> Path:
     mine = [r for r in portal_rates if r["router"] == router]
     figure, (inbound, outbound) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
@@ -77,6 +88,7 @@ def router_rates(portal_rates: list[dict], router: str, path: Path) -> Path:
     return _save(figure, path)
 
 
+@_plain_text
 def drops(drop_rows: list[dict], path: Path) -> Path:
     worst = sorted(drop_rows, key=lambda r: r["msgs_dropped"], reverse=True)[:MAX_DROP_BARS]
     figure, axes = plt.subplots(figsize=(10, max(3, 0.35 * len(worst) + 1.5)))
@@ -94,6 +106,7 @@ def drops(drop_rows: list[dict], path: Path) -> Path:
     return _save(figure, path)
 
 
+@_plain_text
 def rtt(rtt_rows: list[dict], path: Path) -> Path:
     figure, axes = plt.subplots(figsize=(10, 4))
     axes.set_title("Keepalive RTT per peer portal (percentiles of interval means)")
@@ -112,6 +125,7 @@ def rtt(rtt_rows: list[dict], path: Path) -> Path:
     return _save(figure, path)
 
 
+@_plain_text
 def interest(router_maps: list[dict], path: Path) -> Path:
     figure, (topics, patterns) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     _lines(topics, _series(router_maps, lambda r: r["router"], "bucket_start", "interest_topics"),

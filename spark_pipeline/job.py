@@ -109,8 +109,10 @@ def draw_charts(tables: dict[str, list[dict]], directory: Path) -> tuple[list[tu
     drawn = [("Fleet: messages sent and dropped", charts.fleet_rates(tables["router_rates"],
                                                                    directory / "fleet_rates.png"))]
     busiest = charts.busiest_routers(tables["fleet_summary"])
-    for router in busiest:
-        png = directory / f"rates_{re.sub(r'[^A-Za-z0-9_.-]', '_', router)}.png"
+    for rank, router in enumerate(busiest, 1):
+        # Numbered: names that differ only in characters a file name cannot keep ("ny 1", "ny/1")
+        # would otherwise share one file, and each caption would show the last router's chart.
+        png = directory / f"rates_{rank:02d}_{re.sub(r'[^A-Za-z0-9_.-]', '_', router)}.png"
         drawn.append((f"Router {router}: rates by portal", charts.router_rates(tables["portal_rates"], router, png)))
     drawn.append(("Drops by reason", charts.drops(tables["drops"], directory / "drops.png")))
     drawn.append(("Keepalive RTT", charts.rtt(tables["rtt"], directory / "rtt.png")))

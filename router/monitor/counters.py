@@ -206,3 +206,36 @@ class PortalCounters:
 
     def snapshot(self) -> dict[str, int]:
         return dict(zip(COUNTER_NAMES, self.values.tolist()))
+
+
+class ContinuedTotals:
+    """Figures first counted by objects that come and go, kept in a portal's counters as totals.
+
+    A worker's resolver channel, its transport sessions and the like count from zero when they
+    are made: a transport session is new after its last source closed, the channel with every
+    worker process. Copying their figures into the shared counters would take a total back
+    (a restarted worker, a closed session) or hold it still until the new objects passed the
+    old figure, so what each object's figure grew by since the last look is added instead.
+    """
+
+    def __init__(self, counters: PortalCounters):
+        self.counters = counters
+        # counter -> id(object) -> (object, its figure last time). Holding the object keeps its
+        # id from being reused by a new one while it is remembered.
+        self.seen: dict[str, dict[int, tuple[object, int]]] = {}
+
+    def update(self, name: str, figures) -> int:
+        """`figures`: (object, its running figure) for every object counting `name` now. Adds
+        what they grew by (all of a figure that went down: a counter that started again) and
+        returns it; objects no longer listed are forgotten, what they counted stays."""
+        before = self.seen.get(name, {})
+        now: dict[int, tuple[object, int]] = {}
+        grown = 0
+        for source, figure in figures:
+            last = before.get(id(source), (None, 0))[1]
+            grown += figure - last if figure >= last else figure
+            now[id(source)] = (source, figure)
+        self.seen[name] = now
+        if grown:
+            self.counters.add(name, grown)
+        return grown

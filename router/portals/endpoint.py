@@ -13,6 +13,7 @@ import time
 
 from router.eventlog import RateLimitedEvents
 from router.ipc import bus_messages as bm
+from router.monitor.counters import ContinuedTotals
 from router.portals.acl import PortalAccess
 from router.portals.domain_routes import DomainRouteChannel
 from router.portals.egress_records import EgressRecords
@@ -135,6 +136,7 @@ class EndpointPortal(EgressRecords):
         self.context.uim_router = self._unicast_in
         self.context.on_bad_uim = self._bad_unicast
         self._sent_frames = self._sent_bytes = 0          # added to the counters once per ring batch
+        self.worker_totals = ContinuedTotals(counters)
         self._queue_timer = loop.call_every(0.25, self.refresh_queue_counters)
         self._start_requests()
         self._schedule_interest_check()
@@ -625,29 +627,31 @@ class EndpointPortal(EgressRecords):
     def refresh_queue_counters(self) -> None:
         """Bytes waiting in proxy sources' connections (or held for their first receiver), and
         what they dropped ("would block")."""
-        channel = self.context.channel.counters       # the resolver channel counts what it sends
-        self.counters.set("lbmr_packets_sent", channel["packets_sent"])
-        self.counters.set("lbmr_malformed", channel["malformed"])
-        self.counters.set("transport_malformed", self.context.stream_counters["transport_malformed"])
-        immediate = self.context.immediate
+        # Counted first by this worker's channel, context and sessions, which start from zero (a
+        # restarted worker, a session made again after its last source closed): added as they grow.
+        totals, context = self.worker_totals, self.context
+        totals.update("lbmr_packets_sent", [(context.channel, context.channel.counters["packets_sent"])])
+        totals.update("lbmr_malformed", [(context.channel, context.channel.counters["malformed"])])
+        totals.update("transport_malformed", [(context, context.stream_counters["transport_malformed"])])
+        immediate = context.immediate
         if immediate is not None:
-            self.counters.set("immediate_malformed", immediate.counters["mim_malformed"]
-                              + immediate.reassembly.counters.get("mim_fragments_malformed", 0))
+            totals.update("immediate_malformed", [(immediate, immediate.counters["mim_malformed"]
+                                                   + immediate.reassembly.counters.get("mim_fragments_malformed", 0))])
         enqueued = waiting = 0
-        dropped_bytes = dropped_frames = 0
-        for session in self.egress.sessions():
+        sessions = self.egress.sessions()
+        for session in sessions:
             enqueued += session.queued_bytes()
             waiting += session.queued_for_receivers()
-            dropped_bytes += session.counters["dropped_would_block_bytes"]
-            dropped_frames += session.counters["dropped_would_block_frames"]
         self.queue_episodes.sample(waiting, time.monotonic())
         self.counters.set("data_bytes_enqueued", enqueued)
         self.counters.set_max("data_bytes_enqueued_max", enqueued)
-        previous = self.counters.get("transport_topic_fragment_bytes_dropped_would_block")
-        if dropped_bytes > previous:
-            self.counters.set("transport_topic_fragment_bytes_dropped_would_block", dropped_bytes)
-            self.counters.set("transport_topic_fragments_dropped_would_block", dropped_frames)
-            self._rate_limited("drops-would-block", f"a receiver is not keeping up: {dropped_bytes} bytes dropped "
+        dropped = totals.update("transport_topic_fragment_bytes_dropped_would_block",
+                                [(s, s.counters["dropped_would_block_bytes"]) for s in sessions])
+        totals.update("transport_topic_fragments_dropped_would_block",
+                      [(s, s.counters["dropped_would_block_frames"]) for s in sessions])
+        if dropped:
+            so_far = self.counters.get("transport_topic_fragment_bytes_dropped_would_block")
+            self._rate_limited("drops-would-block", f"a receiver is not keeping up: {so_far} bytes dropped "
                                f"so far (queue limit {self.config.max_queue} bytes)")
 
     def egress_has_otid(self, otid: bytes) -> bool:

@@ -40,8 +40,10 @@ class KeepaliveMonitor:
         self._clock_ns = clock_ns
         self._wall_clock = wall_clock
         self._index = 0
-        # Counters may outlive this object (shared memory across a worker restart): resume the mean.
-        self._rtt_sum_us = counters.get("rtt_mean") * counters.get("rtt_samples")
+        # Counters may outlive this object (shared memory across a worker restart): resume the sum
+        # itself. The running mean is whole µs: mean × samples would take the total back by up to
+        # a µs per sample, which a reader of the cumulative rtt_sum_us takes for a counter reset.
+        self._rtt_sum_us = counters.get("rtt_sum_us")
         self.reset()
 
     @property
