@@ -537,7 +537,8 @@ class Context:
                 if client is not None:
                     known += 1
                     clients = connection.late_join.setdefault(client.topic_idx, [])
-                    clients[:] = [c for c in clients if not c.done] + [client]
+                    # Bound once: an OTR recovery asks again with each retry, for as long as it lives.
+                    clients[:] = [c for c in clients if not c.done and c is not client] + [client]
                     client.info(info)
             if known:
                 return

@@ -162,7 +162,9 @@ class LateJoinClient:
         self.reply_to = reply_to
         self.request_idx = next_request_index()
         self.topic_idx = joined.candidate.index
-        self.held: list[tuple] = []               # live deliveries held back: ("batch", messages) / ("request", ...)
+        # Live deliveries held back, in the transport's order: ("batch", messages), ("request", ...)
+        # and ("gap", (first, count)): what the transport lost among them.
+        self.held: list[tuple] = []
         self.held_bytes = 0
         self.first_live: int | None = None
         self.info_attempts = 0
@@ -171,6 +173,7 @@ class LateJoinClient:
         self.to_ask: deque[int] = deque()
         self.frames: dict[int, bytes] = {}        # sqn -> the RETRANS frame
         self.base = 0                             # the first sequence number asked for (order is from it)
+        self.last_asked: int | None = None        # the last one (all from base to it are asked)
         self.lost: list[int] = []                 # asked for and given up: told as lost, in their place
         self.done = False
         self.counters = context.late_join_counters
@@ -193,6 +196,31 @@ class LateJoinClient:
             self.counters["lj_held_overflows"] += 1
             self.give_up()
 
+    def gap(self, first: int, count: int) -> None:
+        """The transport lost messages meanwhile. A young LBT-RM session's receiver repairs its
+        first datagrams by NAK while late join fetches the same messages: one it gives up may be
+        one late join brings, and is no loss. The rest is recovered (OTR orders it after what is
+        held here) or told lost in its place among the held messages."""
+        if self.last_asked is not None:
+            first, count = self._not_asked(first, count)
+            if count <= 0:
+                return
+        elif self.first_live is None or distance(self.first_live, first) < 0:
+            self.held.append(("gap", (first, count)))     # late join may yet ask for them
+            return
+        if self.joined.otr is not None:
+            self.joined.otr.gap(first, count)
+        else:
+            self.held.append(("gap", (first, count)))
+
+    def _not_asked(self, first: int, count: int) -> tuple[int, int]:
+        """The part of a gap past what late join asked for (what it asked it delivers, or tells lost)."""
+        if self.last_asked is not None:
+            asked = min(count, distance(first, self.last_asked) + 1)
+            if asked > 0:
+                first, count = (first + asked) & MASK, count - asked
+        return first, count
+
     # -- the exchange ----------------------------------------------------------------------------
     def _send_info(self) -> None:
         if self.done:
@@ -204,12 +232,14 @@ class LateJoinClient:
             self._finish()
             return
         self.info_attempts += 1
+        self._send(LbmcMessage(LBMC_TYPE_CONTROL, [self._info_request()]))
+        self.timer = self.context.loop.call_later(self.settings.info_interval, self._send_info)
+
+    def _info_request(self) -> LjiRequest:
         settings = self.settings
         flags = LJI_RX_REQ_OUTSTANDING_MAX | (LJI_RX_REQ_MAX if settings.request_maximum else 0)
-        request = LjiRequest(self.request_idx, self.option.transport_idx, self.topic_idx, self.reply_to[0],
-                             self.reply_to[1], 0, settings.request_maximum, settings.outstanding_maximum, flags)
-        self._send(LbmcMessage(LBMC_TYPE_CONTROL, [request]))
-        self.timer = self.context.loop.call_later(settings.info_interval, self._send_info)
+        return LjiRequest(self.request_idx, self.option.transport_idx, self.topic_idx, self.reply_to[0],
+                          self.reply_to[1], 0, settings.request_maximum, settings.outstanding_maximum, flags)
 
     def _send(self, message: LbmcMessage) -> None:
         self.context.responder.send_frames((self.option.src_ip, self.option.src_tcp_port), encode_lbmc(message))
@@ -236,6 +266,7 @@ class LateJoinClient:
             self._finish()
             return
         self.base = start
+        self.last_asked = (start + count - 1) & MASK
         self.to_ask.extend((start + n) & MASK for n in range(count))
         self.counters["lj_retransmissions_requested"] += count
         self._ask()
@@ -250,15 +281,18 @@ class LateJoinClient:
             headers.append(sqn)
         self._request(headers, now)
 
-    def _request(self, sqns, now: float) -> None:
+    def _request(self, sqns, now: float, again: bool = False) -> None:
+        """Ask for `sqns`. Asked `again`, an LJI_REQ goes first: the RETRANS frames come on the
+        connection the source's answer came on, which may have been replaced meanwhile (the
+        context binds the one a new answer comes on; the repeated answer itself is ignored)."""
         option = self.option
-        for start in range(0, len(sqns), _RXREQS_PER_MESSAGE):
-            chunk = sqns[start:start + _RXREQS_PER_MESSAGE]
-            for sqn in chunk:
-                self.asked_at[sqn] = now
-            ip, port = self.reply_to
-            self._send(LbmcMessage(LBMC_TYPE_CONTROL, [
-                UmeRxReq(self.request_idx, option.transport_idx, self.topic_idx, sqn, port, ip) for sqn in chunk]))
+        ip, port = self.reply_to
+        headers = [self._info_request()] if again and sqns else []
+        for sqn in sqns:
+            self.asked_at[sqn] = now
+            headers.append(UmeRxReq(self.request_idx, option.transport_idx, self.topic_idx, sqn, port, ip))
+        for start in range(0, len(headers), _RXREQS_PER_MESSAGE):
+            self._send(LbmcMessage(LBMC_TYPE_CONTROL, headers[start:start + _RXREQS_PER_MESSAGE]))
 
     def _tick(self) -> None:
         self.timer = None
@@ -274,7 +308,7 @@ class LateJoinClient:
             self._lose(given_up + list(self.to_ask))
             self.to_ask.clear()
         again = [sqn for sqn in self.requested if now - self.asked_at.get(sqn, 0) >= settings.request_interval]
-        self._request(again, now)
+        self._request(again, now, again=True)
         if not self.requested and not self.to_ask:
             self._finish()
             return
@@ -339,10 +373,15 @@ class LateJoinClient:
                 fresh = [m for m in item if highest is None or distance(highest, m[0]) > 0]
                 if fresh:
                     joined.on_batch(fresh)
+            elif kind == "gap":
+                # What late join asked for it delivered or told lost already: only the rest is
+                # told (or recovered), in its place.
+                first, count = self._not_asked(*item)
+                if count > 0:
+                    joined.on_gap(first, count)
             elif highest is None or distance(highest, item[0]) > 0:
                 joined.on_request(*item)
-        self.held.clear()
-        self.frames.clear()
+        self._forget()
         if joined.otr is not None and not joined.ended:
             joined.otr.resume()
 
@@ -397,8 +436,21 @@ class LateJoinClient:
         messages.sort(key=lambda message: in_order(message[0]))
         return messages
 
+    def _forget(self) -> None:
+        """Over: nothing kept per message. The source context's connection to our request port
+        still names this client until another late join on it replaces it, and lives as long as
+        the source does."""
+        self.held.clear()
+        self.held_bytes = 0
+        self.frames.clear()
+        self.requested.clear()
+        self.asked_at.clear()
+        self.to_ask.clear()
+        self.lost.clear()
+
     def close(self) -> None:
         self.done = True
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        self._forget()

@@ -443,7 +443,14 @@ class OtrRecovery:
         return out
 
     def close(self) -> None:
+        """Over (the source ended, or the receiver left): nothing is kept. The source context's
+        connection to our request port still names this recovery until another answer on it
+        replaces it, and lives as long as the source does."""
         self.done = True
         if self.timer is not None:
             self.timer.cancel()
             self.timer = self.timer_at = None
+        self.missing.clear()
+        self.recovered.clear()
+        self.held.clear()
+        self.losses.clear()

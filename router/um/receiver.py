@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from router.um.frame_stream import run_payloads
 from router.um.messages import BOS, EOS, UNRECOVERABLE_LOSS, Message, ReceiverEvent, RequestMessage
-from router.um.sequence_numbers import distance
+from router.um.sequence_numbers import MASK, distance
 from router.um.source_cache import Candidate
 from router.um.wire.lbmc import MESSAGE_HEADER
 
@@ -117,7 +117,18 @@ class JoinedSource:
 
     def on_gap(self, first: int, count: int) -> None:
         """The transport lost `count` messages from sequence number `first` on: recovered off
-        the transport if it can be (router.um.otr), else reported lost."""
+        the transport if it can be (router.um.otr), else reported lost. While late join fetches,
+        in its place among the live messages it holds back; after, what it delivered is no loss."""
+        if self.late_join is not None:
+            self.late_join.gap(first, count)
+            return
+        floor = self.late_join_floor
+        if floor is not None:
+            delivered = distance(first, floor) + 1
+            if delivered >= count:
+                return
+            if delivered > 0:
+                first, count = (first + delivered) & MASK, count - delivered
         if self.otr is not None:
             self.otr.gap(first, count)
         else:

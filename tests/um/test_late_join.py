@@ -646,6 +646,61 @@ def test_two_receivers_of_one_topic_in_one_context_both_get_what_came_before(dom
     assert rcv["lj_retransmissions_given_up"] == 0, rcv
 
 
+def test_a_finished_late_join_keeps_nothing_per_message_on_the_connection_that_brought_it(domain):
+    """The source context's connection to our request port lives as long as the source does (months)
+    and keeps the late-join clients it brought answers to: a finished one must hold nothing per
+    message fetched, or each late join leaves its bookkeeping behind for good."""
+    with Context(**domain.overrides(), late_join=True) as sending, Context(**domain.overrides()) as receiving:
+        source = sending.source("lj.finished")
+        payloads = [_payload(n) for n in range(2000)]
+        _send(source, payloads)
+        got = Collector(receiving, "lj.finished")
+        got.wait(2000, what="retransmitted messages")
+        wait_for(lambda: receiving.loop.call_and_wait(lambda: not receiving.late_join_clients), 10,
+                 message="late join over")
+
+        def kept_per_message():
+            clients = [client for _, connection in receiving.request_port.connections.values()
+                       for clients in connection.late_join.values() for client in clients]
+            return len(clients), sum(len(c.asked_at) + len(c.requested) + len(c.to_ask) + len(c.frames)
+                                     + len(c.lost) + len(c.held) for c in clients)
+        clients, kept = receiving.loop.call_and_wait(kept_per_message)
+    assert got.flags == [True] * 2000
+    assert clients == 1 and kept == 0
+
+
+def test_a_late_join_goes_on_after_the_source_contexts_connection_is_replaced(domain):
+    """The retransmissions come on the connection the source's answer (UME_LJ_INFO) came on. If
+    that connection goes while they are asked, the source answers the requests asked again on a
+    new one: the receiver must recognise them there, not give them up as lost."""
+    with Context(**domain.overrides(), late_join=True) as sending, \
+            Context(**domain.overrides(), retransmit_request_interval=200,
+                    retransmit_request_message_timeout=3000) as receiving:
+        source = sending.source("lj.reconnect")
+        payloads = [_payload(n) for n in range(20)]
+        _send(source, payloads)
+        server = sending.late_join_server
+        answer = server._retransmit
+        failed = []
+
+        def connection_goes_first(request, out):
+            if not failed:                  # the first request: its connection fails instead
+                [connection] = sending.responder.connections.values()
+                sending.responder._fail(connection, "closed by the test")
+                failed.append(request.seqnum)
+                return True
+            return answer(request, out)
+        server._retransmit = connection_goes_first
+        got = Collector(receiving, "lj.reconnect")
+        wait_for(lambda: receiving.loop.call_and_wait(lambda: got.receiver.joined and not any(
+            j.late_join for j in got.receiver.joined.values())), 10, message="late join over")
+        source.send(_payload(20), flush=True)
+        wait_for(lambda: 20 in got.numbers, 10, message="the live message")
+        rcv = _lj(receiving)
+    assert failed and rcv["lj_retransmissions_given_up"] == 0, rcv
+    _assert_retransmitted_then_live(got, payloads + [_payload(20)], 20)
+
+
 def test_two_receiving_contexts_one_with_a_wildcard_receiver_late_join_one_source_at_once(domain):
     with Context(**domain.overrides(), late_join=True) as sending, Context(**domain.overrides()) as one, \
             Context(**domain.overrides()) as other:

@@ -589,6 +589,31 @@ def test_a_loss_recovered_while_late_join_still_fetches_is_delivered_in_order(tm
     assert [m.retransmit for m in got.messages] == [True] * 20 + [False] * 20
 
 
+def test_a_loss_while_late_join_still_fetches_is_told_in_its_place_after_what_came_before(tmp_path):
+    """Without OTR a loss is told at once, unless late join is holding back the live messages
+    before it: then it waits with them, and is told after the retransmitted and the held ones."""
+    domain = new_domain(tmp_path)
+    payloads = [_payload(n) for n in range(40)]
+    with Context(**domain.overrides(), **_SOURCE) as sending, \
+            Context(**domain.overrides(), **_GIVE_UP, late_join_info_request_interval=200) as receiving:
+        source = sending.source("lj.loss")
+        _send(source, payloads[:20])                               # before the receiver: late join's
+        _, transport_idx, retention = source.late_join
+        sending.loop.call_and_wait(sending.late_join_server.remove, transport_idx, source.index)
+        got = Collector(receiving, "lj.loss")
+        wait_for(lambda: got.events, 10, message="BOS")
+        Dropper(_stream(got), source.index, {25})
+        _send(source, payloads[20:])
+        stream = _stream(got)
+        wait_for(lambda: stream.counters["sequence_gaps"] >= 1, 10, message="the loss seen")
+        sending.loop.call_and_wait(sending.late_join_server.add, transport_idx, source.index, retention)
+        got.wait(39)
+        wait_for(lambda: got.losses, 10, message="the loss told")
+    assert got.sqns == [n for n in range(40) if n != 25]
+    assert [m.retransmit for m in got.messages] == [True] * 20 + [False] * 19
+    assert got.losses == [(25, 1, 25)]
+
+
 def test_recovery_goes_on_after_the_source_contexts_connection_is_replaced(tmp_path):
     domain = new_domain(tmp_path)
     payloads = [_payload(n) for n in range(20)]
@@ -609,3 +634,37 @@ def test_recovery_goes_on_after_the_source_contexts_connection_is_replaced(tmp_p
         src, rcv = _otr(sending), _otr(receiving)
     assert got.losses == [], (src, rcv)
     assert got.sqns == list(range(20)) and got.recovered == [5, 15]
+
+
+def test_each_retry_binds_the_recovery_to_its_connection_once_however_long_it_lives(tmp_path):
+    """Every retry asks what the source retains again (LJI_REQ), and each answer binds the
+    connection it came on to the recovery: a recovery that lives for months and retries now and
+    then must be bound there once, not once more per answer."""
+    domain = new_domain(tmp_path)
+    payloads = [_payload(n) for n in range(20)]
+    with Context(**domain.overrides(), **_SOURCE) as sending, Context(**domain.overrides(), **_OTR) as receiving:
+        source = sending.source("otr.rebind")
+        got = Collector(receiving, "otr.rebind")
+        _joined(receiving, got)
+        Dropper(_stream(got), source.index, {5})
+        [joined] = got.receiver.joined.values()
+        recovery = joined.otr
+        # The first answers are lost on the way: the recovery asks again, and again.
+        refused = []
+        take = recovery.retransmission
+
+        def lossy(frame):
+            if len(refused) < 4:
+                refused.append(frame)
+                return False
+            return take(frame)
+        recovery.retransmission = lossy
+        _send(source, payloads)
+        got.wait(20)
+        assert len(refused) == 4 and got.recovered == [5]
+
+        def bindings():
+            return [client for _, connection in receiving.request_port.connections.values()
+                    for clients in connection.late_join.values() for client in clients if client is recovery]
+        bound = receiving.loop.call_and_wait(bindings)
+    assert len(bound) == 1

@@ -538,6 +538,19 @@ def test_nothing_is_delivered_for_a_source_that_ended_meanwhile(h):
     assert h.joined.log == []
 
 
+def test_a_recovery_closed_with_its_receiver_keeps_nothing_it_held(h):
+    """The source context's connection to our request port names the recovery until another
+    answer on it replaces it, and lives as long as the source: a receiver that closes while its
+    recovery waits for a million lost messages must not leave them, and what it held, behind."""
+    h.otr.gap(3, 100_000)
+    h.otr.hold(live(*range(100_003, 100_100)))
+    assert h.otr.retransmission(data_frame(5, p(5)))
+    h.otr.close()
+    assert (h.otr.missing, h.otr.held, h.otr.recovered, h.otr.losses) == ({}, [], {}, [])
+    assert h.joined.log == []
+    assert not h.retrans(data_frame(7, p(7)))
+
+
 def test_a_huge_gap_gives_up_its_oldest_part_at_once(monkeypatch):
     monkeypatch.setattr(otr_module, "MAX_GAP", 10)
     h = Harness(monkeypatch)
