@@ -52,7 +52,14 @@ def endpoint_for(name: str) -> str:
 
 def running_routers() -> dict[str, str]:
     """name -> endpoint of every router whose socket answers a connection (stale files skipped)."""
+    return _scan()[0]
+
+
+def _scan() -> tuple[dict[str, str], list[Path]]:
+    """The routers whose sockets answer, and the sockets this user may not connect to: those are
+    routers too (a stale file refuses instead), run by another user."""
     found: dict[str, str] = {}
+    denied: list[Path] = []
     for directory in search_dirs():
         try:
             paths = sorted(directory.glob(f"*{SUFFIX}"))
@@ -60,9 +67,14 @@ def running_routers() -> dict[str, str]:
             continue
         for path in paths:
             name = path.name[:-len(SUFFIX)]
-            if name not in found and _listening(path):
-                found[name] = f"ipc://{path}"
-    return found
+            if name in found:
+                continue
+            try:
+                if _listening(path):
+                    found[name] = f"ipc://{path}"
+            except PermissionError:
+                denied.append(path)
+    return found, denied
 
 
 def find_endpoint(name: str | None, endpoint: str | None) -> str:
@@ -70,9 +82,12 @@ def find_endpoint(name: str | None, endpoint: str | None) -> str:
         return endpoint
     if name:
         return endpoint_for(name)
-    routers = running_routers()
+    routers, denied = _scan()
     if len(routers) == 1:
         return next(iter(routers.values()))
+    if not routers and denied:
+        raise Unreachable(f"permission denied on {', '.join(map(str, denied))}: run routerctl as the router's "
+                          "user (sudo -u umrouter routerctl ...) or as root")
     if not routers:
         raise Unreachable(f"no running router found in {', '.join(map(str, search_dirs()))}; "
                           "start tnwgd (systemctl start umrouter@NAME), or name one with -n NAME or -s ENDPOINT")
@@ -80,11 +95,15 @@ def find_endpoint(name: str | None, endpoint: str | None) -> str:
 
 
 def _listening(path: Path) -> bool:
+    """Whether a process listens on this socket file; PermissionError when this user may not
+    connect to it."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(0.5)
     try:
         probe.connect(str(path))
         return True
+    except PermissionError:
+        raise
     except OSError:
         return False
     finally:

@@ -2,8 +2,9 @@
 
     tnwgd [-d|--dump-dtd] [-v|--validate] [-f|--detach] [-u|--use-utc] [-h] CONFIG.xml
 
-Exit status: 0 success; 2 invalid configuration (the message names file, line and element);
-3 a portal could not start; 1 anything else.
+Exit status: 0 success; 2 invalid configuration (the message names file, line and element), or a
+pidfile that cannot be written; 3 a portal could not start; 1 anything else. With -f the shell
+gets 0 once the detached daemon has written its pidfile, or 2 and the reason.
 """
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ import sys
 
 from router.config import ConfigError, dump_dtd, load_gateway_config, validate_structure
 
+
+# The exit status of an invalid configuration (router.supervisor.EXIT_CONFIG_ERROR): systemd's unit
+# does not restart on it.
+EXIT_CONFIG_ERROR = 2
+# What a detached daemon tells the waiting parent when its pidfile is written.
+_DETACHED = b"\0"
 
 # Blocked from the pidfile's writing until the supervisor's handlers are in place.
 STARTUP_SIGNALS = frozenset({signal.SIGHUP, signal.SIGTERM, signal.SIGINT})
@@ -38,7 +45,7 @@ def main(argv=None) -> int:
         return 0
     if not args.configfile:
         print("tnwgd: a configuration file is required (tnwgd -h for help)", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG_ERROR
     try:
         if args.validate:
             validate_structure(args.configfile)
@@ -48,10 +55,10 @@ def main(argv=None) -> int:
         config = load_gateway_config(args.configfile)
     except ConfigError as err:
         print(f"tnwgd: {err}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG_ERROR
     except OSError as err:
         print(f"tnwgd: {args.configfile}: {err.strerror}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG_ERROR
     from router.eventlog import configure_logging
     log_config = config.daemon.log
     configure_logging(log_config.type, log_config.path, args.use_utc, frequency=log_config.frequency,
@@ -63,7 +70,11 @@ def main(argv=None) -> int:
     if args.detach:
         _daemonize(config.daemon.pidfile)
     elif config.daemon.pidfile:
-        _write_pidfile(config.daemon.pidfile)
+        try:
+            _write_pidfile(config.daemon.pidfile)
+        except OSError as err:
+            print(f"tnwgd: {_pidfile_error(config.daemon.pidfile, err)}", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
     try:
         return _run(args, config)
     finally:
@@ -91,17 +102,49 @@ def _run(args: argparse.Namespace, config) -> int:
 
 
 def _daemonize(pidfile: str | None) -> None:
-    """Classic double fork: the parent returns to the shell, the daemon has no terminal."""
+    """Classic double fork: the daemon has no terminal. The parent returns to the shell only once
+    the daemon has written its pidfile (an init script reads it next), and exits non-zero with the
+    daemon's reason when it could not: the daemon's own standard error is /dev/null by then."""
+    reader, writer = os.pipe()
     if os.fork():
-        os._exit(0)
+        os.close(writer)
+        _exit_as_the_daemon_reports(reader)
+    os.close(reader)
     os.setsid()
     if os.fork():
         os._exit(0)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):            # console logging is lost when detached: use <log type="file">
         os.dup2(devnull, fd)
+    failure = ""
     if pidfile:
-        _write_pidfile(pidfile)
+        try:
+            _write_pidfile(pidfile)
+        except OSError as err:
+            failure = _pidfile_error(pidfile, err)
+            logging.getLogger("router.daemon").critical(failure)
+    try:
+        os.write(writer, failure.encode() or _DETACHED)
+    except OSError:                 # the parent is gone (killed): nobody waits for the answer
+        pass
+    os.close(writer)
+    if failure:
+        os._exit(EXIT_CONFIG_ERROR)
+
+
+def _exit_as_the_daemon_reports(reader: int) -> None:
+    report = b""
+    while chunk := os.read(reader, 4096):
+        report += chunk
+    if report == _DETACHED:
+        os._exit(0)
+    reason = report.decode(errors="replace") or "the daemon exited while detaching"
+    print(f"tnwgd: {reason}", file=sys.stderr, flush=True)
+    os._exit(EXIT_CONFIG_ERROR)
+
+
+def _pidfile_error(path: str, err: OSError) -> str:
+    return f"cannot write the pidfile {path} (<daemon><pidfile>): {err.strerror}"
 
 
 def _write_pidfile(path: str) -> None:

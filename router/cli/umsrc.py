@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 import time
 
@@ -78,10 +79,11 @@ def main(argv=None) -> int:
             return 1
         if args.start_on_stdin:
             print("umsrc: waiting for a line on standard input", file=sys.stderr, flush=True)
-            sys.stdin.readline()
+            _wait_for_line(stop)
         started = time.monotonic()
         try:
-            sent = _send(source, buffer, source_id, args, stop)
+            # Stopped while waiting: the run is given up before its first message.
+            sent = 0 if stop.is_set() else _send(source, buffer, source_id, args, stop)
         except NoRouteToDomain as err:            # the route went away while sending
             print(f"umsrc: {err}", file=sys.stderr)
             return 1
@@ -118,6 +120,16 @@ class ImmediateSender:
 
     def close(self) -> None:
         pass
+
+
+def _wait_for_line(stop) -> None:
+    """A line on standard input, or a stop: SIGINT and SIGTERM only set `stop` (so that umsrc
+    prints its summary), and a plain readline would go on blocking through them."""
+    while not stop.is_set():
+        readable, _, _ = select.select([sys.stdin], [], [], 0.1)
+        if readable:
+            sys.stdin.readline()
+            return
 
 
 def _send(source, buffer: bytearray, source_id: int, args, stop) -> int:

@@ -1,9 +1,14 @@
 """tnwgd's command line: -v accepts every shipped example and rejects broken files precisely; -d."""
+import glob
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN = ROOT / "tests" / "config" / "broken"
@@ -42,3 +47,50 @@ def test_missing_file_is_a_clear_error(tmp_path):
     result = tnwgd("-v", tmp_path / "absent.xml")
     assert result.returncode == 2
     assert "absent.xml" in result.stderr
+
+
+def _two_lan_config(tmp_path, make_domain, pidfile: Path) -> Path:
+    from tests.support.routers import endpoint_xml, write_config
+    lan1, lan2 = make_domain(), make_domain()
+    portals = endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path)
+    return write_config(tmp_path, f"pid{os.getpid() % 10000}", portals, f"    <pidfile>{pidfile}</pidfile>\n")
+
+
+@pytest.mark.usefixtures("runtime_dir")
+def test_a_pidfile_that_cannot_be_written_is_a_clear_error_not_a_traceback(tmp_path, make_domain):
+    pidfile = tmp_path / "absent-directory" / "tnwgd.pid"
+    result = tnwgd(_two_lan_config(tmp_path, make_domain, pidfile))
+    assert result.returncode == 2, result.stderr        # the <pidfile> setting: restarting would not help
+    assert "Traceback" not in result.stderr and str(pidfile) in result.stderr, result.stderr
+
+
+@pytest.mark.usefixtures("runtime_dir")
+def test_detach_returns_once_the_pidfile_is_written_and_reports_a_pidfile_it_cannot_write(tmp_path, make_domain):
+    unwritable = tmp_path / "absent-directory" / "tnwgd.pid"
+    failed = tnwgd("-f", _two_lan_config(tmp_path, make_domain, unwritable))
+    # The daemon cannot say so itself (its standard error is /dev/null): the shell must hear it.
+    assert failed.returncode == 2, failed.stderr
+    assert "Traceback" not in failed.stderr and str(unwritable) in failed.stderr, failed.stderr
+
+    pidfile = tmp_path / "tnwgd.pid"
+    config = _two_lan_config(tmp_path, make_domain, pidfile)
+    started = tnwgd("-f", config)
+    daemon = None
+    try:
+        assert started.returncode == 0, started.stderr
+        # An init script reads the pidfile as soon as `tnwgd -f` returns.
+        daemon = int(pidfile.read_text())
+        os.kill(daemon, 0)
+    finally:
+        if daemon is None and started.returncode == 0:
+            wait_for(pidfile.exists, 10, message="the detached daemon's pidfile, to stop it")
+            daemon = int(pidfile.read_text())
+        if daemon is not None:
+            os.kill(daemon, signal.SIGTERM)
+            try:
+                wait_for(lambda: not pidfile.exists(), 30, message="the detached daemon's exit")
+            except AssertionError:
+                os.kill(daemon, signal.SIGKILL)
+                raise
+            for segment in glob.glob(f"/dev/shm/umr.{config.stem}.{daemon}.*"):
+                os.unlink(segment)

@@ -1,4 +1,6 @@
 """umsrc / umrcv / umwrcv as real processes in loopback domains: delivery, loss, isolation."""
+import signal
+
 import pytest
 
 from tests.support.processes import wait_for
@@ -54,3 +56,13 @@ def test_bad_config_names_file_and_line(tools, tmp_path):
     tool.proc.wait(30)
     assert tool.proc.returncode == 2
     wait_for(lambda: f"{bad}:2" in tool.stderr, 5, message="the error message")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_while_umsrc_waits_for_its_start_line_ends_it_without_sending(tools, domain, sig):
+    """A script that gives up on a run (or Ctrl-C) while umsrc waits on standard input: umsrc
+    stops at once with its summary, and sends nothing."""
+    source = tools.umsrc("-c", domain.config_path, "--json", "-W", 0, "--start-on-stdin", "-M", 10, "never.started")
+    source.wait_for_stderr("waiting for a line", 30)
+    source.proc.send_signal(sig)
+    assert source.result(timeout=30)["sent"] == 0
