@@ -87,6 +87,10 @@ def main(argv=None) -> int:
 
 def _run(args: argparse.Namespace, config) -> int:
     log_config = config.daemon.log
+    from router.open_files import raise_open_files_limit
+    raised = raise_open_files_limit()
+    if raised:
+        logging.getLogger("router.daemon").info(raised)
     from router.identity import IdentityError, switch_identity
     try:
         switched = switch_identity(config.daemon.uid, config.daemon.gid,

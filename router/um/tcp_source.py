@@ -246,10 +246,15 @@ class TcpSourceSession(BatchingSession):
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
+            # poll, not select: a router's or a busy application's descriptors pass 1024, where
+            # select() refuses them (and this loop would spin).
+            poller = select.poll()
             try:
-                select.select([], [c.sock for c in waiting], [], 0.05)
-            except (OSError, ValueError):
-                pass
+                for connection in waiting:
+                    poller.register(connection.sock, select.POLLOUT)
+                poller.poll(50)
+            except (OSError, ValueError):       # a connection closed meanwhile: look again
+                time.sleep(0.001)
 
     def queued_bytes(self) -> int:
         """What waits to be sent: in connections' queues, and held for a first receiver."""
