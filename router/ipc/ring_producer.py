@@ -250,7 +250,7 @@ class RingProducer(_RingView):
                 store_release(self._slots, _PRODUCER_PARK, 0)
                 return True
             if self._wakeups is not None:
-                self._wake_parked_consumers(_ALL_CONSUMERS, force=True)
+                self._wake_parked_consumers(0, force=True)
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
@@ -335,7 +335,7 @@ class RingProducer(_RingView):
             return True
         if self._wakeups is not None:
             # A parked consumer that nothing was addressed to may be the one holding us back.
-            self._wake_parked_consumers(_ALL_CONSUMERS, force=True)
+            self._wake_parked_consumers(0, force=True)
         if self.overflow is OverflowPolicy.DROP:
             self._records_dropped += 1
             store_release(self._slots, _RECORDS_DROPPED, self._records_dropped)
@@ -390,18 +390,21 @@ class RingProducer(_RingView):
         return self._wake_parked_consumers(dest_mask)
 
     def _wake_parked_consumers(self, dest_union: int, force: bool = False) -> int:
-        """Wake each parked consumer that has records addressed to it (or, if ``force`` or it lags
-        by half the ring, any), once per park: a wakeup costs a syscall."""
+        """Wake each parked consumer that has records addressed to it, or lags by half the ring,
+        or (``force``: the ring is full) has anything published left to read, once per park: a
+        wakeup costs a syscall. One that has read everything cannot be what holds us back."""
         full_fence()  # our tail store must be visible before we read park flags (Dekker)
         slots = self._slots
         woken = self._woken_epochs
         wakeups = self._wakeups.consumers
         half = self.capacity // 2
+        published = load_acquire(slots, _TAIL) if force else 0
         count = 0
         for consumer, head_slot, _, park_slot, bit in self._consumers:
             epoch = load_acquire(slots, park_slot)
             if epoch and epoch != woken[consumer]:
-                if force or dest_union & bit or self._position - load_acquire(slots, head_slot) > half:
+                head = load_acquire(slots, head_slot)
+                if dest_union & bit or self._position - head > half or head < published:
                     woken[consumer] = epoch
                     wakeups[consumer].wake()
                     count += 1

@@ -180,9 +180,23 @@ class DataPath:
             self.loop.call_later(0, self._woken)
 
     def detach(self, ring: int) -> None:
+        """Its portal was removed: stop reading its ring and unmap it. The worker maps every ring
+        that existed when it was forked; kept, the removed ring's memory would stay allocated for
+        as long as the worker runs, and a portal added later at the same index would be read
+        from it instead of from its own ring (its records lost)."""
         consumer = self.consumers.pop(ring, None)
         if consumer is not None:
             consumer.close()
+        segment = self.rings.segments.get(ring)
+        if segment is None or segment.is_owner:       # the supervisor's own mapping is its to remove
+            return
+        del self.rings.segments[ring]
+        try:
+            segment.close()
+        except BufferError:
+            # Another portal of this process still reads it: the mapping goes when that one
+            # detaches too and the last view of it is released.
+            pass
 
     def join_local(self, peers: dict[int, "DataPath"]) -> None:
         """The portals running in this process, by ring index: records for them skip the ring."""
@@ -440,7 +454,6 @@ class DataPath:
         # producer that writes meanwhile sees no park flag, and prepare_to_park sees its record.
         for consumer in self.consumers.values():
             consumer.unpark(drain=False)
-        handler = self.handler
         while True:
             if self._holding_back():
                 # Not parked: producers do not wake us for every record; look again shortly.
@@ -453,9 +466,9 @@ class DataPath:
                 try:
                     if consumer.lone_record():
                         # Nothing to batch it with (a paced message): it goes out at once, from the ring.
-                        consumer.read_batch(lambda t, p, r=ring: handler(r, t, p, True), 1)
+                        consumer.read_batch(self._deliver(ring, True), 1)
                     else:
-                        consumer.read_batch(lambda t, p, r=ring: handler(r, t, p), READ_LIMIT, READ_BYTES)
+                        consumer.read_batch(self._deliver(ring, False), READ_LIMIT, READ_BYTES)
                 except ConsumerLapped as err:
                     # The rings block rather than overwrite: a consumer is lapped only after the
                     # producer judged it dead (no heartbeat for the timeout, a hung worker) and
@@ -480,6 +493,24 @@ class DataPath:
             for consumer in self.consumers.values():
                 consumer.unpark(drain=False)
         # not reached
+
+    def _deliver(self, ring: int, now: bool):
+        """The ring reader's handler for records from `ring`: the portal's, made to count and log
+        a record it fails on and go on with the next. Raised out of the ring read, the failure
+        would leave the head before the records already handed over, which would go out again
+        on the next read, and the failing one again with them, for ever."""
+        handler = self.handler
+
+        def deliver(record_type: int, payload) -> None:
+            try:
+                if now:
+                    handler(ring, record_type, payload, True)
+                else:
+                    handler(ring, record_type, payload)
+            except Exception:
+                self.counters.add("ring_records_malformed")
+                log.exception("portal %d could not take a record from portal %d", self.index, ring)
+        return deliver
 
     def _recheck(self) -> None:
         self._recheck_timer = None

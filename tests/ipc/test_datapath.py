@@ -275,3 +275,64 @@ def test_a_record_larger_than_a_ring_is_dropped_counted_and_logged(rings, caplog
     finally:
         reader.close()
         path.close()
+
+
+def test_a_record_its_portal_fails_on_is_counted_and_the_records_around_it_go_through_once(rings, caplog):
+    """A handler that raises on one record (a record the egress cannot take) must not stop the
+    portal reading its rings, nor have the records before it in the same read delivered again."""
+    ring_set, loop = rings
+    spec = DataPathSpec(ring_set, {"E0": 0, "E1": 1})
+    counters = PortalCounters()
+    ingress, egress = DataPath(spec, 0, loop, PortalCounters()), DataPath(spec, 1, loop, counters)
+    got = []
+
+    def handler(ring, record_type, payload, now=False):
+        frames = decode_frames(payload)[3].tobytes()
+        if frames == b"poison":
+            raise ValueError("the egress cannot take this record")
+        got.append(frames)
+
+    egress.handler = handler
+    try:
+        for frames in (b"one", b"two", b"poison", b"three"):
+            ingress.frames(0b010, 1, frames, 1, len(frames))
+        with caplog.at_level("ERROR", logger="router"):
+            loop.run_until(lambda: len(got) >= 3 and egress.consumers[0].head == ingress.producer.position, 2)
+        ingress.frames(0b010, 1, b"four", 1, 4)                       # and it goes on reading
+        assert loop.run_until(lambda: b"four" in got, 2)
+        loop.run_until(lambda: False, 0.05)
+        assert got == [b"one", b"two", b"three", b"four"]
+        assert counters.get("ring_records_malformed") == 1
+        assert any("could not take a record" in r.getMessage() for r in caplog.records)
+    finally:
+        caplog.clear()                 # its traceback holds the record's view of the ring
+        ingress.close()
+        egress.close()
+
+
+def test_a_full_ring_does_not_wake_a_portal_that_has_read_everything_in_it(rings):
+    """A ring fills because one portal reads slowly: the producer wakes the parked portals that
+    hold it back, not one that is idle with nothing left to read (that wake-up is a wasted turn of
+    its worker each time the ring fills, and was counted as an early wake-up with no record)."""
+    ring_set, loop = rings
+    spec = DataPathSpec(ring_set, {"E0": 0, "E1": 1, "E2": 2})
+    idle_counters = PortalCounters()
+    ingress = DataPath(spec, 0, loop, PortalCounters())
+    idle = DataPath(spec, 2, loop, idle_counters)
+    idle.handler = lambda *args: None
+    slow = RingConsumer(ring_set.segments[0].memory, 1, wakeups=ring_set.wakeups(0))   # E1 reads nothing
+    try:
+        loop.run_until(lambda: False, 0.05)                    # E2 parks on ring 0
+        connection = _Connection()
+        while not connection.paused:                           # records for E1 only, until the ring is full
+            ingress.frames(0b010, 1, bytes(1000), 1, 1000, connection)
+            loop.run_once(0)                                   # E2 reads past them when woken
+        loop.run_until(lambda: False, 0.05)
+        assert idle.consumers[0].head == ingress.producer.position     # E2 read everything and parked
+        ingress.heartbeat()                                    # E0 tries the full ring again, as every 0.1 s
+        loop.run_until(lambda: False, 0.05)
+        assert idle_counters.get("ring_early_wakeups_idle") == 0
+    finally:
+        slow.close()
+        ingress.close()
+        idle.close()
