@@ -7,11 +7,17 @@ died, or it closed without room in the ring for its end record (a receiver behin
 still holds is read first (it stays mapped): a source's last messages are not lost with it. A
 dead source's shared memory is removed by the receiver that notices (nobody else will, until the
 next LBT-IPC source starts on this host).
+
+A source that is alive but writes nothing, not even the session messages an idle source writes
+(router.lbtipc.source: a hung process), ends the stream after `transport_lbtipc_activity_timeout`
+(0: never), as in UM. Time the ring waits unread (the stream paused by flow control) does not
+count: that silence is ours.
 """
 from __future__ import annotations
 
 import logging
 import os
+import time
 
 from router.ipc.ring import ConsumerLapped
 from router.ipc.ring_consumer import RingConsumer
@@ -28,7 +34,8 @@ CHECK_INTERVAL = 1.0
 
 
 class LbtipcSessionClient(FrameStream):
-    def __init__(self, loop, host_id: int, session_id: int, xport_id: int, on_closed):
+    def __init__(self, loop, host_id: int, session_id: int, xport_id: int, on_closed, *,
+                 activity_timeout: float = 60.0):
         super().__init__(loop, ("lbtipc", host_id, xport_id, session_id), on_closed)
         if host_id != naming.host_id():
             raise OSError(f"LBT-IPC session {xport_id}/{session_id:08x} is on another host")
@@ -43,8 +50,11 @@ class LbtipcSessionClient(FrameStream):
         self.consumer = RingConsumer(self.segment.memory, self.slot, wakeups=self.wakeups)
         self.ended = False
         self.source_gone = False          # the source closed or died: EOS once the ring is read
+        self.activity_timeout = activity_timeout
+        self.last_heard = time.monotonic()
         loop.add_reader(self.consumer.fileno(), self._woken)
-        self._check = loop.call_every(CHECK_INTERVAL, self._check_source)
+        check = min(CHECK_INTERVAL, max(activity_timeout / 4, 0.05)) if activity_timeout > 0 else CHECK_INTERVAL
+        self._check = loop.call_every(check, self._check_source)
         loop.call_later(0, self._woken)
 
     def _woken(self) -> None:
@@ -59,6 +69,8 @@ class LbtipcSessionClient(FrameStream):
                 self.counters["malformed"] += 1
                 log.warning("%s: %s", self.description, err)
                 continue
+            if delivered:
+                self.last_heard = time.monotonic()
             if self.ended:
                 self.close()
                 return
@@ -94,12 +106,22 @@ class LbtipcSessionClient(FrameStream):
             elif not os.path.exists(f"{naming.SHM_DIRECTORY}/{self.segment.name.lstrip('/')}"):
                 log.info("%s: its source closed without an end record", self.description)
             else:
+                self._check_activity()
                 return
             self.source_gone = True
         if not self.paused and not self.consumer.has_records():
             self.close()
         elif not self.paused:
             self.loop.call_later(0, self._woken)
+
+    def _check_activity(self) -> None:
+        now = time.monotonic()
+        if self.paused or self.consumer.has_records():
+            self.last_heard = now           # what the source wrote waits for us: a silence is ours
+        elif self.activity_timeout > 0 and now - self.last_heard >= self.activity_timeout:
+            log.info("%s: nothing heard from its source for %.1f s; ended", self.description,
+                     self.activity_timeout)
+            self.close()
 
     def pause(self) -> None:
         self.paused = True          # the ring fills and the source waits: flow control

@@ -5,7 +5,9 @@ source waits for the slowest live receiver (as LBT-IPC does); a router's proxy s
 the full ring cannot take, up to its max_queue, then drops and counts (and reports the backlog, so
 its portal holds records in the router's rings meanwhile: router.worker.datapath). A receiver that
 dies stops holding the source back after the ring's heartbeat timeout. Closing writes an
-end-of-session record, so receivers see EOS at once.
+end-of-session record, so receivers see EOS at once. A session that wrote nothing for
+`transport_lbtipc_sm_interval` writes a session message (a record with no frames), so its
+receivers can tell an idle source from a hung one (their `transport_lbtipc_activity_timeout`).
 
 A receiver starts reading at the ring's tail when it attaches, and the receiver a router's proxy
 source exists for attaches only once it has heard the proxy's advertisement. So a session made
@@ -33,6 +35,7 @@ from router.um.wire.otid import lbtipc_otid
 
 RECORD_FRAMES = 1
 RECORD_END = 2
+RECORD_SM = 3                      # a session message: the source is alive, with nothing to send
 SLOTS = 16
 HEARTBEAT_TIMEOUT = 5.0
 WAITING_RECHECK_INTERVAL = 0.25    # s: a proxy's queue looks for dead receivers this often
@@ -51,7 +54,7 @@ def ring_capacity(window: int) -> int:
 class LbtipcSourceSession(BatchingSession):
     def __init__(self, loop, *, id_low: int, id_high: int, window: int, datagram_max_size: int,
                  batching_minimum_length: int, batching_interval: float, overflow: str, max_queue: int,
-                 hold_for_receiver: float = 0.0):
+                 hold_for_receiver: float = 0.0, sm_interval: float = 10.0):
         super().__init__(loop, datagram_max_size=datagram_max_size, batching_minimum_length=batching_minimum_length,
                          batching_interval=batching_interval, overflow=overflow, max_queue=max_queue)
         self.session_id = int.from_bytes(os.urandom(4), "big") or 1
@@ -64,7 +67,7 @@ class LbtipcSourceSession(BatchingSession):
                   heartbeat_timeout=HEARTBEAT_TIMEOUT, owner_pid=os.getpid())
         self.wakeups = RingWakeups.fifos(self.segment.name, SLOTS, create=True)
         self.producer = RingProducer(self.segment.memory, wakeups=self.wakeups)
-        self.counters["records_too_large"] = 0
+        self.counters.update({"records_too_large": 0, "sms_sent": 0})
         self.waiting: deque[bytes] = deque()     # batches a full ring could not take yet (proxies)
         self.waiting_bytes = 0
         self.progress = 0.0                       # time.monotonic() the ring last took a waiting batch
@@ -73,6 +76,10 @@ class LbtipcSourceSession(BatchingSession):
         self.held = HeldBatches(max_queue, hold_for_receiver, self.counters)   # sent before any receiver
         self._receiver_seen = False
         self._hold_check = None
+        self.sm_interval = sm_interval
+        self._sm_timer = None
+        self._position_at_sm = self.producer.position
+        loop.call_soon_threadsafe(self._start_session_messages)
 
     def advertised_info(self) -> LbtipcInfo:
         return LbtipcInfo(self.host_id, self.session_id, self.xport_id)
@@ -115,6 +122,29 @@ class LbtipcSourceSession(BatchingSession):
             self.producer.offer(RECORD_FRAMES, data, _ALL)
         except RecordTooLarge:
             self.counters["records_too_large"] += 1
+
+    # -- session messages ------------------------------------------------------------------------
+    def _start_session_messages(self) -> None:
+        with self.lock:
+            if not self.closed:
+                self._sm_timer = self.loop.call_every(self.sm_interval, self._sm_tick)
+
+    def _sm_tick(self) -> None:
+        """On the loop, every sm_interval: a session message if nothing went into the ring since
+        the last tick. A sender holding the lock is writing, or waiting for room (its receivers
+        have records to read): the loop does not wait for it."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            if self.closed:
+                return
+            producer = self.producer
+            if producer.position == self._position_at_sm and not self.waiting and not self.held:
+                if producer.offer(RECORD_SM, b"", _ALL):      # a full ring: its receivers have records
+                    self.counters["sms_sent"] += 1
+            self._position_at_sm = producer.position
+        finally:
+            self.lock.release()
 
     # -- held for the first receiver ---------------------------------------------------------------
     def _receivers_now(self) -> bool:
@@ -211,6 +241,8 @@ class LbtipcSourceSession(BatchingSession):
                 return
             self._flush_locked()
             self.closed = True
+            if self._sm_timer is not None:
+                self._sm_timer.cancel()
             self.held.discard()                   # nobody attached in time: counted, as a TCP session's
             if self._hold_check is not None:
                 self._hold_check.cancel()

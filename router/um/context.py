@@ -681,6 +681,7 @@ class Context:
                 id_high=get("context", "transport_lbtipc_id_high"),
                 window=get("source", "transport_lbtipc_transmission_window_size"),
                 datagram_max_size=get("context", "transport_lbtipc_datagram_max_size"),
+                sm_interval=get("source", "transport_lbtipc_sm_interval") / 1000,
                 hold_for_receiver=hold_for_receiver, **batching)
         if transport == "lbtrm":
             return LbtrmSourceSession(
@@ -785,7 +786,8 @@ class Context:
                         "receiver", "transport_tcp_dro_loss_recovery_timeout") / 1000
                 elif isinstance(info, LbtipcInfo):
                     client = LbtipcSessionClient(self.loop, info.host_id, info.session_id, info.xport_id,
-                                                 self._client_closed)
+                                                 self._client_closed, activity_timeout=self.config.get(
+                                                     "receiver", "transport_lbtipc_activity_timeout") / 1000)
                     client.loss_recovery_timeout = self.config.get(
                         "receiver", "transport_lbtipc_dro_loss_recovery_timeout") / 1000
                 elif isinstance(info, LbtrmInfo):

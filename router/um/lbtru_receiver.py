@@ -7,7 +7,8 @@ their (source address, source port, session id) names. Each joined session is an
 
 - it sends a CREQ every `transport_lbtru_connect_interval` until the source answers (an SM with the
   SYN flag, or data), and gives up after `transport_lbtru_maximum_connect_attempts`: the stream
-  ends (EOS) and the failure is logged;
+  ends (EOS) and the failure is logged (no attempt is made, or counted, while the port is not
+  read: flow control, router.um.session_socket);
 - connected, it sends an ACK every `transport_lbtru_acknowledgement_interval` (the last sequence
   number delivered in order), which keeps the source from forgetting it, and NAKs gaps, all from
   the same socket, so the source answers to where its data goes;
@@ -98,6 +99,10 @@ class LbtruSessionClient(RepairingStream):
     # -- the connection --------------------------------------------------------------------------
     def _connect_tick(self) -> None:
         if self.closed or self.connected:
+            return
+        if not self.listening():
+            # The port is not read (flow control): the source's answer would wait unread, and
+            # an attempt it cannot answer for us is not one it failed to answer.
             return
         if self.attempts >= self.maximum_connect_attempts:
             log.warning("%s: no answer to %d connection requests; ended", self.description, self.attempts)

@@ -7,7 +7,8 @@ receiver connects with a CREQ; the session answers with a session message carryi
 (its lead tells the receiver where its stream starts) and from then on sends it every DATA
 datagram. Receivers keep the connection alive with ACKs (and NAKs, CREQs); one silent for
 `transport_lbtru_client_activity_timeout` is forgotten. A NAK or ACK from a receiver this session
-does not know is answered with an RST, which makes the receiver connect again. Rates, the
+does not know is answered with an RST, which makes the receiver connect again; a CREQ for
+another session (the one this port had before a restart) is counted and not answered. Rates, the
 transmission window and the answers to NAKs are router.um.repairing_source's: retransmissions and
 NCFs go to the receiver that asked, session messages to every receiver. The data rate is charged
 for every copy sent. When the session closes it sends each receiver an RST.
@@ -74,7 +75,8 @@ class LbtruSourceSession(RepairingSourceSession):
                          batching_minimum_length=batching_minimum_length, batching_interval=batching_interval,
                          overflow=overflow, max_queue=max_queue)
         self.counters.update({"clients_connected": 0, "clients_timed_out": 0, "creqs_rcved": 0, "acks_rcved": 0,
-                              "rsts_sent": 0, "held_batches_delivered": 0, "held_batches_expired": 0})
+                              "rsts_sent": 0, "creqs_other_session": 0, "held_batches_delivered": 0,
+                              "held_batches_expired": 0})
 
     def _start(self) -> None:
         super()._start()
@@ -152,8 +154,15 @@ class LbtruSourceSession(RepairingSourceSession):
             self._malformed(address, f"{type(packet).__name__}, which only sources send")
             return
         if packet.session_id != self.session_id:
-            # A receiver of a session this port had before (this process restarted, say):
-            # the RST makes it connect again and learn it is gone.
+            if isinstance(packet, LbtruCreq):
+                # A request for the session this port had before (its process restarted, say).
+                # An RST names no session: the receiver would take it for every session it has
+                # from this port, ours too, at each request. Unanswered, it gives up after its
+                # connection attempts, as for a source that is gone.
+                self.counters["creqs_other_session"] += 1
+                return
+            # A receiver that was connected to that session: the RST makes it connect again,
+            # and learn it is gone.
             self._malformed(address, f"{type(packet).__name__} for session {packet.session_id:08X}")
             self._reset(address)
             return

@@ -195,6 +195,7 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_lbtipc_id_low", "context", 20001, U16),
     _spec("transport_lbtipc_id_high", "context", 20005, U16),
     _spec("transport_lbtipc_transmission_window_size", "source", 25165824, U32),
+    _spec("transport_lbtipc_sm_interval", "source", 10000, _int(1, 0x7FFFFFFF)),
     _spec("transport_lbtipc_activity_timeout", "receiver", 60000, MILLIS),
     _spec("transport_lbtipc_dro_loss_recovery_timeout", "receiver", 0, MILLIS),
     # LBT-RM (router.um.lbtrm_source, router.um.lbtrm_receiver).

@@ -3,8 +3,9 @@
 A session's datagrams come from its SessionSocket (router.um.session_socket). Its ReceiveWindow
 (router.um.lbtrm_receive_window) puts them in order, says which gaps to NAK and when, and gives up
 what cannot be repaired (counted as lost). The stream ends (EOS) when neither data nor a session
-message came for the transport's activity timeout. A subclass reads its packet types into
-`_data`, `_sm` and `_ncf`, and sends NAKs its transport's way.
+message came for the transport's activity timeout while its socket was read (time paused by flow
+control does not count: what the source sent meanwhile waits in the kernel). A subclass reads its
+packet types into `_data`, `_sm` and `_ncf`, and sends NAKs its transport's way.
 """
 from __future__ import annotations
 
@@ -111,11 +112,20 @@ class RepairingStream(FrameStream):
                 self.counters["nak_pckts_sent"] += 1
         self._delivered(payloads)
 
+    def listening(self) -> bool:
+        """Whether the source's datagrams are read now. Flow control (this stream's consumer
+        paused, or another's on the same socket) leaves them waiting in the kernel: a silence
+        then is ours, not the source's."""
+        return not self.paused and getattr(self.socket, "reading", True)
+
     def _check_activity(self) -> None:
         if self.closed:
             return
         now = time.monotonic()
-        if now - self.last_heard >= self.activity_timeout:
+        if not self.listening():
+            # The activity timeout measures the source's silence: it starts again once we read.
+            self.last_heard = now
+        elif now - self.last_heard >= self.activity_timeout:
             log.info("%s: nothing heard for %.1f s; ended", self.description, self.activity_timeout)
             self.close()
         elif self.fragments:
