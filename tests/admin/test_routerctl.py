@@ -18,6 +18,10 @@ def test_status_portals_topics_stats_match_the_traffic(runtime_dir, routers, too
     router = two_lan_router(routers, lan1, lan2, costs=(1, 4))
     receiver = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 120, "watched.topic")
     wait_for(lambda: router.counters()[0]["proxy_receivers"] == 1, 20, message="proxy receiver in LAN1")
+    # A source of watched.topic in LAN1 that stays (it waits for a start line): LAN2 has a proxy
+    # source for it while status is asked (cross.topic's goes with its source's final advertisements).
+    standing = tools.umsrc("-c", lan1.config_path, "--json", "-M", 1, "--start-on-stdin", "watched.topic")
+    wait_for(lambda: router.counters()[1]["proxy_sources"] == 1, 20, message="proxy source in LAN2")
     cross_traffic(tools, lan1, lan2, "cross.topic", COUNT, LENGTH)
 
     status = routerctl("--json", "status").json()              # no -n: the only router running
@@ -57,6 +61,7 @@ def test_status_portals_topics_stats_match_the_traffic(runtime_dir, routers, too
     assert topology["node_id"] == status["node_id"]
     assert [(p["name"], p["adjacent_domain_id"], p["cost"]) for p in topology["portals"]] == \
         [("LAN1", 1, 1), ("LAN2", 2, 4)]
+    standing.stop()
     receiver.stop()
 
 
