@@ -160,6 +160,7 @@ RETRANSMISSION = Section("Retransmission requests (late join, OTR)", _counts(
     ("Retransmissions received from the originating source", "late_join_answers_rcvd"),
     ("Retransmissions sent to the requesting receivers", "late_join_answers_sent"),
     ("Retransmissions nobody waited for", "late_join_answers_unknown"),
+    ("Retransmission requests the originating source never answered (forgotten)", "late_join_requests_unanswered"),
 ), paired=False)
 TOPIC_RESOLUTION = Section("Topic resolution", _counts(
     ("Topic resolution packets received", "lbmr_packets_rcvd"),

@@ -39,6 +39,34 @@ MAX_RELAYED = 262_144          # requests remembered at once (oldest forgotten f
 # default, whatever that is set to) is asked for again at once: its first request or the answer
 # may have been lost.
 REASK_AFTER = 0.25
+# A request nobody asked for again for as long as a requester waits (the longest of its give-up
+# times and retry intervals, UM's receiver options) is forgotten: an origin that no longer retains
+# a message sends nothing back, and its requesters have given up by then.
+_REQUESTER_WAITS = ("retransmit_request_message_timeout", "otr_request_duration", "otr_request_maximum_interval",
+                    "late_join_info_request_interval")
+
+
+class _Asked:
+    """A retransmission asked of an origin: when it was last asked of it, when a requester last
+    asked for it, and who waits for it."""
+    __slots__ = ("asked_at", "heard_at", "requesters")
+
+    def __init__(self, now: float):
+        self.asked_at = now - REASK_AFTER          # not asked yet
+        self.heard_at = now
+        # (egress portal, requester ip, port, proxy topic index, its request index): two receivers
+        # of one context share its request port and the topic index, not the request index.
+        self.requesters: dict[tuple, None] = {}
+
+
+class _InfoAsked:
+    """An LJI_REQ relayed for one requester (or our own, egress None), by our request index."""
+    __slots__ = ("key", "heard_at", "answered")
+
+    def __init__(self, key: tuple, now: float):
+        self.key = key              # (egress portal, requester ip, port, its request index, origin)
+        self.heard_at = now
+        self.answered = False
 
 
 class LateJoinRelay:
@@ -51,19 +79,23 @@ class LateJoinRelay:
         self.datapath = datapath
         self.streams = streams                     # router.portals.streams.StreamTable (ingress)
         self.counters = counters
-        # Ingress: our request index -> (egress portal, requester ip, port, its request index, origin);
-        # egress None: our own LJI_REQ, asked only so its answer binds the origin's connection.
-        # An origin is its context's request port (ip, port): one connection brings its answers.
-        self.infos: OrderedDict[int, tuple] = OrderedDict()
+        # Ingress: our request index -> the LJI_REQ relayed (its key: egress portal, requester ip,
+        # port, its request index, origin); egress None: our own, asked only so its answer binds the
+        # origin's connection. An origin is its context's request port (ip, port): one connection
+        # brings its answers. Oldest asked first.
+        self.infos: OrderedDict[int, _InfoAsked] = OrderedDict()
         self.info_indexes: dict[tuple, int] = {}
         self.next_index = 1
-        # Ingress: (origin, origin topic index, sequence number) -> [when last asked, (egress portal,
-        # requester ip, port, proxy topic index)...]. A RETRANS names only a topic index and a
-        # sequence number, and two origins may use the same index (each context numbers its own
-        # from 1): the connection an answer comes on tells whose it is, bound by the LJ_INFO that
-        # came first on it.
-        self.retransmissions: OrderedDict[tuple, list] = OrderedDict()
+        # Ingress: (origin, origin topic index, sequence number) -> _Asked, the one a requester
+        # asked for longest ago first. A RETRANS names only a topic index and a sequence number,
+        # and two origins may use the same index (each context numbers its own from 1): the
+        # connection an answer comes on tells whose it is, bound by the LJ_INFO that came first on
+        # it; before that, the origins waiting for (topic index, sequence number) say whether one
+        # alone can be meant.
+        self.retransmissions: OrderedDict[tuple, _Asked] = OrderedDict()
+        self.origins_waiting: dict[tuple[int, int], list[tuple]] = {}
         self.bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # connection -> origin
+        self.forget_after = max(context.config.get("receiver", name) for name in _REQUESTER_WAITS) / 1000
         context.uim_relay = self.answer_in
 
     # -- egress: a receiver asked one of our proxy sources -----------------------------------------
@@ -76,7 +108,9 @@ class LateJoinRelay:
         if not proxy.streams:
             self.counters.add("late_join_requests_not_relayed")
             return
-        ring, stream_id = min(proxy.streams)
+        # The newest way: while a reroute's old way lingers (a failed link is noticed past it only
+        # after the peer keepalive timeout), the data comes the new way, and so must the requests.
+        ring, stream_id = next(reversed(proxy.streams))
         self.datapath.late_join(ring, stream_id, message)
 
     def answer_out(self, ipaddr: str, port: int, frames: bytes) -> None:
@@ -101,53 +135,96 @@ class LateJoinRelay:
         origin_tidx = stream.advert.origin_index
         origin = (option.src_ip, option.src_tcp_port)
         now = time.monotonic()
+        self._forget_given_up(now)
         out, asks_info = [], False
         for header in headers:
             if isinstance(header, LjiRequest):
-                index = self._info_index((egress, header.req_ip, header.req_port, header.request_idx, origin))
+                index = self._info_index((egress, header.req_ip, header.req_port, header.request_idx, origin), now)
                 out.append(LjiRequest(index, option.transport_idx, origin_tidx, reply_ip, reply_port,
                                       header.tx_low_sqn, header.rx_req_max, header.rx_req_outstanding_max,
                                       header.flags))
                 asks_info = True
             elif isinstance(header, UmeRxReq):
-                waiting = self.retransmissions.get((origin, origin_tidx, header.seqnum))
-                if waiting is None:
-                    waiting = self.retransmissions[(origin, origin_tidx, header.seqnum)] = [now - REASK_AFTER]
-                    self._trim(self.retransmissions)
-                entry = (egress, header.rx_ip, header.rx_port, header.id_2)
-                again = entry in waiting              # its own retry: asked again, whenever it comes
+                asked = self._asked(origin, origin_tidx, header.seqnum, now)
+                requester = (egress, header.rx_ip, header.rx_port, header.id_2, header.request_idx)
+                again = requester in asked.requesters     # its own retry: asked again, whenever it comes
                 if not again:
-                    waiting.append(entry)
-                if not again and now - waiting[0] < REASK_AFTER:
+                    asked.requesters[requester] = None
+                if not again and now - asked.asked_at < REASK_AFTER:
                     self.counters.add("late_join_requests_joined")   # one answer will serve both
                     continue
-                waiting[0] = now
+                asked.asked_at = now
                 out.append(UmeRxReq(0, option.transport_idx, origin_tidx, header.seqnum, reply_port, reply_ip))
         if out and not asks_info:
             # The origin answers in order on one connection: this LJ_INFO comes before the RETRANS
             # frames and binds that connection to it (the connection may be new each time).
-            index = self._info_index((None, reply_ip, reply_port, 0, origin))
+            index = self._info_index((None, reply_ip, reply_port, 0, origin), now)
             out.insert(0, LjiRequest(index, option.transport_idx, origin_tidx, reply_ip, reply_port))
         if out:
             self.context.responder.send_frames((option.src_ip, option.src_tcp_port),
                                                encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, out)))
             self.counters.add("late_join_requests_relayed")
 
-    def _info_index(self, key: tuple) -> int:
+    def _info_index(self, key: tuple, now: float) -> int:
         index = self.info_indexes.get(key)
-        if index is None:
-            index = self.info_indexes[key] = self.next_index
-            self.next_index = (self.next_index % 0xFFFFFFFF) + 1
-            self.infos[index] = key
-            if len(self.infos) > MAX_RELAYED:
-                _, old = self.infos.popitem(last=False)
-                self.info_indexes.pop(old, None)
+        if index is not None:
+            asked = self.infos[index]
+            asked.heard_at = now
+            self.infos.move_to_end(index)
+            return index
+        index = self.info_indexes[key] = self.next_index
+        self.next_index = (self.next_index % 0xFFFFFFFF) + 1
+        self.infos[index] = _InfoAsked(key, now)
+        while len(self.infos) > MAX_RELAYED:
+            self._forget_info()
         return index
 
-    @staticmethod
-    def _trim(table: OrderedDict) -> None:
-        while len(table) > MAX_RELAYED:
-            table.popitem(last=False)
+    def _asked(self, origin: tuple, tidx: int, sqn: int, now: float) -> _Asked:
+        """The retransmission of `sqn` asked of `origin`, heard of now (made if new)."""
+        key = (origin, tidx, sqn)
+        asked = self.retransmissions.get(key)
+        if asked is not None:
+            asked.heard_at = now
+            self.retransmissions.move_to_end(key)
+            return asked
+        asked = self.retransmissions[key] = _Asked(now)
+        self.origins_waiting.setdefault((tidx, sqn), []).append(origin)
+        while len(self.retransmissions) > MAX_RELAYED:
+            self._forget_retransmission()
+        return asked
+
+    def _answered(self, origin: tuple | None, tidx: int, sqn: int) -> _Asked | None:
+        """The retransmission a RETRANS answers, no longer waited for; None if none waits."""
+        asked = self.retransmissions.pop((origin, tidx, sqn), None)
+        if asked is not None:
+            self._no_longer_waiting(origin, tidx, sqn)
+        return asked
+
+    def _no_longer_waiting(self, origin: tuple, tidx: int, sqn: int) -> None:
+        origins = self.origins_waiting[(tidx, sqn)]
+        origins.remove(origin)
+        if not origins:
+            del self.origins_waiting[(tidx, sqn)]
+
+    def _forget_retransmission(self) -> None:
+        """The one a requester asked for longest ago: no answer came, none is waited for now."""
+        (origin, tidx, sqn), _ = self.retransmissions.popitem(last=False)
+        self._no_longer_waiting(origin, tidx, sqn)
+        self.counters.add("late_join_requests_unanswered")
+
+    def _forget_info(self) -> None:
+        _, asked = self.infos.popitem(last=False)
+        del self.info_indexes[asked.key]
+        if not asked.answered:
+            self.counters.add("late_join_requests_unanswered")
+
+    def _forget_given_up(self, now: float) -> None:
+        """Forget what nobody asked for longer than a requester waits (its give-up time passed)."""
+        given_up = now - self.forget_after
+        while self.retransmissions and next(iter(self.retransmissions.values())).heard_at <= given_up:
+            self._forget_retransmission()
+        while self.infos and next(iter(self.infos.values())).heard_at <= given_up:
+            self._forget_info()
 
     def answer_in(self, frame: bytes, connection) -> bool:
         """A frame at our request port on `connection` (the context's hook): an origin's answer to
@@ -156,14 +233,14 @@ class LateJoinRelay:
             _, _, length, tidx, sqn = MESSAGE_HEADER.unpack_from(frame)
             origin = self.bound.get(connection)
             if origin is None:          # no LJ_INFO on it yet: only if one origin waits for it
-                origins = [key[0] for key in self.retransmissions if key[1] == tidx and key[2] == sqn]
+                origins = self.origins_waiting.get((tidx, sqn), ())
                 origin = origins[0] if len(origins) == 1 else None
-            waiting = self.retransmissions.pop((origin, tidx, sqn), None)
-            if waiting is None:
+            asked = self._answered(origin, tidx, sqn)
+            if asked is None:
                 self.counters.add("late_join_answers_unknown")    # already answered, or forgotten
                 return False
             self.counters.add("late_join_answers_rcvd")
-            for egress, ip, port, proxy_tidx in waiting[1:]:
+            for egress, ip, port, proxy_tidx, _ in asked.requesters:
                 copy = bytearray(frame[:length])
                 copy[4:8] = proxy_tidx.to_bytes(4, "big")
                 self.datapath.late_join_answer(egress, ip, port, copy)
@@ -181,7 +258,9 @@ class LateJoinRelay:
             return False
         for info in infos:
             self.counters.add("late_join_answers_rcvd")
-            egress, ip, port, request_idx, origin = self.infos[info.qidx]
+            asked = self.infos[info.qidx]
+            asked.answered = True
+            egress, ip, port, request_idx, origin = asked.key
             self.bound[connection] = origin
             if egress is None:          # asked only to bind the connection
                 continue

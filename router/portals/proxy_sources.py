@@ -31,7 +31,9 @@ class ProxySource:
     advert: StreamAdvert
     source: object                        # router.um.source.Source
     window: SequenceWindow                # the origin's numbers it has sent (<sqn-window>)
-    streams: set = field(default_factory=set)    # (ring index, stream id) feeding it
+    # (ring index, stream id) feeding it, in the order they came: the last is the newest way (a
+    # reroute's), which may overlap an old one that ends only when a router on it notices.
+    streams: dict = field(default_factory=dict)
     deletion_timer: object | None = None
 
 
@@ -96,7 +98,7 @@ class ProxySourceTable:
                 proxy.source.set_cost(advert.cost + self.portal_cost, advert.hop_count + 1)
             proxy.advert = advert
         self.failed.pop((ring, advert.stream_id), None)
-        proxy.streams.add((ring, advert.stream_id))
+        proxy.streams.setdefault((ring, advert.stream_id))        # announced again: keeps its place
         # Frames keep the index the ingress saw; rewrite them only if this proxy could not have it.
         rewrite = None if proxy.source.index == advert.origin_index else proxy.source.index
         self.by_stream[(ring, advert.stream_id)] = (proxy, rewrite)
@@ -126,7 +128,7 @@ class ProxySourceTable:
         if entry is None:
             return
         proxy = entry[0]
-        proxy.streams.discard((ring, stream_id))
+        proxy.streams.pop((ring, stream_id), None)
         if not proxy.streams and proxy.deletion_timer is None:
             proxy.deletion_timer = self.context.loop.call_later(self.deletion_delay, self._delete, proxy)
 

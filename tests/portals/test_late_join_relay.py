@@ -2,10 +2,13 @@
 port replaced by recorders: a receiver's requests become the ingress portal's own (its request
 index and port, the origin's transport and topic indexes), and the origin's answers become what
 the receiver asked for (its request index, the proxy's topic index), addressed to it."""
+import sys
 from types import SimpleNamespace
 
 from router.monitor.counters import PortalCounters
 from router.portals.late_join_relay import LateJoinRelay
+from router.portals.proxy_sources import ProxySourceTable
+from router.um.config import UMConfig
 from router.um.wire.lbmc import (LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, LBMC_TYPE_RETRANS, LbmcMessage, decode_lbmc,
                                  encode_lbmc)
 from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
@@ -39,7 +42,7 @@ CONNECTION = Connection()
 
 def relay(late_join=ORIGIN, others=None):
     responder, datapath = Recorder(), Recorder()
-    context = SimpleNamespace(responder=responder, request_address=lambda: OURS, uim_relay=None)
+    context = SimpleNamespace(responder=responder, request_address=lambda: OURS, uim_relay=None, config=UMConfig())
     streams = {4: SimpleNamespace(late_join=late_join, advert=SimpleNamespace(origin_index=11)), **(others or {})}
     counters = PortalCounters()
     return LateJoinRelay("LAN1", context, datapath, SimpleNamespace(streams=streams), counters), \
@@ -199,3 +202,139 @@ def test_a_requester_asking_again_goes_to_the_origin_again_however_soon(monkeypa
     assert counters.get("late_join_requests_joined") == 1
     assert lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
     assert sorted(portal for _, portal, _, _, _ in datapath.sent) == [2, 3]        # once to each requester
+
+
+def _clock(monkeypatch) -> list[float]:
+    import router.portals.late_join_relay as module
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    return now
+
+
+def test_retransmissions_the_origin_never_sends_are_forgotten_once_their_requesters_gave_up(monkeypatch):
+    """An origin that no longer retains what is asked sends nothing back. The requesters give up
+    (late join after retransmit_request_message_timeout, 10 s by default; OTR after
+    otr_request_duration, 20 s): what nobody asked for since is forgotten and counted, so requests
+    nobody will answer do not pile up for good."""
+    now = _clock(monkeypatch)
+    lj, _, datapath, counters = relay()
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0]),
+                                UmeRxReq(1, 1, 3, 43, RECEIVER[1], RECEIVER[0]),
+                                UmeRxReq(1, 1, 3, 44, RECEIVER[1], RECEIVER[0])))
+    now[0] += 15.0
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))    # still asked for
+    now[0] += 6.0                     # 21 s after 43 and 44 were asked, 6 s after 42 was
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 45, RECEIVER[1], RECEIVER[0])))
+    assert not lj.answer_in(retrans_frame(11, 43, b"too late"), CONNECTION)     # nobody waits for it now
+    assert datapath.sent == []
+    assert counters.get("late_join_requests_unanswered") == 2
+    assert lj.answer_in(retrans_frame(11, 42, b"in time"), CONNECTION)
+    assert lj.answer_in(retrans_frame(11, 45, b"in time"), CONNECTION)
+    assert [decode_lbmc(frame)[0].sqn for *_, frame in datapath.sent] == [42, 45]
+
+
+def test_an_information_request_the_origin_never_answers_is_forgotten_too(monkeypatch):
+    now = _clock(monkeypatch)
+    lj, responder, datapath, counters = relay()
+    lj.request_in(2, 4, control(LjiRequest(77, 1, 3, *RECEIVER, 0, 0, 200, 4)))
+    [(_, message)] = responder.sent
+    [info_request] = decode_lbmc(message)[0].headers
+    now[0] += 21.0
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 45, RECEIVER[1], RECEIVER[0])))
+    assert not lj.answer_in(control(UmeLjInfo(10, 50, info_request.request_idx)), CONNECTION)
+    assert datapath.sent == []
+    assert counters.get("late_join_requests_unanswered") == 1
+
+
+def _traced_lines(call) -> int:
+    """The Python lines `call` runs (a measure of its work that no clock disturbs)."""
+    lines = [0]
+
+    def trace(frame, event, arg):
+        if event == "line":
+            lines[0] += 1
+        return trace
+    sys.settrace(trace)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return lines[0]
+
+
+def test_an_answer_on_a_connection_not_yet_bound_is_found_without_a_pass_over_every_request():
+    """A RETRANS on a connection no LJ_INFO bound yet is found by its topic index and sequence
+    number at once, however many requests wait: a pass over all of them per frame, on the
+    worker's loop, stalled every portal of the worker when many waited."""
+    def lines_to_answer(waiting: int) -> int:
+        lj, responder, datapath, _ = relay()
+        responder.send_frames = lambda address, frames: None
+        for start in range(0, waiting, 64):
+            lj.request_in(2, 4, control(*[UmeRxReq(1, 1, 3, sqn, RECEIVER[1], RECEIVER[0])
+                                          for sqn in range(start, min(start + 64, waiting))]))
+        frame = retrans_frame(11, 5, b"x")
+        found = []
+        lines = _traced_lines(lambda: found.append(lj.answer_in(frame, Connection())))
+        assert found == [True] and len(datapath.sent) == 1
+        return lines
+    assert lines_to_answer(20_000) == lines_to_answer(10)
+
+
+def test_two_receivers_of_one_context_asking_for_one_message_each_get_it_from_one_answer(monkeypatch):
+    """Two receivers of one context share its request port and, for one source, the topic index:
+    only their request indexes tell them apart. Each must get the message; the second is no retry
+    of the first (the origin's one answer went to one of them, the other waited a whole retry
+    interval)."""
+    now = _clock(monkeypatch)
+    lj, responder, datapath, counters = relay()
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    now[0] += 0.01
+    lj.request_in(2, 4, control(UmeRxReq(2, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    assert _rxreqs_sent(responder) == [42]                   # the origin asked once
+    assert counters.get("late_join_requests_joined") == 1
+    assert lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
+    assert [(portal, ip, port, decode_lbmc(frame)[0].sqn) for _, portal, ip, port, frame in datapath.sent] == \
+        [(2, *RECEIVER, 42), (2, *RECEIVER, 42)]             # a copy for each
+
+
+class _Sources:
+    """A portal context that makes proxy sources (recorders)."""
+    def __init__(self):
+        self.config = UMConfig()
+        self.offered = []
+
+    def source(self, topic, **options):
+        return SimpleNamespace(index=options["index"], set_cost=lambda cost, hops: None, late_join=None)
+
+    def offer_relayed_late_join(self, source, relay):
+        self.offered.append(relay)
+
+
+def test_requests_of_a_rerouted_stream_go_the_new_way_while_the_old_one_lingers():
+    """A stream comes a new way (a link on the old one failed, seen first by the routers before
+    it): the old stream ends only when the router past the failure notices it, after its peer
+    keepalive timeout. Meanwhile what receivers ask goes the new way, which brings the data:
+    the old one leads to a link that is down."""
+    from router.worker.records import StreamAdvert
+    context = _Sources()
+    table = ProxySourceTable(context, 1, 2, 1 << 20, 1.0, PortalCounters(), lambda kind, text: None)
+    datapath = Recorder()
+    lj = LateJoinRelay("LAN2", context, datapath, SimpleNamespace(streams={}), PortalCounters())
+
+    def advert(stream_id: int, cost: int) -> StreamAdvert:
+        return StreamAdvert(stream_id=stream_id, otid=b"o" * 32, topic="t", source="TCP:10.1.1.1:14390:1",
+                            origin_domain_id=1, origin_portal="LAN1", origin_index=11, cost=cost, hop_count=2,
+                            late_join=True)
+    old = table.advertise(1, advert(5, 2))                   # by the peer portal of ring 1
+    lj.offer(old)
+    new = table.advertise(3, advert(7, 4))                   # the new way, by the peer portal of ring 3
+    assert new is old
+    request = control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0]))
+    context.offered[0](request)
+    assert datapath.sent == [("late_join", 3, 7, request)]
+    table.advertise(1, advert(5, 2))                          # the old way announced again: still the new way
+    context.offered[0](request)
+    assert datapath.sent[-1] == ("late_join", 3, 7, request)
+    table.end_stream(3, 7)                                    # the new way gone: the one left
+    context.offered[0](request)
+    assert datapath.sent[-1] == ("late_join", 1, 5, request)

@@ -104,3 +104,34 @@ def test_two_origins_with_the_same_topic_index_each_answer_only_their_own_late_r
         assert (got["received"], got["retransmitted"], got["gaps"], got["duplicates"]) == \
             (first, first, 0, 0), got
     assert router.counters()[0]["late_join_answers_unknown"] == 0
+
+
+def test_two_late_receivers_of_one_context_each_get_what_came_before_through_a_relay(routers, tools, make_domain):
+    """Two receivers of one topic in one context late-join at once through the relay: they share
+    the context's request port and the source's topic index, and only their request indexes tell
+    their requests apart. Each gets every message from one request each: their retries are an hour
+    away, so a receiver whose request the relay took for the other's retry (the origin's one answer
+    went to the other) would get nothing."""
+    from router.um.context import Context
+    from tests.support.processes import wait_for
+    lan1, lan2 = make_domain("source late_join 1"), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
+                           endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+    first = 2000
+    got = _first_run(tools, lan1, lan2, first, "lj.one.context")
+    assert (got["received"], got["gaps"], got["duplicates"]) == (first, 0, 0), got
+
+    got = ([], [])
+    with Context(**lan2.overrides(), retransmit_request_interval=3_600_000,
+                 retransmit_request_message_timeout=7_200_000) as late:
+        for messages in got:
+            late.receiver("lj.one.context", on_batch=messages.extend)
+        wait_for(lambda: all(len(messages) >= first for messages in got), 60,
+                 message="both late receivers have every message")
+        counters = late.counters()
+    for messages in got:
+        assert [m.sequence_number for m in messages] == list(range(first))
+        assert all(m.retransmit for m in messages)
+    assert counters["lj_retransmissions_given_up"] == 0, counters
+    ingress = router.counters()[0]
+    assert ingress["late_join_answers_unknown"] == ingress["late_join_requests_unanswered"] == 0, ingress
