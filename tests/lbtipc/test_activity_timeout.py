@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from router.lbtipc.receiver import LbtipcSessionClient
 from router.um.context import Context
+from tests.lbtipc.sessions import collect, joined_stream
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.integration
@@ -19,20 +19,6 @@ pytestmark = pytest.mark.integration
 ACTIVITY_TIMEOUT_MS = 1000
 SM_INTERVAL_MS = 50
 TIMEOUTS_OF_SMS = 2 * ACTIVITY_TIMEOUT_MS // SM_INTERVAL_MS     # session messages for two activity timeouts
-
-
-def _collect(context, topic):
-    got, events = [], []
-    context.receiver(topic, on_batch=lambda ms: got.extend(m.data for m in ms),
-                     on_event=lambda e: events.append(e.kind))
-    return got, events
-
-
-def _stream(context) -> LbtipcSessionClient:
-    wait_for(lambda: context.clients, 10, message="the receiving context joins the LBT-IPC session")
-    (stream,) = context.clients.values()
-    assert isinstance(stream, LbtipcSessionClient)
-    return stream
 
 
 def _contexts(domain):
@@ -45,9 +31,9 @@ def test_a_hung_source_is_let_go_after_the_activity_timeout(domain):
     receiving, sending = _contexts(domain)
     gate = threading.Event()
     with receiving, sending:
-        got, events = _collect(receiving, "ipc.hung")
+        got, events = collect(receiving, "ipc.hung")
         source = sending.source("ipc.hung")
-        stream = _stream(receiving)
+        stream = joined_stream(receiving)
         wait_for(lambda: source.session.receiver_count == 1, 10, message="the receiver reads the ring")
         source.send(b"last words", flush=True)
         wait_for(lambda: got == [b"last words"], 10, message="the message")
@@ -64,9 +50,9 @@ def test_a_hung_source_is_let_go_after_the_activity_timeout(domain):
 def test_an_idle_source_keeps_its_receivers_with_session_messages(domain):
     receiving, sending = _contexts(domain)
     with receiving, sending:
-        got, events = _collect(receiving, "ipc.idle")
+        got, events = collect(receiving, "ipc.idle")
         source = sending.source("ipc.idle")
-        stream = _stream(receiving)
+        stream = joined_stream(receiving)
         wait_for(lambda: source.session.receiver_count == 1, 10, message="the receiver reads the ring")
         sms = source.session.counters["sms_sent"]
         wait_for(lambda: source.session.counters["sms_sent"] >= sms + TIMEOUTS_OF_SMS, 30,
@@ -80,9 +66,9 @@ def test_a_receiver_that_is_not_reading_does_not_time_its_source_out(domain):
     """Flow control: the stream is paused, its ring unread; the silence is the receiver's own."""
     receiving, sending = _contexts(domain)
     with receiving, sending:
-        got, events = _collect(receiving, "ipc.paused")
+        got, events = collect(receiving, "ipc.paused")
         source = sending.source("ipc.paused")
-        stream = _stream(receiving)
+        stream = joined_stream(receiving)
         wait_for(lambda: source.session.receiver_count == 1, 10, message="the receiver reads the ring")
         receiving.loop.call_and_wait(stream.pause)
         source.send(b"waiting", flush=True)

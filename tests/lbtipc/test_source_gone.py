@@ -14,10 +14,10 @@ import textwrap
 
 import pytest
 
-from router.lbtipc.receiver import LbtipcSessionClient
 from router.ipc.shm import remove_stale
 from router.lbtipc.source import RECORD_FRAMES, SLOTS
 from router.um.context import Context
+from tests.lbtipc.sessions import collect, joined_stream
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.integration
@@ -25,29 +25,15 @@ pytestmark = pytest.mark.integration
 _ALL = (1 << SLOTS) - 1
 
 
-def _collect(context, topic):
-    got, events = [], []
-    context.receiver(topic, on_batch=lambda ms: got.extend(m.data for m in ms),
-                     on_event=lambda e: events.append(e.kind))
-    return got, events
-
-
-def _stream(context) -> LbtipcSessionClient:
-    wait_for(lambda: context.clients, 10, message="the receiving context joins the LBT-IPC session")
-    (stream,) = context.clients.values()
-    assert isinstance(stream, LbtipcSessionClient)
-    return stream
-
-
 def test_a_source_closed_while_the_ring_was_full_still_ends_the_stream(domain):
     options = {**domain.overrides(), "transport_lbtipc_transmission_window_size": 1 << 20}
     with Context(**options) as receiving:
-        got, events = _collect(receiving, "ipc.full")
+        got, events = collect(receiving, "ipc.full")
         sending = Context(transport="lbtipc", **options)
         try:
             source = sending.source("ipc.full")
             session = source.session
-            stream = _stream(receiving)
+            stream = joined_stream(receiving)
             wait_for(lambda: session.receiver_count == 1, 10, message="the receiver reads the ring")
             source.send(b"first", flush=True)
             wait_for(lambda: got == [b"first"], 10, message="the first message")
@@ -86,12 +72,12 @@ _DOOMED_SOURCE = textwrap.dedent("""
 def test_what_a_killed_source_wrote_is_read_before_the_stream_ends(domain):
     options = domain.overrides()
     with Context(**options) as receiving:
-        got, events = _collect(receiving, "ipc.doomed")
+        got, events = collect(receiving, "ipc.doomed")
         process = subprocess.Popen([sys.executable, "-c", _DOOMED_SOURCE, json.dumps(options)], cwd=os.getcwd(),
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert process.stdout.readline() == "ready\n"
-            stream = _stream(receiving)
+            stream = joined_stream(receiving)
             receiving.loop.call_and_wait(stream.pause)        # behind: nothing read yet
             process.stdin.write("go\n")
             process.stdin.flush()
