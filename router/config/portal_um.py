@@ -122,8 +122,8 @@ def _option_on_line(path: str | None, line: int | None) -> str | None:
 def resolver_identity(config: UMConfig) -> tuple:
     """('unicast', daemons) or ('multicast', group, port, interface) of a context's topic resolution."""
     daemons = config.get("context", "resolver_unicast_daemon")
-    if daemons:
-        return ("unicast", frozenset(daemons))
+    if daemons:     # the daemons make the domain, whichever interface a context reaches them from
+        return ("unicast", frozenset((daemon.host, daemon.port) for daemon in daemons))
     group = (config.get("context", "resolver_multicast_incoming_address")
              or config.get("context", "resolver_multicast_address"))
     port = (config.get("context", "resolver_multicast_incoming_port")

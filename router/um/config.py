@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from router.um.options import OPTIONS, OptionError, lookup
+from router.um.options import OPTIONS, OptionError, UnicastDaemon, lookup
 
 
 class ConfigError(ValueError):
@@ -45,10 +45,13 @@ class UMConfig:
     def set(self, scope: str, name: str, text: Any, where: tuple[str | None, int | None] = (None, None)) -> None:
         try:
             spec = lookup(scope, name)
-            value = spec.parse(_as_text(text))
+            key = (scope.strip().lower(), spec.name)
+            if spec.add is not None and key in self.values:     # resolver_unicast_daemon: a list
+                value = spec.add(self.values[key], _as_text(text))
+            else:
+                value = spec.parse(_as_text(text))
         except OptionError as err:
             raise ConfigError(str(err), where[0], where[1]) from None
-        key = (scope.strip().lower(), spec.name)
         self.values[key] = value
         if where[0] is not None:
             self.origins[key] = where
@@ -85,8 +88,8 @@ def _as_text(value: Any) -> str:
     """Keyword overrides may pass Python values; they go through the same parser as file text."""
     if isinstance(value, bool):
         return "1" if value else "0"
-    if isinstance(value, (tuple, list)):
-        return ",".join(f"{host}:{port}" for host, port in value)
+    if isinstance(value, (tuple, list)):        # resolver daemons: UnicastDaemons or (host, port)
+        return ",".join(str(UnicastDaemon(*daemon)) for daemon in value)
     return str(value)
 
 

@@ -79,29 +79,30 @@ class LbmrChannel:
         sender.setblocking(False)
         self.receive_sockets = [receiver]
         self.sender = sender
-        self.destinations = [(out_group, out_port)]
+        self.destinations = [(sender, (out_group, out_port))]
         self.domain_key = ("multicast", in_group, in_port)
 
     def _open_unicast(self, config: UMConfig) -> None:
+        """One socket per local address the daemons are talked to from: an entry's own
+        `Iface[:Src_Port]->`, else resolver_unicast_interface and a port of the unicast range.
+        Each socket also receives what its daemons relay."""
         self.interface = resolve_interface(config.get("context", "resolver_unicast_interface"))
-        low = config.get("context", "resolver_unicast_port_low")
-        high = config.get("context", "resolver_unicast_port_high")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        _set_buffer(sock, socket.SO_RCVBUF, config.get("context", "resolver_unicast_receiver_socket_buffer"))
-        for port in range(low, high + 1):
-            try:
-                sock.bind((self.interface, port))
-                break
-            except OSError:
-                continue
-        else:
-            sock.close()
-            raise OSError(f"no free resolver unicast port in {low}..{high} on {self.interface}")
-        sock.setblocking(False)
-        self.receive_sockets = [sock]
-        self.sender = sock
-        self.destinations = list(self.daemons)
-        self.domain_key = ("unicast",) + tuple(sorted(self.daemons))
+        bound: dict[tuple[str, int | None], socket.socket] = {}
+        self.receive_sockets, self.destinations = [], []
+        try:
+            for daemon in self.daemons:
+                interface = self.interface if daemon.interface is None else resolve_interface(daemon.interface)
+                key = (interface, daemon.source_port)
+                if key not in bound:
+                    bound[key] = _unicast_socket(config, interface, daemon.source_port)
+                    self.receive_sockets.append(bound[key])
+                self.destinations.append((bound[key], (daemon.host, daemon.port)))
+        except (OSError, ValueError):
+            for sock in self.receive_sockets:
+                sock.close()
+            raise
+        self.sender = self.receive_sockets[0]
+        self.domain_key = ("unicast",) + tuple(sorted((daemon.host, daemon.port) for daemon in self.daemons))
         # Resolver daemons forget clients that stay silent; keepalives keep us registered.
         interval = config.get("context", "resolver_unicast_keepalive_interval") / 1000
         self._keepalive = self.loop.call_every(max(interval, 0.05), self.send_keepalive)
@@ -119,9 +120,9 @@ class LbmrChannel:
         self.send_bytes(encode_lbmr(packet))
 
     def send_bytes(self, datagram: bytes) -> None:
-        for destination in self.destinations:
+        for sock, destination in self.destinations:
             try:
-                self.sender.sendto(datagram, destination)
+                sock.sendto(datagram, destination)
                 self.counters["packets_sent"] += 1
                 self.counters["bytes_sent"] += len(datagram)
             except (BlockingIOError, OSError) as err:
@@ -214,11 +215,32 @@ def domain_identity(config: UMConfig) -> str:
     resolver daemons), as text. Routers compare it to find one domain given two domain ids."""
     daemons = config.get("context", "resolver_unicast_daemon")
     if daemons:
-        return "unicast:" + ",".join(f"{host}:{port}" for host, port in sorted(daemons))
+        return "unicast:" + ",".join(f"{host}:{port}" for host, port in sorted((d.host, d.port) for d in daemons))
     group = (config.get("context", "resolver_multicast_incoming_address")
              or config.get("context", "resolver_multicast_address"))
     port = config.get("context", "resolver_multicast_incoming_port") or config.get("context", "resolver_multicast_port")
     return f"{group}:{port}"
+
+
+def _unicast_socket(config: UMConfig, interface: str, source_port: int | None) -> socket.socket:
+    """A UDP socket on `interface`, at `source_port` or the first free port of the unicast range."""
+    low = config.get("context", "resolver_unicast_port_low")
+    high = config.get("context", "resolver_unicast_port_high")
+    ports = range(low, high + 1) if source_port is None else (source_port,)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    _set_buffer(sock, socket.SO_RCVBUF, config.get("context", "resolver_unicast_receiver_socket_buffer"))
+    for port in ports:
+        try:
+            sock.bind((interface, port))
+            break
+        except OSError:
+            continue
+    else:
+        sock.close()
+        wanted = f"port {source_port}" if source_port is not None else f"port in {low}..{high}"
+        raise OSError(f"no free resolver unicast {wanted} on {interface}")
+    sock.setblocking(False)
+    return sock
 
 
 def _set_buffer(sock: socket.socket, option: int, size: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 SCOPES = ("context", "source", "receiver", "wildcard_receiver", "event_queue")
 
@@ -40,8 +40,11 @@ def _ipv4(text: str) -> str:
 
 def _interface(text: str) -> str:
     """An interface is an IPv4 address, a CIDR network (UM's 'a.b.c.0/24' form) or an interface's
-    name (`eth0`: its address is looked up when a socket is opened, router.um.netif)."""
+    name (`eth0`: its address is looked up when a socket is opened, router.um.netif). UM's
+    documentation writes a name in double quotes (`"eth0"`), so the quotes are not part of it."""
     text = str(text).strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1].strip()
     try:
         if "/" in text:
             return str(ipaddress.IPv4Network(text, strict=False))
@@ -103,15 +106,41 @@ def _string(text: str) -> str:
     return str(text).strip()
 
 
-def _unicast_daemons(text: str) -> tuple[tuple[str, int], ...]:
-    """`[Iface[:SrcPort]->]IP:DestPort[,...]`; `0.0.0.0:0` clears the list (UM semantics)."""
-    daemons: list[tuple[str, int]] = []
-    for item in str(text).split(","):
+class UnicastDaemon(NamedTuple):
+    """One resolver daemon (lbmrd) of `resolver_unicast_daemon`: where to send, and optionally the
+    local interface and source port to send from (None: resolver_unicast_interface and a port of
+    resolver_unicast_port_low..high)."""
+    host: str
+    port: int
+    interface: str | None = None
+    source_port: int | None = None
+
+    def __str__(self) -> str:
+        local = "" if self.interface is None else (
+            f"{self.interface}->" if self.source_port is None else f"{self.interface}:{self.source_port}->")
+        return f"{local}{self.host}:{self.port}"
+
+
+def _unicast_daemons(text: str) -> tuple[UnicastDaemon, ...]:
+    """`[Iface[:SrcPort]->]IP:DestPort[,...]`, entries separated by commas or semicolons."""
+    return _add_unicast_daemons((), text)
+
+
+def _add_unicast_daemons(previous: tuple[UnicastDaemon, ...], text: str) -> tuple[UnicastDaemon, ...]:
+    """UM adds each setting's daemons to those already set (two lines name two daemons), and an
+    entry `0.0.0.0:0` clears the list so far; a daemon already listed is not listed twice."""
+    daemons = list(previous)
+    for item in re.split(r"[,;]", str(text)):
         item = item.strip()
         if not item:
             continue
+        interface = source_port = None
         if "->" in item:
-            item = item.split("->", 1)[1]
+            local, item = (part.strip() for part in item.split("->", 1))
+            name, sep, port = local.rpartition(":")
+            if sep and port.strip().isdigit():
+                local, source_port = name, _int(1, 65535)(port)
+            interface = _interface(local)
         host, sep, port = item.rpartition(":")
         if not sep:
             raise OptionError(f"'{item}' is not IP:port")
@@ -120,7 +149,9 @@ def _unicast_daemons(text: str) -> tuple[tuple[str, int], ...]:
         if address == "0.0.0.0" and port_number == 0:
             daemons.clear()
             continue
-        daemons.append((address, port_number))
+        daemon = UnicastDaemon(address, port_number, interface, source_port)
+        if daemon not in daemons:
+            daemons.append(daemon)
     return tuple(daemons)
 
 
@@ -135,10 +166,13 @@ class OptionSpec:
     scopes: tuple[str, ...]
     default: Any
     parse: Callable[[str], Any]
+    # For the few options each setting adds to rather than replaces: (value so far, text) -> value.
+    add: Callable[[Any, str], Any] | None = None
 
 
-def _spec(name: str, scopes: str, default: Any, parse: Callable[[str], Any]) -> OptionSpec:
-    return OptionSpec(name, tuple(scopes.split()), default, parse)
+def _spec(name: str, scopes: str, default: Any, parse: Callable[[str], Any],
+          add: Callable[[Any, str], Any] | None = None) -> OptionSpec:
+    return OptionSpec(name, tuple(scopes.split()), default, parse, add)
 
 
 # Loopback is this library's default resolver interface (UM's is the first multicast-capable
@@ -156,7 +190,7 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("resolver_multicast_ttl", "context", 16, _int(0, 255)),
     _spec("resolver_multicast_receiver_socket_buffer", "context", 8388608, U32),
     _spec("resolver_unicast_receiver_socket_buffer", "context", 8388608, U32),
-    _spec("resolver_unicast_daemon", "context", (), _unicast_daemons),
+    _spec("resolver_unicast_daemon", "context", (), _unicast_daemons, add=_add_unicast_daemons),
     _spec("resolver_unicast_interface", "context", DEFAULT_INTERFACE, _interface),
     _spec("resolver_unicast_port_low", "context", 14402, U16),
     _spec("resolver_unicast_port_high", "context", 14406, U16),

@@ -44,12 +44,30 @@ class XmlFile:
     def __init__(self, path: str | Path):
         self.path = str(path)
         self._origins: dict[etree._Element, str] = {}
-        self.root = _parse(Path(path)).getroot()
+        # A hash of the bytes parsed, per local file: what this tree says is what that content says,
+        # whatever the file holds by the time someone looks at it again.
+        self.digests: dict[str, str] = {}
+        self.root = self._parse(Path(path), self.path).getroot()
         self._expand(self.root, Path(path), (str(Path(path).resolve()),))
 
-    def files(self) -> list[str]:
-        """This file and every file it includes."""
-        return [self.path, *self._origins.values()]
+    def _parse(self, path: Path | str, name: str) -> etree._ElementTree:
+        """Parse a file of this tree, known as `name` (the name its errors give)."""
+        tree, data = _parse(path)
+        if data is not None:
+            self.digests[name] = _hash(data)
+        return tree
+
+    def changed(self) -> bool:
+        """Whether a local file of this tree now holds other bytes than those parsed (by content:
+        an edit can keep a file's size and, on a coarse clock or filesystem, its timestamp)."""
+        for name, digest in self.digests.items():
+            try:
+                now = _hash(Path(name).read_bytes())
+            except OSError:
+                return True
+            if now != digest:
+                return True
+        return False
 
     def where(self, element: etree._Element) -> tuple[str, int | None]:
         """(file, line) of an element, the file being the included one where that applies."""
@@ -78,7 +96,7 @@ class XmlFile:
             if parent is None:
                 raise self.error(include, "the root element cannot be an XInclude")
             try:
-                included = _parse(target).getroot()
+                included = self._parse(target, str(target)).getroot()
             except ConfigError as err:
                 if err.line is not None:      # a syntax error inside the included file
                     raise
@@ -100,13 +118,24 @@ def _include_target(href: str, including: Path) -> Path | str | None:
     return (including.parent / local).resolve()
 
 
-def _parse(path: Path | str) -> etree._ElementTree:
-    """Parse one file; syntax errors become ConfigErrors with the line libxml2 reports."""
-    parser = etree.XMLParser(remove_comments=False, resolve_entities=False, no_network=False)
+def _parse(path: Path | str) -> tuple[etree._ElementTree, bytes | None]:
+    """Parse one file, and its bytes (None for an http: or ftp: address); syntax errors become
+    ConfigErrors with the line libxml2 reports.
+
+    Entities the file's own DOCTYPE defines with a value (`<!ENTITY site "NYC">`) are expanded,
+    in text and in markup, as libxml2 does for the DRO and UM; left unexpanded they would vanish
+    from the tree (a name losing its "&site;" part, a whole shared block of options or portals
+    dropped without a word). External entities (SYSTEM / PUBLIC) are never read: a configuration
+    file must not pull in other files that way, let alone addresses. libxml2 bounds how far
+    entities may amplify the text, so nested ones cannot blow up memory."""
+    parser = etree.XMLParser(remove_comments=False, resolve_entities="internal", no_network=False)
     if isinstance(path, Path) and not path.is_file():
         raise ConfigError("no such file" if not path.exists() else "not a regular file", str(path))
     try:
-        return etree.parse(str(path), parser)
+        if not isinstance(path, Path):          # http: / ftp:, fetched by libxml2
+            return etree.parse(path, parser), None
+        data = path.read_bytes()                # the bytes parsed are the bytes hashed
+        return etree.ElementTree(etree.fromstring(data, parser, base_url=str(path))), data
     except etree.XMLSyntaxError as err:
         raise _syntax_error(err, str(path)) from None
     except OSError as err:
@@ -125,7 +154,15 @@ def _syntax_error(err: etree.XMLSyntaxError, path: str) -> ConfigError:
         message = "attribute values must be quoted, e.g. name=\"value\""
     elif message.startswith("Premature end of data"):
         message = "the file ends before all elements are closed"
-    return ConfigError(f"malformed XML: {message}", err.filename or path, err.lineno, element)
+    elif re.match(r"Entity '[^']*' not defined", message):
+        message += (" (only entities declared with a value in the file's own DOCTYPE are expanded; "
+                    "external SYSTEM or PUBLIC entities are refused)")
+    elif "amplification" in message:
+        message = "entities expand to far more text than the file holds (entities nested in entities); refused"
+    filename, line = err.filename, err.lineno
+    if not filename or filename == "<string>":     # inside an entity's text: libxml2 has no place for it
+        filename, line = path, None
+    return ConfigError(f"malformed XML: {message}", filename, line, element)
 
 
 def _tag(element: etree._Element) -> str:
@@ -296,30 +333,22 @@ def _scope_of(doc: XmlFile, options: etree._Element) -> str:
     return _OPTION_TYPES[kind]
 
 
-_documents: dict[str, tuple[tuple, UMXmlDocument]] = {}
+_documents: dict[str, UMXmlDocument] = {}
 
 
 def read_document(path: str | Path) -> UMXmlDocument:
     """The checked document, re-read only when the file (or a file it includes) has changed."""
     key = str(Path(path).resolve())
     cached = _documents.get(key)
-    if cached is not None and cached[0] == _stamp(cached[1].file.files()):
-        return cached[1]
+    if cached is not None and not cached.file.changed():
+        return cached
     document = UMXmlDocument(path)
-    _documents[key] = (_stamp(document.file.files()), document)
+    _documents[key] = document
     return document
 
 
-def _stamp(files: list[str]) -> tuple:
-    return tuple((name, *_mtime_and_size(name)) for name in files)
-
-
-def _mtime_and_size(name: str) -> tuple:
-    try:
-        stat = Path(name).stat()
-    except OSError:
-        return None, None
-    return stat.st_mtime_ns, stat.st_size
+def _hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def check_xml_config(path: str | Path) -> None:
@@ -328,15 +357,23 @@ def check_xml_config(path: str | Path) -> None:
 
 
 def content_digest(paths) -> str:
-    """A hash of what UM XML files say: each file and every file it XIncludes (an http:/ftp: part
-    by its address), so an edit in an included part is an edit of the file."""
+    """A hash of what UM XML files say, as they were parsed, XIncluded parts (local or http:/ftp:)
+    included: their elements, attributes and text. Comments, processing instructions and layout
+    are not part of it, so documenting a file (shared by every portal through <xml-config>)
+    restarts no portal at a reload, while any edit of an option does."""
     sha = hashlib.sha256()
     for path in paths:
-        for name in read_document(path).file.files():
-            local = Path(name)
-            sha.update(name.encode("utf-8", "surrogateescape") + b"\0")
-            sha.update(local.read_bytes() if local.is_file() else b"")
+        _hash_meaning(sha, read_document(path).file.root)
+        sha.update(b"\1")
     return sha.hexdigest()
+
+
+def _hash_meaning(sha, element: etree._Element) -> None:
+    text = (element.text or "") + "".join(child.tail or "" for child in element if not isinstance(child.tag, str))
+    sha.update(repr((element.tag, sorted(element.attrib.items()), text.strip())).encode("utf-8", "surrogateescape"))
+    for child in children(element):
+        _hash_meaning(sha, child)
+    sha.update(b"\0")             # the end of this element's children: nesting is part of the meaning
 
 
 def is_xml_config(path: str | Path) -> bool:

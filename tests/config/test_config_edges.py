@@ -2,6 +2,7 @@
 monitor transport's scope|option pairs, TLS files and XIncluded UM XML parts changed in place."""
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -113,3 +114,25 @@ def test_an_edited_xincluded_um_xml_part_changes_the_portals_that_use_it(write_g
     diff = diff_configs(before, after)
     assert "LAN2" in diff.changed
     assert diff.changed == (["LAN1", "LAN2"] if where == "xml-config" else ["LAN2"])
+
+
+@pytest.mark.parametrize("edited", ["um.xml", "topics.xml"])
+def test_an_edit_that_keeps_size_and_timestamp_is_seen_at_reload(write_gateway, tmp_path, edited):
+    """A filesystem that keeps whole seconds (or an edit within one clock tick) can leave an edited
+    file with its old size and modification time: what a reload reads is what the file says."""
+    um_xml = UM_XML.replace("<context>", '<context><options type="context">'
+                                         '<option name="resolver_multicast_ttl" default-value="16"/></options>')
+    path = write_gateway(TWO_LANS, daemon="<xml-config>um.xml</xml-config>", um__xml=um_xml,
+                         topics__xml=TOPICS.format(transport="lbtrm"))
+    before = load_gateway_config(path)
+    target = tmp_path / edited
+    stat = target.stat()
+    target.write_text(target.read_text().replace("lbtrm", "lbtru").replace('"16"', '"17"'))
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    after = load_gateway_config(path)
+    lan2 = after.portal("LAN2")
+    if edited == "um.xml":
+        assert lan2.source_um.get("context", "resolver_multicast_ttl") == 17
+    else:
+        assert lan2.topic_um.for_topic("T").get("source", "transport") == "lbtru"
+    assert diff_configs(before, after).changed == ["LAN1", "LAN2"]

@@ -92,3 +92,17 @@ def test_an_edited_worker_group_is_a_daemon_change_and_restarts_no_portal(write_
     # Where the group was written is not part of it: the same group on other lines is no change.
     moved = load_gateway_config(write_gateway(LAN1 + LAN2, NAMED + "\n\n" + group, name="moved.xml"))
     assert diff_configs(new, moved).unchanged
+
+
+def test_comments_and_layout_in_a_um_xml_file_restart_no_portal(write_gateway, tmp_path):
+    """As in the router's own file: an operator documenting the UM XML file (shared by every
+    portal through <xml-config>) must not restart every portal at the next reload."""
+    path = write_gateway(LAN1 + LAN2, daemon="<xml-config>um.xml</xml-config>",
+                         um__xml=TOPIC_XML.format(transport="lbtrm"))
+    old = load_gateway_config(path)
+    um_xml = tmp_path / "um.xml"
+    um_xml.write_text("<!-- LAN topics: ask the desk before changing -->\n"
+                      + um_xml.read_text().replace("<sources>", "\n\n    <!-- sources -->\n    <sources>"))
+    assert diff_configs(old, load_gateway_config(path)).unchanged
+    um_xml.write_text(TOPIC_XML.format(transport="lbtru"))
+    assert diff_configs(old, load_gateway_config(path)).changed == ["LAN1", "LAN2"]

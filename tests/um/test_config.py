@@ -12,7 +12,7 @@ def test_values_and_defaults(tmp_path):
     assert config.get("context", "resolver_multicast_address") == "239.1.2.3"
     assert config.get("context", "resolver_multicast_port") == 12965
     assert config.get("source", "transport") == "tcp"
-    assert config.get("context", "resolver_unicast_daemon") == (("10.0.0.1", 15380), ("10.0.0.2", 15380))
+    assert [d[:2] for d in config.get("context", "resolver_unicast_daemon")] == [("10.0.0.1", 15380), ("10.0.0.2", 15380)]
     assert config.get("source", "resolver_advertisement_sustain_interval") == 1000
 
 
@@ -45,7 +45,7 @@ def test_overrides_take_python_values_and_scopes():
                              "resolver_unicast_daemon": [("127.0.0.1", 15380)]})
     assert config.get("context", "resolver_multicast_port") == 13001
     assert config.get("source", "transport") == "lbtipc"
-    assert config.get("context", "resolver_unicast_daemon") == (("127.0.0.1", 15380),)
+    assert [d[:2] for d in config.get("context", "resolver_unicast_daemon")] == [("127.0.0.1", 15380)]
     with pytest.raises(ConfigError):
         from_overrides({"resolver_multicast_port": "x"})
 
