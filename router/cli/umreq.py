@@ -112,7 +112,9 @@ def main(argv=None) -> int:
                 break
             try:
                 request, was_answered = tally.ask(source, number, args.length, args.response_timeout)
-            except OSError as err:          # no request port: every request would go unanswered
+            except (OSError, ValueError) as err:
+                # No request port, no route any more, or a request that cannot be sent at all (a
+                # unicast one above 64 MB): every further request would fail the same way.
                 print(f"umreq: {err}", file=sys.stderr)
                 break
             pending.append(request)

@@ -303,8 +303,8 @@ class EndpointPortal(EgressRecords):
             self.counters.add("use_queries_rate_limited")
         if to_query:
             tmrs = [Tmr(TMR_TOPIC_USE, _TMR_FLAGS_OF_KIND[kind], symbol) for kind, symbol in to_query]
-            for start in range(0, len(tmrs), 200):
-                self.context.channel.send_packet(LbmrPacket(TopicManagement(tmrs[start:start + 200])))
+            # Packed by size: UM contexts read no more than resolver_datagram_max_size of a datagram.
+            self.context.channel.send_tmrs(tmrs)
             self.counters.add("use_queries_sent", len(tmrs))
         for kind, symbol in to_drop:
             self.log_event("interest-removed", f"{_COUNT_NAMES[kind][:-1]} {symbol}")
@@ -524,13 +524,23 @@ class EndpointPortal(EgressRecords):
                                       f"a unicast immediate message for domain {destination.domain_id}: no router "
                                       f"on domain {self.domain_id} says it reaches it; dropped")
                 return
-        self.context.responder.send_frames(address, frame)       # as it came: its numbers are its sender's
-        self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(frame))
+        # As it came: its numbers are its sender's.
+        self.context.responder.send_frames(address, frame, self._unicast_outcome(len(frame)))
 
     def egress_response(self, ring: int, ipaddr: str, port: int, qidx: int, data: bytes) -> None:
         """A response another portal received for a requester in this domain."""
-        self.context.respond(RequestOrigin(ipaddr, port, qidx), data)
-        self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(data))
+        self.context.respond(RequestOrigin(ipaddr, port, qidx), data, self._unicast_outcome(len(data)))
+
+    def _unicast_outcome(self, size: int):
+        """Counts a unicast data message (a response, a unicast immediate message) sent once its
+        connection has taken it, or dropped (the requester or target gone, or too slow)."""
+        def outcome(sent: bool) -> None:
+            if sent:
+                self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, size)
+            else:
+                self.counters.add_pair("unicast_data_msgs_dropped_error", "unicast_data_msg_bytes_dropped_error",
+                                       1, size)
+        return outcome
 
     def _immediate_in(self, message: ImmediateMessage) -> None:
         """A MIM heard in this domain (new to this portal: its context's delivery control dropped

@@ -120,7 +120,8 @@ class Context:
         # responses come to (opened on first use), and the connections our responses go out on.
         self.requests = RequestIndexes()
         self.request_port: RequestPort | None = None
-        self.responder = ResponseSender(self.loop, merged.get("context", "transport_tcp_datagram_max_size"))
+        self.responder = ResponseSender(self.loop, merged.get("context", "transport_tcp_datagram_max_size"),
+                                        idle_timeout=merged.get("context", "response_tcp_deletion_timeout") / 1000)
         # (qidx, data, source) -> True if taken: responses to no request of ours (a router's proxy requests).
         self.response_handler: Callable[[int, bytes, str], bool] | None = None
         self.request_counters = {"requests_sent": 0, "responses_received": 0, "responses_unmatched": 0,
@@ -606,38 +607,47 @@ class Context:
         self.request_counters["responses_unmatched"] += 1
         log.debug("response from %s to request %d, which is not open here; dropped", source, qidx)
 
-    def respond(self, origin: RequestOrigin, data) -> None:
+    def respond(self, origin: RequestOrigin, data, outcome: Callable[[bool], None] | None = None) -> None:
         """Answer a request (RequestMessage.respond calls this). From any thread; never blocks:
         what cannot be sent yet is queued, and what cannot be sent at all is counted
-        (responses_dropped) and logged with the requester's address."""
+        (responses_dropped) and logged with the requester's address. `outcome(sent)` hears which
+        (router.um.responder)."""
         if origin.domain is None or origin.domain == self.resolver.domain_id:
-            self.responder.respond(origin, data)
+            self.responder.respond(origin, data, outcome)
+        elif self.closed:            # its loop may be closed too: nothing may wake it
+            self.responder.drop((origin.ipaddr, origin.port), 1, "the context is closed", outcome)
         elif self.loop.in_loop_thread():
-            self._respond_routed(origin, bytes(data), time.monotonic() + ROUTE_WAIT)
+            self._respond_routed(origin, bytes(data), time.monotonic() + ROUTE_WAIT, outcome)
         else:
-            self.loop.call_soon_threadsafe(self._respond_routed, origin, bytes(data), time.monotonic() + ROUTE_WAIT)
+            self.loop.call_soon_threadsafe(self._respond_routed, origin, bytes(data), time.monotonic() + ROUTE_WAIT,
+                                           outcome)
 
-    def _respond_routed(self, origin: RequestOrigin, data: bytes, deadline: float) -> None:
+    def _respond_routed(self, origin: RequestOrigin, data: bytes, deadline: float,
+                        outcome: Callable[[bool], None] | None = None) -> None:
         """A response to a unicast immediate request from another domain, back through the routers
         (loop thread). A context that has just started may not have heard yet which router here
         reaches that domain (each says so every propagation interval): it waits for one up to
         ROUTE_WAIT, then the response is dropped, counted and logged."""
+        requester = (origin.ipaddr, origin.port)
+        if self.closed:              # closed while this waited its turn (a router's loop goes on)
+            self.responder.drop(requester, 1, "the context is closed", outcome)
+            return
         router = self.resolver.domain_routes.router_for(origin.domain)
         if router is None:
             if time.monotonic() < deadline:
-                self.loop.call_later(ROUTE_RETRY, self._respond_routed, origin, data, deadline)
+                self.loop.call_later(ROUTE_RETRY, self._respond_routed, origin, data, deadline, outcome)
             else:
-                self.responder.drop((origin.ipaddr, origin.port), 1, f"no router in this domain reaches domain "
-                                                                     f"{origin.domain} (waited {ROUTE_WAIT:g} s)")
+                self.responder.drop(requester, 1, f"no router in this domain reaches domain {origin.domain} "
+                                                  f"(waited {ROUTE_WAIT:g} s)", outcome)
             return
         try:
             address, destination = self._unicast_route(origin.domain, origin.ipaddr, origin.port,
                                                        f"TCP:{origin.domain}:{origin.ipaddr}:{origin.port}")
             frames, first_sqn_at = uim_frames(None, data, destination, tidx=origin.qidx)
-        except (OSError, ValueError) as err:
-            self.responder.drop((origin.ipaddr, origin.port), 1, str(err))
+        except (OSError, ValueError, RuntimeError) as err:     # RuntimeError: closed meanwhile
+            self.responder.drop(requester, 1, str(err), outcome)
             return
-        self.responder.send_unicast(address, frames, first_sqn_at, response=True)
+        self.responder.send_unicast(address, frames, first_sqn_at, response=True, outcome=outcome)
 
     # -- transports --------------------------------------------------------------------------------
     @staticmethod

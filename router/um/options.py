@@ -331,6 +331,8 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("request_tcp_interface", "context", None, _interface),
     _spec("request_tcp_port_low", "context", 14391, U16),
     _spec("request_tcp_port_high", "context", 14395, U16),
+    # How long a response connection with nothing left to send stays open (router.um.responder).
+    _spec("response_tcp_deletion_timeout", "context", 2000, MILLIS),
     _spec("source_cost_evaluation_function", "context", None, _string),
     _spec("operational_mode", "context", "embedded", _choice("embedded", "sequential")),
 )}

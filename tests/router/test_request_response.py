@@ -128,3 +128,33 @@ def test_requests_reach_a_responder_whose_domain_receives_over_lbt_ipc(routers, 
                                   lambda: router.counters()[1]["receiver_topics"] == 1)
     assert (asked["answered"], asked["unanswered"]) == (count, 0), asked
     assert answered["responded"] == count, answered
+
+
+def test_a_response_for_a_requester_that_is_gone_counts_as_dropped_not_sent(routers, make_domain):
+    """The requester closes before its answer comes back: the router's portal in its domain cannot
+    connect to its request port, so the response is dropped, and its counters say so."""
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
+                           endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+    responder, requester = Context(**lan1.overrides()), Context(**lan2.overrides())
+    try:
+        held = []
+        responder.receiver("svc.gone", lambda message: held.append(message))
+        wait_for(lambda: router.counters()[1]["receiver_topics"] == 1, 30,
+                 message="the router has a proxy receiver for the responder's topic")
+        source = requester.source("svc.gone")
+        wait_for(lambda: source.receiver_count >= 1, 30, message="the router's proxy receiver joins")
+        source.send_request(b"anyone?")
+        wait_for(lambda: held, 30, message="the request reaches the responder")
+        requester.close()                      # its request port with it
+        held[0].respond(b"too late")
+        wait_for(lambda: router.counters()[0]["unicast_data_msgs_forwarded"] == 1, 10,
+                 message="the response is forwarded to the requester's domain")
+        wait_for(lambda: router.counters()[1]["unicast_data_msgs_dropped_error"] == 1, 10,
+                 message="the response to the closed requester is counted as dropped")
+        lan2_counters = router.counters()[1]
+        assert lan2_counters["unicast_data_msgs_sent"] == 0, lan2_counters
+        assert lan2_counters["unicast_data_msg_bytes_dropped_error"] == len(b"too late"), lan2_counters
+    finally:
+        requester.close()
+        responder.close()

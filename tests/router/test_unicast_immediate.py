@@ -343,3 +343,23 @@ def test_domain_route_bounds_set_how_often_a_portal_tells_its_domain_what_it_rea
     finally:
         for context in contexts:
             context.close()
+
+
+def test_a_message_for_a_target_that_is_gone_counts_as_dropped_not_sent(routers, make_domain):
+    """The target context closed: the router's portal in its domain cannot connect to its request
+    port, so the message is dropped, and its counters say so."""
+    lan1, lan2, router = _two_lans(routers, make_domain)
+    sender, target = Context(**lan1.overrides()), Context(**lan2.overrides())
+    try:
+        target_ip, target_port = target.request_address()
+        target.close()                                  # its request port with it
+        wait_for(lambda: _routes_heard(sender, 2), 20, message="LAN1's portal says it reaches domain 2")
+        sender.send_unicast_immediate(f"TCP:2:{target_ip}:{target_port}", None, b"anyone home?")
+        wait_for(lambda: router.counters()[0]["unicast_data_msgs_forwarded"] == 1, 10,
+                 message="the message is forwarded to the target's domain")
+        wait_for(lambda: router.counters()[1]["unicast_data_msgs_dropped_error"] == 1, 10,
+                 message="the message for the closed target is counted as dropped")
+        assert router.counters()[1]["unicast_data_msgs_sent"] == 0, router.counters()[1]
+    finally:
+        sender.close()
+        target.close()

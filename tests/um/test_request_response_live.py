@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from router.um.config import UMConfig
 from router.um.context import Context
 from router.um.messages import RequestMessage
 from router.um.requests import RequestOrigin, RequestPortUnavailable
@@ -148,6 +149,53 @@ def test_a_response_after_the_context_closed_is_counted_not_raised(domain):
     context.close()
     context.respond(RequestOrigin("127.0.0.1", domain.request_low, 1), b"too late")
     assert context.counters()["responses_dropped"] == 1
+
+
+def test_a_routed_response_after_the_context_closed_is_counted_not_raised(domain, loop):
+    """An answer to a request from another domain (it goes back through a router), given after the
+    context closed: counted as dropped, whether the context ran its own loop (closed with it: its
+    wake-up descriptor is gone, maybe reused) or a shared one that goes on."""
+    origin = RequestOrigin("127.0.0.1", domain.request_low, 1, 7)
+    own = Context(**domain.overrides())
+    own.request_address()
+    own.close()
+    own.respond(origin, b"too late")
+    assert own.counters()["responses_dropped"] == 1
+    shared = Context(loop=loop, **domain.overrides())
+    shared.request_address()
+    shared.close()
+    outcomes = []
+    shared.respond(origin, b"too late", outcomes.append)
+    wait_for(lambda: outcomes, 10, message="the dropped response's outcome")
+    assert outcomes == [False]
+    assert shared.counters()["responses_dropped"] == 1
+
+
+def test_an_idle_response_connection_is_closed_after_the_deletion_timeout_and_counted(domain):
+    """response_tcp_deletion_timeout (UM's default 2 s): a response connection with nothing left to
+    send is closed, so a requester gone without a word holds no descriptor of the responder's for
+    good; the next response opens a new one."""
+    assert UMConfig().get("context", "response_tcp_deletion_timeout") == 2000
+    requester = Context(**domain.overrides())
+    responder_context = Context(**domain.overrides(), response_tcp_deletion_timeout=200)
+    try:
+        Responder(responder_context, "svc.idle")
+        source = joined_source(requester, "svc.idle")
+        for round_number in (1, 2):
+            responses = []
+            source.send_request(b"ask %d" % round_number, responses.append)
+            wait_for(lambda: responses, 10, message=f"response {round_number}")
+            wait_for(lambda: responder_context.counters()["response_connections_closed_idle"] == round_number, 10,
+                     message=f"the idle response connection closed ({round_number})")
+            assert responder_context.responder.connections == {}
+            wait_for(lambda: not requester.request_port.connections, 10, message="the requester sees it end")
+            assert [r.data for r in responses] == [b"re:ask %d" % round_number]
+        counters = responder_context.counters()
+        assert (counters["responses_sent"], counters["responses_dropped"]) == (2, 0), counters
+        assert requester.counters()["response_connections"] == 2
+    finally:
+        responder_context.close()
+        requester.close()
 
 
 def test_no_free_request_port_is_a_clear_error_and_counted(domain):

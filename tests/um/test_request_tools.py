@@ -45,3 +45,16 @@ def test_no_responder_leaves_every_request_unanswered_and_exits_1(tools, domain)
     summary = json.loads([line for line in requester.stdout_lines if line.startswith("{")][-1])
     assert (summary["requests"], summary["answered"], summary["unanswered"], summary["responses"]) == (3, 0, 3, 0)
     assert summary["rtt_us"] == {"p50": None, "p99": None, "max": None}
+
+
+def test_a_unicast_request_too_long_to_send_is_a_clear_error_not_a_traceback(tools, domain):
+    """Unicast immediate messages carry at most 64 MB: umreq says so and exits 1."""
+    requester = umreq(tools, "-c", domain.config_path, "--json", "-R", 1, "-l", 64 * 1024 * 1024 + 1,
+                      "--unicast", f"TCP:127.0.0.1:{domain.request_low}", "svc.huge")
+    assert requester.proc.wait(60) == 1
+    for reader in requester._readers:
+        reader.join(5)
+    assert "Traceback" not in requester.stderr, requester.stderr
+    assert "umreq: unicast immediate message of 67108865 bytes: at most 67108864" in requester.stderr
+    summary = json.loads([line for line in requester.stdout_lines if line.startswith("{")][-1])
+    assert (summary["requests"], summary["answered"]) == (0, 0)
