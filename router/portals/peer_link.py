@@ -590,6 +590,13 @@ class PeerLink:
     def _queue_control(self, message: LbmcMessage | bytes) -> bool:
         data = encode_lbmc(message) if isinstance(message, LbmcMessage) else bytes(message)
         if not self.queue.add_control(data):
+            # The companion has read nothing for so long that even control messages pile up:
+            # the link goes down (not now: the caller may be in the middle of a pass), and
+            # coming up again sends the state afresh.
+            generation = self._generation
+            self.loop.call_later(0, lambda: generation == self._generation and self._fire(
+                E.LOST, f"the companion has not read {self.queue.total_bytes} queued bytes, control messages "
+                        f"among them"))
             return False
         self.counters.add("gateway_cntl_msgs_sent")
         self._write()
@@ -646,6 +653,10 @@ class PeerLink:
         self.queue_episodes.sample(waiting, time.monotonic())
         if self.state is not S.UP:
             return
+        if self._reading_paused:
+            # What the companion sends waits unread (flow control): the silence is ours, and
+            # it is measured again from when reading resumes.
+            self.keepalive.note_received()
         if self.keepalive.is_dead():
             self._fire(E.LOST, f"nothing received for {self.keepalive.silent_ms():.0f} ms "
                                f"(gateway-keepalive timeout {self.config.gateway_keepalive.timeout} ms)")

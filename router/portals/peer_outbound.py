@@ -8,8 +8,14 @@ when its first message has waited ``<batch-interval>`` (the link's timer calls
 
 Everything not yet written to the socket (batch + unwritten chunks) counts against
 ``<max-queue>`` bytes; a data message that would exceed it is dropped and counted "would block"
-(spec/dro.md §2.1). Control messages may use :data:`CONTROL_HEADROOM` bytes beyond the bound, so
-a keepalive response or a route-info still goes out on a link busy with data. Data left in the
+(spec/dro.md §2.1). Control messages are queued whatever the queue holds, behind the data
+before them: an interest message, an advertisement or its EOS refused by a link busy with data
+would be lost for good (nothing sends it again until the link reconnects: the companion would
+never forward that topic, or keep a stream that ended), where a dropped data message is one
+message. They are few and small; a companion that reads nothing for so long that they pass
+:data:`CONTROL_BACKLOG` bytes beyond the bound (one that still sends keepalives while its own
+rings hold it back for good) gets its link dropped instead (False), and what the link repeats on
+coming up again replaces them. Data left in the
 queue when the connection goes down is counted "not operational" by :meth:`discard`.
 Fragments are counted "sent" only once the socket took all of their bytes.
 """
@@ -19,8 +25,8 @@ import itertools
 import time
 from collections import deque
 
-CONTROL_HEADROOM = 65536
 _MAX_IOVEC = 64
+CONTROL_BACKLOG = 16 << 20
 
 QUEUED = "queued"
 BATCH_STARTED = "batch-started"     # the first message of a new batch: start the batch timer
@@ -85,8 +91,9 @@ class OutboundQueue:
         return BATCH_STARTED if started else QUEUED
 
     def add_control(self, data: bytes) -> bool:
-        """Queue a control message behind any pending batch; False if even the headroom is full."""
-        if self.total_bytes + len(data) > self.max_queue + CONTROL_HEADROOM:
+        """Queue a control message behind any pending batch, whatever data the queue holds; False
+        only past CONTROL_BACKLOG (see above)."""
+        if self.total_bytes + len(data) > self.max_queue + CONTROL_BACKLOG:
             return False
         self.flush_batch()
         self._chunks.append(_Chunk(data, 0, 0))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import random
 import socket
+import time
 from typing import Callable
 
 from router.um.frame_runs import whole_frames_within
@@ -91,8 +92,23 @@ class PeerUdpSender(LbtruSourceSession):
         if paused:
             self.loop.remove_reader(self.sock.fileno())
         else:
+            self._companion_heard_now()
             self.loop.add_reader(self.sock.fileno(), self._readable)
             self.loop.call_later(0, self._readable)
+
+    def _check_clients(self) -> None:
+        """The companion's ACKs wait unread in the kernel while reading is paused: its silence
+        then is ours, and forgetting it would stop our data and session messages to it (its
+        receiver would then end the path for a pause of ours)."""
+        if self.reading_paused:
+            self._companion_heard_now()
+        else:
+            super()._check_clients()
+
+    def _companion_heard_now(self) -> None:
+        now = time.monotonic()
+        for client in self.clients.values():
+            client.last_heard = now
 
     def send_control_now(self, data: bytes) -> None:
         """Append `data` and send the batch now, within the rate, queued beyond `max_queue` if it
@@ -121,6 +137,12 @@ class _SharedSocket:
     def __init__(self, sender: PeerUdpSender):
         self.sender = sender
         self.sessions: dict = {}
+
+    @property
+    def reading(self) -> bool:
+        """Whether the companion's datagrams are read now: while the link's reading is paused
+        (flow control), its silence is ours and must not end the path (RepairingStream.listening)."""
+        return not self.sender.reading_paused
 
     def add(self, client) -> None:
         self.sessions[client.address] = client
@@ -204,11 +226,12 @@ class PeerUdpPath:
     def _receiver_packet(self, packet, address, now: float) -> None:
         receiver = self.receiver
         if receiver is None or tuple(address[:2]) != receiver.address[:2]:
-            self.sender.counters["malformed"] += 1
+            self.sender._malformed(address, f"{type(packet).__name__} from someone other than the companion")
         elif isinstance(packet, LbtruRst):
             receiver.reset()
         elif packet.session_id != receiver.session_id:
-            self.sender.counters["malformed"] += 1
+            self.sender._malformed(address, f"{type(packet).__name__} for session {packet.session_id:08X}, "
+                                            f"not the companion's")
         elif self.loss_rate and isinstance(packet, LbtruData) and self.rng.random() < self.loss_rate:
             receiver.counters["dgrams_dropped_simulated"] = receiver.counters.get("dgrams_dropped_simulated", 0) + 1
         else:
@@ -268,8 +291,11 @@ class PeerUdpPath:
         self.sender.pause_reading(paused)
 
     # The portal counters (router.monitor.counters.UDP_PEER_COUNTERS) and what they are here.
+    # What the path's socket dropped as malformed (not LBT-RU, not from the companion, another
+    # session's) is the link's bad input too: ignored, the link kept.
     _SENT = {"udp_datagrams_sent": "msgs_sent", "udp_datagram_bytes_sent": "bytes_sent",
-             "udp_retransmissions_sent": "rxs_sent", "udp_naks_rcvd": "naks_rcved", "udp_naks_shed": "naks_shed"}
+             "udp_retransmissions_sent": "rxs_sent", "udp_naks_rcvd": "naks_rcved", "udp_naks_shed": "naks_shed",
+             "link_malformed": "malformed"}
     _RECEIVED = {"udp_datagrams_rcvd": "msgs_rcved", "udp_datagram_bytes_rcvd": "bytes_rcved",
                  "udp_naks_sent": "naks_sent", "udp_retransmissions_rcvd": "retransmissions_rcved",
                  "udp_datagrams_lost": "lost"}

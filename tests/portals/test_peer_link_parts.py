@@ -156,7 +156,7 @@ def test_bounded_queue_drops_would_block_and_discard_counts_not_operational():
     assert counters.get("data_fragment_bytes_dropped_would_block") == 200
     assert counters.get("data_bytes_enqueued") == 250 and counters.get("data_bytes_enqueued_max") == 300
     assert counters.get("data_bytes_enqueued_limit") == 300
-    assert q.add_control(b"k" * 64)         # control has headroom beyond the bound
+    assert q.add_control(b"k" * 64)         # control is queued beyond the bound
     assert q.add_data(b"y" * 10) == DROPPED
     assert q.discard() == (3, 300)
     assert counters.get("data_fragments_dropped_not_operational") == 3

@@ -11,6 +11,7 @@ from router.config.model import UdpLink
 from router.portals.peer_link import LinkState
 from router.um.wire.lbmc import (LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, GatewayName, LbmcMessage, decode_lbmc,
                                  encode_lbmc)
+from router.um.wire.lbtru import encode_lbtru_ack
 from tests.portals.test_peer_link import config
 from tests.support.routers import free_port
 from tests.support.tshark import LiveCapture, decode, expert_info
@@ -266,3 +267,24 @@ def test_send_data_is_true_only_when_all_of_a_piece_went_and_counts_each_message
     assert initiator.counter("data_fragments_forwarded") == 2 + 200
     assert sent - 1 + initiator.counter("data_fragments_dropped_would_block") == 200
     harness.run_until(lambda: sum(c for _, _, c in received["PB"].data) == sent, 10, "what was sent")
+
+
+def test_malformed_and_stray_datagrams_on_the_udp_path_are_counted_and_the_link_kept(harness):
+    """Datagrams the path's socket drops (not LBT-RU, from someone other than the companion)
+    count in the portal's link_malformed, as the link's other bad input does."""
+    acceptor, initiator, received = udp_pair(harness, udp(), udp())
+    harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up and acceptor.link.udp_path.receiver
+                      and acceptor.link.udp_path.receiver.connected, 5, "the link and its UDP path")
+    stray = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        stray.bind(("127.0.0.2", 0))
+        port = acceptor.link.udp_path.port
+        stray.sendto(b"\xff" * 40, ("127.0.0.1", port))                                   # not LBT-RU
+        stray.sendto(encode_lbtru_ack(acceptor.link.udp_path.session_id, 7, 0), ("127.0.0.1", port))
+        harness.run_until(lambda: acceptor.counter("link_malformed") == 2, 5, "both datagrams counted")
+    finally:
+        stray.close()
+    assert initiator.link.send_data(data_message(1))
+    initiator.link.flush()
+    harness.run_until(lambda: received["PB"].data, 5, "data after the bad datagrams")
+    assert acceptor.link.is_up and acceptor.counter("link_disconnects") == 0
