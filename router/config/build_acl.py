@@ -12,6 +12,7 @@ from lxml import etree
 
 from router.config.model import Ace, Acl, Condition
 from router.config.reader import UINT32_MAX, ElementReader
+from router.um.wildcard_patterns import compile_wildcard
 from router.um.xml_config import children
 
 TEXT_CONDITIONS = ("topic", "pcre-pattern", "regex-pattern")
@@ -53,7 +54,7 @@ def _condition(reader: ElementReader, element: etree._Element) -> Condition:
             reader.fail(element, f"<{kind}> needs a topic name or pattern")
         if kind != "topic":
             try:
-                re.compile(text)
+                compile_wildcard(text)        # as the ACL matches it (POSIX classes too)
             except re.error as err:
                 reader.fail(element, f"invalid pattern '{text}': {err}")
         return Condition(kind, text)

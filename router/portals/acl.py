@@ -16,11 +16,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 import operator
-import re
 import socket
 from dataclasses import dataclass
 
 from router.config.model import Ace, Acl, Condition
+from router.um.wildcard_patterns import compile_wildcard
 from router.um.wire.lbmr_records import LbtipcInfo, LbtrmInfo, LbtruInfo, LbtsmxInfo, TcpInfo
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class AccessList:
         if kind == "topic":
             return topic == condition.value
         if kind in ("pcre-pattern", "regex-pattern"):
-            return re.search(condition.value, topic) is not None     # compiled once, in re's cache
+            return compile_wildcard(condition.value).search(topic) is not None    # as UM matches it
         if self.direction == "outbound" or facts is None:
             return True                     # inbound-only, or nothing to test it against
         if kind == "transport":

@@ -22,6 +22,7 @@ from router.portals.immediate import ImmediateFlood, carried, with_origin
 from router.portals.ingress import Ingress
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings, pattern_problem
 from router.portals.late_join_relay import LateJoinRelay
+from router.portals.once_per_turn import OncePerTurn
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
@@ -89,6 +90,7 @@ class EndpointPortal(EgressRecords):
             bm.INTEREST_PCRE: (remote_pattern_limit := _limiter(resolution.remote_pattern_interest.rate_limit, now)),
             bm.INTEREST_REGEX: remote_pattern_limit}
         self.view = ForwardingView(self.name, portal_indexes)
+        self._follow_interest = OncePerTurn(loop, self._interest_changed)    # a burst of updates: one pass
         self.context = Context(config=um_config, loop=loop, packet_options=self._packet_options)
         self.context.add_lbmr_listener(self._on_lbmr)
         topic_um = getattr(config, "topic_um", None)       # the source context's options, by topic
@@ -357,7 +359,7 @@ class EndpointPortal(EgressRecords):
             self._interest_changed()
             self._domains_reached_changed()
         elif changed in ("interest", "routes"):
-            self._interest_changed()
+            self._follow_interest.request()
             if changed == "routes":
                 self._domains_reached_changed()
         elif changed == "portal-up":
@@ -705,6 +707,7 @@ class EndpointPortal(EgressRecords):
     def close(self) -> None:
         self.closed = True
         self._queue_timer.cancel()
+        self._follow_interest.cancel()
         for timer in self._remote_timers.values():
             timer.cancel()
         self._ctxinfo_timer.cancel()

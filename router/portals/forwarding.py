@@ -4,10 +4,12 @@ Every worker keeps one :class:`ForwardingView`, fed by the bus (interest updates
 after each recalculation, portals coming and going). It answers the three questions a portal asks
 (spec/dro.md §2.2, §2.5), all through the one lowest-cost path between two domains:
 
-- ``mask_for(topic, origin)``: which portals a stream from domain ``origin`` goes to — portal Q
-  gets it when some domain D wants the topic through Q and the path origin -> D leaves this
-  router by Q. So a stream takes exactly one path to each interested domain: no duplicates in
-  loops and meshes, and nothing where no receiver is.
+- ``mask_for(topic, origin)``: which portals a stream from domain ``origin`` that came in by this
+  portal goes to — portal Q gets it when some domain D wants the topic through Q and the path
+  origin -> D enters this router by this portal and leaves it by Q. So a stream takes exactly one
+  path to each interested domain: no duplicates in loops and meshes, and nothing where no
+  receiver is. (A source can be heard by two portals of one router — copies of it in two domains
+  that each have their own receivers — and only the copy on the path goes on.)
 - ``pulled()``: which topics and patterns this portal must pull in (proxy receivers, interest
   sent on to the next router): those some other portal wants for a domain D whose chosen paths
   enter this router through this portal.
@@ -35,6 +37,7 @@ class ForwardingView:
         self.routes = None                            # router.routing.paths.RouterRoutes
         self.table_version = -1
         self._egress: dict[tuple[int, int], str | None] = {}
+        self._ingress: dict[tuple[int, int], str | None] = {}
         self._entry: dict[int, frozenset[str]] = {}
         self._next_hop: dict[int, str | None] = {}
 
@@ -47,6 +50,7 @@ class ForwardingView:
         snapshot = snapshot_from_plain(message.local_id, [list(r) for r in message.records])
         self.routes = Routes(snapshot).for_router(message.local_id)
         self._egress.clear()
+        self._ingress.clear()
         self._entry.clear()
         self._next_hop.clear()
         return True
@@ -87,6 +91,14 @@ class ForwardingView:
                                  else self.routes.egress_portal(origin, destination))
         return self._egress[key]
 
+    def ingress_portal(self, origin: int, destination: int) -> str | None:
+        """The portal by which the path origin -> destination enters this router (None: not ours)."""
+        key = (origin, destination)
+        if key not in self._ingress:
+            self._ingress[key] = (None if self.routes is None or origin == destination
+                                  else self.routes.ingress_portal(origin, destination))
+        return self._ingress[key]
+
     def next_hop(self, destination: int) -> str | None:
         """The portal by which this router sends toward domain `destination` (None: no path, or
         no route table yet). Unicast messages go this way, whatever domain they came from."""
@@ -105,7 +117,8 @@ class ForwardingView:
         mask = 0
         for portal, destination in self.table.portals_for(topic):
             if portal != self.name and portal in self.portal_indexes \
-                    and self.egress_portal(origin, destination) == portal:
+                    and self.egress_portal(origin, destination) == portal \
+                    and self.ingress_portal(origin, destination) == self.name:
                 mask |= 1 << self.portal_indexes[portal]
         return mask
 

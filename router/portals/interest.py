@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from router.ipc import bus_messages as bm
+from router.um.wildcard_patterns import compile_wildcard
 
 
 @functools.lru_cache(maxsize=1024)
@@ -22,7 +23,7 @@ def pattern_problem(pattern: str) -> str | None:
     can). Checked where interest comes in, so a pattern that does not compile is counted and
     dropped there, never put on the bus for every portal to fail on."""
     try:
-        re.compile(pattern)
+        compile_wildcard(pattern)
     except (re.error, RecursionError, OverflowError, ValueError) as err:
         return str(err) or type(err).__name__
     return None
@@ -49,12 +50,18 @@ class DomainInterest:
     pattern_queries: UseQuerySettings = field(default_factory=UseQuerySettings)
     entries: dict[tuple[int, str], _Entry] = field(default_factory=dict)   # (kind, symbol) -> state
     deferred: frozenset = frozenset()    # kinds whose due queries the last tick left to the rate limit
+    # No entry is due before this (None: not known). Kept as a bound, so that hearing a topic —
+    # thousands at once when a domain's receivers come up — never walks every entry to find out
+    # when the next check is: a new entry or a leave can only bring it forward, a refresh only
+    # puts an entry's turn off (the bound stays true), and each tick works it out exactly.
+    _due: float | None = field(default=None, init=False, repr=False)
 
     def heard(self, kind: int, symbol: str, now: float) -> bool:
         """A TQR, wildcard TQR or use-query response: returns True when the interest is new."""
         entry = self.entries.get((kind, symbol))
         if entry is None:
             self.entries[(kind, symbol)] = _Entry(now)
+            self._may_be_due(now + self._settings(kind).periodic_interval)
             return True
         entry.confirmed, entry.queried, entry.unanswered = now, None, 0
         return False
@@ -67,6 +74,17 @@ class DomainInterest:
             entry.confirmed = now - settings.periodic_interval
             entry.unanswered = max(entry.unanswered, settings.max_unanswered - 1)
             entry.queried = None
+            self._may_be_due(now)
+
+    def _may_be_due(self, when: float) -> None:
+        if self._due is not None and when < self._due:
+            self._due = when
+
+    def _due_at(self, kind: int, entry: _Entry) -> float:
+        settings = self._settings(kind)
+        if entry.queried is not None:
+            return entry.queried + settings.timeout
+        return entry.confirmed + settings.periodic_interval
 
     def _settings(self, kind: int) -> UseQuerySettings:
         return self.topic_queries if kind == bm.INTEREST_TOPIC else self.pattern_queries
@@ -94,18 +112,16 @@ class DomainInterest:
         for key in to_drop:
             del self.entries[key]
         self.deferred = frozenset(limited)
+        self._due = None
         return to_query, to_drop
 
     def next_due(self, now: float) -> float:
         """Seconds until `tick` could have something to do."""
-        waits = []
-        for (kind, _), entry in self.entries.items():
-            settings = self._settings(kind)
-            if entry.queried is not None:
-                waits.append(entry.queried + settings.timeout - now)
-            else:
-                waits.append(entry.confirmed + settings.periodic_interval - now)
-        return max(0.0, min(waits)) if waits else 60.0
+        if not self.entries:
+            return 60.0
+        if self._due is None:
+            self._due = min(self._due_at(kind, entry) for (kind, _), entry in self.entries.items())
+        return max(0.0, self._due - now)
 
     def symbols(self, kind: int) -> list[str]:
         return [symbol for (k, symbol) in self.entries if k == kind]
@@ -119,7 +135,9 @@ class InterestTable:
     def __init__(self):
         self.topics: dict[str, set[tuple[str, int]]] = {}                        # topic -> {(portal, domain)}
         self.patterns: dict[tuple[int, str], set[tuple[str, int]]] = {}          # (kind, pattern) -> same
-        self._compiled: dict[str, re.Pattern | None] = {}
+        # The patterns in the table now, compiled: one that leaves the table leaves this too (patterns
+        # of applications that come and go would otherwise pile up for the router's life).
+        self._compiled: dict[tuple[int, str], re.Pattern | None] = {}
 
     def apply(self, interest: bm.Interest) -> bool:
         """Fold one update in; True when the set of interested (portal, domain) pairs changed."""
@@ -133,6 +151,7 @@ class InterestTable:
             members.discard(member)
             if not members:
                 del table[key]
+                self._compiled.pop(key, None)
             return True
         if members is None:
             members = table[key] = set()
@@ -153,27 +172,30 @@ class InterestTable:
                         table[key] = kept
                     else:
                         del table[key]
+                        self._compiled.pop(key, None)
         return changed
 
     def load(self, snapshot: bm.Snapshot) -> None:
         self.topics.clear()
         self.patterns.clear()
+        self._compiled.clear()
         for interest in snapshot.interest:
             self.apply(interest)
 
-    def pattern(self, text: str) -> re.Pattern | None:
-        if text not in self._compiled:
+    def pattern(self, key: tuple[int, str]) -> re.Pattern | None:
+        """A (kind, pattern) of the table, compiled (None: it does not compile)."""
+        if key not in self._compiled:
             try:
-                self._compiled[text] = re.compile(text)
-            except re.error:
-                self._compiled[text] = None
-        return self._compiled[text]
+                self._compiled[key] = compile_wildcard(key[1])
+            except (re.error, RecursionError, OverflowError, ValueError):
+                self._compiled[key] = None
+        return self._compiled[key]
 
     def portals_for(self, topic: str) -> set[tuple[str, int]]:
         """(portal, domain) pairs with a receiver for `topic`, directly or through a matching pattern."""
         members = set(self.topics.get(topic, ()))
-        for (_, text), interested in self.patterns.items():
-            compiled = self.pattern(text)
+        for key, interested in self.patterns.items():
+            compiled = self.pattern(key)
             if compiled is not None and compiled.search(topic):
                 members |= interested
         return members

@@ -43,6 +43,7 @@ from router.portals.egress_records import EgressRecords
 from router.portals.forwarding import ForwardingView
 from router.portals.immediate import ImmediateFlood, carried, is_immediate
 from router.portals.interest import pattern_problem
+from router.portals.once_per_turn import OncePerTurn
 from router.portals.peer_dual_link import DualPeerLink
 from router.portals.peer_late_join import PeerLateJoinRelay, is_late_join_answer, is_late_join_request
 from router.portals.peer_link import PeerLink
@@ -110,6 +111,7 @@ class PeerPortal(EgressRecords):
         self.access = PortalAccess(config.acl, counters, log_event)
         self.rejected_inbound: set[int] = set()                    # link topic indexes an ACL kept out
         self.view = ForwardingView(self.name, portal_indexes)
+        self._follow_interest = OncePerTurn(loop, self._interest_changed)
         self.streams = StreamTable(self.name, self.view, datapath, counters, log_event)
         self.immediates = ImmediateFlood(index, portal_indexes, datapath, counters, log_event)
         link_class = DualPeerLink if config.link.dual else PeerLink
@@ -452,8 +454,10 @@ class PeerPortal(EgressRecords):
         changed = self.view.apply(message, self.datapath)
         if changed == "routes" and self._withdraw_pending and not self.link.is_up:
             self._withdraw_heard_interest()
-        if changed in ("snapshot", "interest", "routes"):
+        if changed == "snapshot":
             self._interest_changed()
+        elif changed in ("interest", "routes"):
+            self._follow_interest.request()        # a burst of updates: one pass
         elif changed == "portal-up":
             self.streams.remask()
             self.streams.readvertise_to(1 << message.index)
@@ -502,6 +506,7 @@ class PeerPortal(EgressRecords):
         return {"error": f"unknown query {what!r}"}
 
     def close(self) -> None:
+        self._follow_interest.cancel()
         for key in list(self.outbound):
             self._stream_end(*key)
         self.link.flush()

@@ -15,6 +15,7 @@ from router.um.frame_stream import run_payloads
 from router.um.messages import BOS, EOS, UNRECOVERABLE_LOSS, Message, ReceiverEvent, RequestMessage
 from router.um.sequence_numbers import MASK, distance
 from router.um.source_cache import Candidate
+from router.um.wildcard_patterns import compile_wildcard
 from router.um.wire.lbmc import MESSAGE_HEADER
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ class WildcardReceiver:
         if kind not in ("pcre", "regex"):
             raise ValueError(f"pattern kind must be 'pcre' or 'regex', not {kind!r}")
         try:
-            self.compiled = re.compile(pattern)
+            self.compiled = compile_wildcard(pattern)        # as UM matches it (POSIX classes too)
         except re.error as err:
             raise ValueError(f"invalid {kind} pattern {pattern!r}: {err}") from None
         self.context = context

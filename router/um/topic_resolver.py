@@ -16,6 +16,7 @@ from router.um.receiver import Receiver, WildcardReceiver
 from router.um.schedule import (ResolutionSchedule, advertisement_phases, query_phases,
                                 wildcard_query_phases)
 from router.um.unicast_immediate import DomainRoutes
+from router.um.wildcard_patterns import compile_wildcard
 from router.um.source_cache import CACHE_TIMEOUT, JOIN_SETTLE_LIMIT, JOIN_SETTLE_SECONDS, TopicSources
 from router.um.wire.lbmr import (PATTERN_PCRE, PATTERN_REGEX, SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE,
                                  TMR_FLAG_WILDCARD_PCRE, TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC,
@@ -221,7 +222,7 @@ class TopicResolver:
         if key in patterns:
             return patterns[key]
         try:
-            compiled = re.compile(text)
+            compiled = compile_wildcard(text)
         except re.error:
             self.counters["bad_patterns"] += 1
             compiled = None

@@ -80,6 +80,20 @@ def test_pcre_searches_and_topic_is_exact(write_gateway):
     assert inbound.accepts("a.*") and not inbound.accepts("ab")
 
 
+def test_posix_character_classes_in_a_pattern_match_as_in_pcre(write_gateway):
+    """[[:digit:]] is a digit in PCRE and POSIX regex; Python's re read it as a set followed by a
+    literal ']', so the ACE matched ':]' and never 'feed.42'."""
+    inbound, _ = lists(write_gateway, '<inbound><ace match="accept"><pcre-pattern>^feed\\.[[:digit:]]+$'
+                                      '</pcre-pattern></ace></inbound>')
+    assert inbound.accepts("feed.42") and not inbound.accepts("feed.x") and not inbound.accepts("feed.:]")
+
+
+def test_an_unknown_posix_class_is_a_configuration_error(write_gateway):
+    from router.config import ConfigError
+    with pytest.raises(ConfigError, match="invalid pattern"):
+        lists(write_gateway, '<inbound><ace match="accept"><pcre-pattern>[[:digits:]]</pcre-pattern></ace></inbound>')
+
+
 class Counters(dict):
     def add(self, name, amount=1):
         self[name] = self.get(name, 0) + amount

@@ -162,3 +162,23 @@ def test_streams_follow_routes_and_a_looping_source_is_dropped_at_255_hops():
     view.table.apply(bm.Interest("E2", 2, T, "t", bm.OP_CANCEL))
     table.remask()
     assert ring.records[1][0] == "frames" and ring.records[2] == ("eos", bit(view, "E2"), stream.stream_id)
+
+
+def test_a_source_heard_in_two_domains_is_forwarded_from_the_one_on_its_path():
+    """A bridges D1-D2, C bridges D1-D4, B joins D2, D4 and D3. D1's source has copies in D2 and
+    D4 (their own receivers want it), and B's portals on both pull the topic for D3 (each is where
+    some domain's path to D3 enters B). Only the copy that came the way of the D1 -> D3 path goes
+    on to D3: the other would reach D3's proxy source as a second copy of every message."""
+    net = Net().router("A", 1).router("B", 2).router("C", 3)
+    net.endpoint("A", 1).endpoint("A", 2).endpoint("C", 1).endpoint("C", 4)
+    net.endpoint("B", 2).endpoint("B", 4).endpoint("B", 3)
+    masks = {}
+    for portal in ("B.E2", "B.E4"):
+        view = view_of(net, "B", portal)
+        want(view, "B.E3", 3)
+        assert view.pulled() == ({"t"}, set()), portal
+        masks[portal] = view.mask_for("t", 1)
+    entry = net.routes("B").for_router(net.ids["B"]).ingress_portal(1, 3)
+    assert entry in masks
+    assert masks[entry] == bit(view, "B.E3")
+    assert [portal for portal, mask in masks.items() if mask] == [entry], masks

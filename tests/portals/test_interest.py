@@ -1,4 +1,6 @@
 """Interest bookkeeping: TQRs refresh, use queries confirm, silence drops, leave checks at once."""
+import pytest
+
 from router.ipc import bus_messages as bm
 from router.portals.interest import DomainInterest, InterestTable, UseQuerySettings
 
@@ -62,3 +64,74 @@ def test_table_portals_for_topic_and_pattern():
     assert table.portals_for("md.a") == {("LAN2", 7), ("LAN3", 3)}
     assert table.drop_portal("LAN2")
     assert table.portals_for("md.a") == {("LAN3", 3)}
+
+
+def test_a_burst_of_updates_is_followed_once_on_the_next_turn():
+    from router.portals.once_per_turn import OncePerTurn
+    from router.um.loop import EventLoop
+    loop = EventLoop("interest")
+    try:
+        runs = []
+        follow = OncePerTurn(loop, lambda: runs.append(len(runs)))
+        for _ in range(1000):
+            follow.request()
+        assert runs == [] and follow.pending
+        loop.run_once(0)
+        assert runs == [0] and not follow.pending
+        follow.request()
+        follow.cancel()
+        loop.run_once(0)
+        assert runs == [0]
+    finally:
+        loop.close()
+
+
+def test_patterns_that_come_and_go_leave_nothing_behind():
+    """Wildcard receivers with patterns of their own (one per client, say) come and go for months:
+    the table keeps what it needs to match the patterns wanted now, nothing of those gone."""
+    table = InterestTable()
+    for n in range(2000):
+        pattern = rf"^reply\.client{n}\."
+        table.apply(bm.Interest("E2", 2, bm.INTEREST_PCRE, pattern, bm.OP_ADD))
+        assert table.portals_for(f"reply.client{n}.x") == {("E2", 2)}      # streams are re-masked
+        table.apply(bm.Interest("E2", 2, bm.INTEREST_PCRE, pattern, bm.OP_CANCEL))
+        assert table.portals_for(f"reply.client{n}.x") == set()
+    table.apply(bm.Interest("E2", 2, bm.INTEREST_PCRE, r"^kept\.", bm.OP_ADD))
+    table.apply(bm.Interest("E3", 3, bm.INTEREST_REGEX, r"^gone\.", bm.OP_ADD))
+    assert table.drop_portal("E3")
+    assert table.portals_for("kept.1") == {("E2", 2)} and table.portals_for("gone.1") == set()
+    assert len(table._compiled) == 1, len(table._compiled)
+
+
+class _CountedPasses(dict):
+    """Entries that count the passes made over all of them."""
+    passes = 0
+
+    def items(self):
+        type(self).passes += 1
+        return super().items()
+
+    def __iter__(self):
+        type(self).passes += 1
+        return super().__iter__()
+
+
+def test_a_burst_of_new_topics_never_walks_the_whole_interest_list():
+    """A domain's receivers coming up together: each new topic asks when the next check is due.
+    Answered by a pass over every topic, a burst of N topics cost N² steps (20,000 topics: over
+    ten seconds of a worker's loop); it takes one pass however many topics come."""
+    domain = interest(periodic=300.0, timeout=3.0, max_unanswered=5)
+    domain.entries = _CountedPasses()
+    assert domain.next_due(0.0) == 60.0
+    for n in range(5000):
+        assert domain.heard(T, f"t{n}", n / 1000)
+        assert domain.next_due(n / 1000) == pytest.approx(300.0 - n / 1000)
+    assert _CountedPasses.passes <= 1
+    domain.heard(T, "t0", 6.0)                       # refreshed: t1 is the first due now
+    assert domain.tick(300.0) == ([], [])
+    assert domain.next_due(300.0) == pytest.approx(0.001)
+    domain.heard_leave(T, "t4999", 301.0)            # a leave: checked at once
+    assert domain.next_due(301.0) == 0.0
+    query, drop = domain.tick(301.0)                 # t4999, and t1..t1000 whose turn came
+    assert set(query) == {(T, f"t{n}") for n in [*range(1, 1001), 4999]} and drop == []
+    assert domain.next_due(301.0) == pytest.approx(0.001)     # t1001's turn

@@ -83,3 +83,40 @@ def test_a_peer_link_carries_each_number_once(routers, make_domain):
     # Nothing reached the far router twice: its proxy source had nothing left to drop.
     assert chain[-1].counters()[1]["transport_topic_fragments_dropped_duplicate"] == 0
     wait_for(lambda: "UMR-3001-6" in chain[0].log(), 10, message="the drop is logged")
+
+
+def test_a_source_heard_by_two_portals_of_a_router_goes_on_from_one(routers, tools, make_domain):
+    """A bridges D1-D2, C bridges D1-D4, B joins D2, D4 and D3, with receivers in D2, D4 and D3.
+    D1's source then has a copy in D2 (A's proxy source) and one in D4 (C's), and B's portals on
+    both pull the topic for D3. Only the copy that comes the way of the D1 -> D3 path goes on:
+    B's proxy source in D3 gets each message once, nothing to drop."""
+    from tests.router.test_multi_hop import converged, start
+    d1, d2, d3, d4 = make_domain(), make_domain(), make_domain(), make_domain()
+    a = start(routers, endpoint_xml("E1", 1, d1.config_path) + endpoint_xml("E2", 2, d2.config_path), "twa")
+    c = start(routers, endpoint_xml("E1", 1, d1.config_path) + endpoint_xml("E4", 4, d4.config_path), "twc")
+    b = start(routers, endpoint_xml("E2", 2, d2.config_path) + endpoint_xml("E4", 4, d4.config_path)
+              + endpoint_xml("E3", 3, d3.config_path), "twb")
+    for router in (a, b, c):
+        router.wait_ready()
+    wait_for(lambda: converged([a, b, c], 3), 30, message="route-info crossed D1, D2 and D4")
+    count, topic = 2000, "two.ways"
+    receivers = [tools.umrcv("-c", d.config_path, "--json", "-C", count, "--timeout", 120, topic)
+                 for d in (d2, d4, d3)]
+    source = tools.umsrc("-c", d1.config_path, "--json", "-M", count, "-l", 64, "-P", 5000, "--start-on-stdin",
+                         topic)
+    for receiver in receivers:
+        receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    # Both of B's portals have joined the copy of the source in their domain.
+    wait_for(lambda: all(b.counters()[i]["streams_in"] >= 1 for i in (0, 1)), 30,
+             message="B heard the source in D2 and in D4")
+    source.send_line()
+    assert source.result(120)["sent"] == count
+    for receiver in receivers:
+        got = receiver.result(120)
+        assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
+    wait_for(lambda: b.counters()[2]["transport_topic_fragments_sent"] >= count, 10,
+             message="B sent every message into D3")
+    counters = b.counters()
+    assert counters[2]["transport_topic_fragments_dropped_duplicate"] == 0, counters[2]
+    forwarded = [counters[i]["transport_topic_fragments_forwarded"] for i in (0, 1)]
+    assert sorted(forwarded) == [0, count], forwarded
