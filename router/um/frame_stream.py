@@ -39,6 +39,19 @@ def run_payloads(data: bytes, first: int, count: int, length: int) -> list[tuple
             for number, start in zip(range(first, first + count), range(_MESSAGE_SIZE, count * length, length))]
 
 
+def in_turn(subs):
+    """A topic's subscriptions (its live list) one after the other, each only if it is still
+    subscribed when its turn comes: an application's callback may close its receiver, or another
+    one, which takes it out of the list meanwhile (iterating the list itself would then skip the
+    one after it, which would lose what is being delivered without a word)."""
+    if len(subs) < 2:
+        yield from subs             # one alone leaving ends the iteration: nobody is skipped
+        return
+    for sub in tuple(subs):
+        if sub in subs:
+            yield sub
+
+
 class Subscription(Protocol):
     """What a connection delivers to: one joined source (topic index) of one receiver."""
 
@@ -86,7 +99,8 @@ class FrameStream:
         self.partials: dict[int, list[int]] = {}
         self.counters = {"frames": 0, "bytes": 0, "unknown_frames": 0, "malformed": 0,
                          "fragments": 0, "reassembled": 0, "control_frames": 0, "fragments_expired": 0,
-                         "sequence_gaps": 0, "frames_missing": 0, "gaps_waited": 0, "frames_late": 0}
+                         "sequence_gaps": 0, "frames_missing": 0, "gaps_waited": 0, "frames_late": 0,
+                         "callback_errors": 0}
         # topic index -> the sequence number its next frame should carry: a frame past it means
         # the ones between were lost (a router dropped them, or LBT-RM gave them up).
         self.next_sqns: dict[int, int] = {}
@@ -161,8 +175,11 @@ class FrameStream:
         while end - offset >= 4:
             msglen = (data[offset + 2] << 8) | data[offset + 3]
             if msglen < 4:
+                # Nothing after a broken length can be framed: the stream ends (_malformed), once
+                # the whole frames before it, the source's messages, are delivered.
                 self._malformed(f"frame length {msglen}")
-                return end
+                offset = end
+                break
             if end - offset < msglen:
                 break
             ver_type, next_hdr = data[offset], data[offset + 1]
@@ -171,7 +188,8 @@ class FrameStream:
                 if tidx in raw_indexes:
                     if next_hdr == NHDR_FRAG and msglen < _MESSAGE_SIZE + _FRAG_SIZE:
                         self._malformed("fragment shorter than its headers")
-                        return end
+                        offset = end            # as a broken length: what came before still goes on
+                        break
                     is_request = next_hdr == NHDR_REQUEST
                     run = raw_spans.get(tidx)      # [start, end, frames, longest, earlier runs, has requests]
                     if is_request and not self._valid_request(data, offset, msglen):
@@ -253,37 +271,42 @@ class FrameStream:
             if requested is not None and tidx in requested:
                 self._deliver_with_requests(batch, subscriptions.get(tidx, ()))
                 continue
-            for sub in subscriptions.get(tidx, ()):
-                sub.on_batch(batch)
+            self._tell(subscriptions.get(tidx, ()), "on_batch", batch)
         for tidx, (start, stop, count, longest, earlier, has_requests) in raw_spans.items():
             frames = view[start:stop] if earlier is None else b"".join(earlier) + view[start:stop]
-            for sub in subscriptions.get(tidx, ()):
-                if has_requests:
-                    sub.on_request_frames(frames, count, longest)
-                else:
-                    sub.on_frames(frames, count, longest)
+            self._tell(subscriptions.get(tidx, ()), "on_request_frames" if has_requests else "on_frames",
+                       frames, count, longest)
         if raw_told is not None:                # after the frames of this read they follow
             for tidx, sqn in raw_told:
-                for sub in subscriptions.get(tidx, ()):
-                    sub.on_sequence_info(sqn)
+                self._tell(subscriptions.get(tidx, ()), "on_sequence_info", sqn)
         return offset
 
-    @staticmethod
-    def _deliver_with_requests(batch: list, subs) -> None:
+    def _tell(self, subs, what: str, *args) -> None:
+        """Call `what(*args)` of each of a topic's subscriptions still subscribed when its turn
+        comes (in_turn). What one raises (an application callback's own bug) is logged, counted
+        as callback_errors and stays its own: the others are still told, and the stream goes on
+        from what it has read (else the rest of the read would never be delivered to anyone)."""
+        for sub in in_turn(subs):
+            try:
+                getattr(sub, what)(*args)
+            except Exception:
+                count = self.counters["callback_errors"] = self.counters["callback_errors"] + 1
+                if not count & (count - 1):     # the 1st, 2nd, 4th ...: one always failing floods no log
+                    log.exception("%s: a receiver's %s failed (%d so far); the stream goes on",
+                                  self.description, what, count)
+
+    def _deliver_with_requests(self, batch: list, subs) -> None:
         """A batch with requests in it ((sqn, payload, origin) entries): the messages before each
         request as one batch, then the request, so the application sees the source's order."""
         start = 0
         for position, entry in enumerate(batch):
             if len(entry) == 3:
-                for sub in subs:
-                    if position > start:
-                        sub.on_batch(batch[start:position])
-                    sub.on_request(*entry)
+                if position > start:
+                    self._tell(subs, "on_batch", batch[start:position])
+                self._tell(subs, "on_request", *entry)
                 start = position + 1
         if start < len(batch):
-            rest = batch[start:]
-            for sub in subs:
-                sub.on_batch(rest)
+            self._tell(subs, "on_batch", batch[start:])
 
     def _in_sequence(self, tidx: int, sqn: int, batches: dict) -> bool:
         """A frame whose sequence number is not the next one of its topic index: the first one
@@ -365,8 +388,7 @@ class FrameStream:
     def _declare_lost(self, tidx: int, first: int, count: int, subs) -> None:
         self.counters["sequence_gaps"] += 1
         self.counters["frames_missing"] += count
-        for sub in subs:
-            sub.on_gap(first, count)
+        self._tell(subs, "on_gap", first, count)
 
     def _settle_windows(self, batches: dict) -> None:
         """After a read: what the topics waiting out a gap got joins their held messages; what is
@@ -443,8 +465,7 @@ class FrameStream:
         count = equal_frames(data, 0, end, length)
         if count:
             frames = view[:count * length]
-            for sub in self.subscriptions.get(tidx, ()):
-                sub.on_frames(frames, count, length)
+            self._tell(self.subscriptions.get(tidx, ()), "on_frames", frames, count, length)
         return count, count * length
 
     def _uniform_batch(self, data: bytes, end: int) -> tuple[int, int]:
@@ -465,8 +486,7 @@ class FrameStream:
             return 0, 0
         count = consecutive_sequence_numbers(data, count, length, sqn)
         self.next_sqns[tidx] = sqn + count        # unmasked, as a run's next number is kept
-        for sub in tuple(self.subscriptions[tidx]):     # one may leave from its callback
-            sub.on_run(data, sqn, count, length)
+        self._tell(self.subscriptions[tidx], "on_run", data, sqn, count, length)
         return count, count * length
 
     def _fragment(self, data: bytes, header: int, end: int, tidx: int, subs):
@@ -555,8 +575,7 @@ class FrameStream:
         subscriptions, self.subscriptions = self.subscriptions, {}
         if notify:
             for subs in subscriptions.values():
-                for sub in list(subs):
-                    sub.on_eos()
+                self._tell(list(subs), "on_eos")
         self.on_closed(self)
 
     def _close_transport(self) -> None:

@@ -58,6 +58,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+_TEXT_FIELDS = frozenset({"transport"})       # every other value is a counter
+
+
 class MonitoringError(ValueError):
     """A monitoring setting this library cannot honour."""
 
@@ -163,8 +166,17 @@ def decode(data: bytes, separator: str = ",") -> dict:
     names = FIELDS[fields[1]]
     if len(fields) != 5 + len(names):
         raise MonitoringError(f"a {fields[1]} record has {len(fields) - 5} values, not {len(names)}")
-    values = {name: (int(value) if value.lstrip("-").isdigit() else value) for name, value in zip(names, fields[5:])}
-    return {"type": fields[1], "application_id": fields[2], "time_ms": int(fields[3]), "object": fields[4], **values}
+    values = {name: value if name in _TEXT_FIELDS else _number(fields[1], name, value)
+              for name, value in zip(names, fields[5:])}
+    return {"type": fields[1], "application_id": fields[2], "time_ms": _number(fields[1], "time", fields[3]),
+            "object": fields[4], **values}
+
+
+def _number(record_type: str, name: str, value: str) -> int:
+    """A record's counter or time: a decimal integer, else the record is not one of ours."""
+    if value.isascii() and value.lstrip("-").isdigit() and value.count("-") <= 1:
+        return int(value)
+    raise MonitoringError(f"a {record_type} record's {name} is not a number: {value[:40]!r}")
 
 
 class StatisticsPublisher:
@@ -184,7 +196,11 @@ class StatisticsPublisher:
         self.monitored = monitored
         self.application_ids = application_ids or {settings_.application_id: tuple(FIELDS)}
         self.context = Context(config=config, loop=monitored.loop)
-        self.source = self.context.source(settings_.topic)
+        # Publishing runs on the monitored context's loop: a statistics receiver that stops
+        # reading must neither hold that loop (a blocking send waits for it to drain) nor make
+        # its queue grow for good. What it does not take is dropped past the session's queue
+        # limit and counted (dropped_would_block): statistics are worth less than the context.
+        self.source = self.context.source(settings_.topic, overflow="drop")
         self.published = self.failed = 0
         self._timer = monitored.loop.call_every(settings_.interval, self.publish)
 

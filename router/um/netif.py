@@ -1,29 +1,60 @@
 """Turning UM interface specifications (an address, a CIDR network or an interface's name, as UM
-takes them) into a local IPv4 address."""
+takes them) into a local IPv4 address.
+
+Every IPv4 address of every interface counts (getifaddrs, as UM looks them up): an interface may
+carry several (a second network, a service address added to it), and a network names the one of
+them inside it, whichever of the interface's addresses that is."""
 from __future__ import annotations
 
-import fcntl
+import ctypes
 import ipaddress
+import os
 import socket
-import struct
 
-_SIOCGIFADDR = 0x8915
+
+class _Sockaddr(ctypes.Structure):
+    _fields_ = [("family", ctypes.c_ushort), ("data", ctypes.c_ubyte * 14)]     # sockaddr_in: port, address
+
+
+class _Ifaddrs(ctypes.Structure):
+    pass
+
+
+_Ifaddrs._fields_ = [("next", ctypes.POINTER(_Ifaddrs)), ("name", ctypes.c_char_p), ("flags", ctypes.c_uint),
+                     ("addr", ctypes.POINTER(_Sockaddr)), ("netmask", ctypes.POINTER(_Sockaddr)),
+                     ("broadcast_or_peer", ctypes.c_void_p), ("data", ctypes.c_void_p)]
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.getifaddrs.argtypes = [ctypes.POINTER(ctypes.POINTER(_Ifaddrs))]
+_libc.freeifaddrs.argtypes = [ctypes.POINTER(_Ifaddrs)]
+
+
+def interface_addresses() -> list[tuple[str, str]]:
+    """(interface name, IPv4 address) for every IPv4 address of every interface, in the order the
+    kernel lists them (an interface's first address first)."""
+    head = ctypes.POINTER(_Ifaddrs)()
+    if _libc.getifaddrs(ctypes.byref(head)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"cannot list this host's interfaces: {os.strerror(code)}")
+    found = []
+    try:
+        entry = head
+        while entry:
+            item = entry.contents
+            if item.addr and item.addr.contents.family == socket.AF_INET:
+                address = socket.inet_ntoa(bytes(item.addr.contents.data[2:6]))
+                found.append((item.name.decode(errors="replace"), address))
+            entry = item.next
+    finally:
+        _libc.freeifaddrs(head)
+    return found
 
 
 def local_addresses() -> dict[str, str]:
-    """Interface name -> IPv4 address, for every interface that has one."""
+    """Interface name -> its (first) IPv4 address, for every interface that has one."""
     found: dict[str, str] = {}
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        for _, name in socket.if_nameindex():
-            request = struct.pack("256s", name.encode()[:15])
-            try:
-                reply = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
-            except OSError:
-                continue
-            found[name] = socket.inet_ntoa(reply[20:24])
-    finally:
-        probe.close()
+    for name, address in interface_addresses():
+        found.setdefault(name, address)
     return found
 
 
@@ -41,7 +72,7 @@ def resolve_interface(spec: str) -> str:
             raise ValueError(f"no interface named '{spec}' with an IPv4 address on this host")
         return address
     network = ipaddress.IPv4Network(spec, strict=False)
-    for address in local_addresses().values():
+    for _, address in interface_addresses():
         if ipaddress.IPv4Address(address) in network:
             return address
     raise ValueError(f"no local interface has an address in {spec}")

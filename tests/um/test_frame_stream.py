@@ -166,3 +166,59 @@ def test_a_read_of_equal_frames_in_sequence_is_one_batch_and_a_jump_after_it_is_
     assert sub.messages[50] == (59, bytes([59]) * 52)
     assert sub.gaps == [(110, 5)]
     assert stream.counters["frames"] == 102
+
+
+class _Loop:
+    """What a stream asks of its loop: callbacks for later, run by the test."""
+
+    def __init__(self):
+        self.later = []
+
+    def call_later(self, delay, callback, *args):
+        self.later.append((callback, args))
+
+    def run_later(self):
+        while self.later:
+            callback, args = self.later.pop(0)
+            callback(*args)
+
+
+class _Ending(_Messages):
+    def __init__(self):
+        super().__init__()
+        self.ended = False
+
+    def on_eos(self):
+        self.ended = True
+
+
+def _corrupt_after_good_frames(corruption: bytes, raw: bool):
+    loop = _Loop()
+    closed = []
+    stream = _Stream(loop, ("test",), closed.append)
+    sub = _Raw() if raw else _Ending()
+    stream.subscribe(1, sub)
+    good = [frame(1, n, 20 + n) for n in range(5)]          # lengths vary: walked frame by frame
+    stream._parse(b"".join(good) + corruption + frame(1, 5, 30))
+    return stream, sub, loop, closed, good
+
+
+def test_the_messages_before_a_frame_of_length_zero_are_delivered_then_the_stream_ends():
+    """A stream whose framing breaks (a frame saying it is 0 bytes long) cannot be read further:
+    it is counted and ends, and the subscription gets its end; but the whole frames it brought
+    before the break are the source's messages and are delivered first."""
+    stream, sub, loop, closed, _ = _corrupt_after_good_frames(b"\x02\x00\x00\x00" + b"\xff" * 40, raw=False)
+    assert [sqn for sqn, _ in sub.messages] == [0, 1, 2, 3, 4]
+    assert sub.messages[4] == (4, bytes([4]) * 12)
+    assert stream.counters["malformed"] == 1
+    loop.run_later()
+    assert sub.ended and closed == [stream]
+
+
+def test_a_routers_frames_before_a_broken_fragment_go_on_before_the_stream_ends():
+    """The same for a router's proxy receiver: a FRAG frame too short for its headers breaks the
+    stream; the frames before it are forwarded."""
+    broken = MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_FRAG, 16, 1, 5) + b"\x00" * 4
+    stream, sub, loop, closed, good = _corrupt_after_good_frames(broken, raw=True)
+    assert (bytes(sub.frames), sub.count) == (b"".join(good), 5)
+    assert stream.counters["malformed"] == 1

@@ -1,5 +1,9 @@
 """UM interface options as UM takes them: an address, a CIDR network or an interface's name, each
 turned into this host's address where a socket is opened (LBT-RU's interface included)."""
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from router.um.config import ConfigError, UMConfig
@@ -42,3 +46,28 @@ def test_lbtru_on_an_interface_network_and_resolution_on_an_interface_name(tmp_p
         source.flush()
         wait_for(lambda: len(got) == 20, 10, message="every message")
     assert got == [b"%03d" % n for n in range(20)]
+
+
+def _resolved_in_a_network_namespace(setup: list[str], specs: list[str]) -> list[str]:
+    """What resolve_interface makes of each spec in a network namespace of its own (nothing on this
+    host changes) after the `ip` commands of `setup`: an address, or the error's text."""
+    script = ("import sys\nfrom router.um.netif import resolve_interface\n"
+              "for spec in sys.argv[1:]:\n"
+              "    try:\n        print(resolve_interface(spec))\n"
+              "    except ValueError as err:\n        print('error:', err)\n")
+    commands = " && ".join(["ip link set lo up", *(f"ip {command}" for command in setup),
+                            f"{sys.executable} -c \"$0\" \"$@\""])
+    done = subprocess.run(["unshare", "-n", "sh", "-c", commands, script, *specs], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_a_network_matches_any_address_of_an_interface_not_only_its_first():
+    """A host whose interface carries several addresses (a second network, a service address
+    added to it): a network names the one of them inside it, as UM finds it among all the
+    host's addresses."""
+    found = _resolved_in_a_network_namespace(["addr add 10.77.1.5/24 dev lo", "addr add 127.0.0.9/8 dev lo"],
+                                             ["10.77.1.0/24", "127.0.0.0/8", "lo", "10.78.0.0/16"])
+    assert found[:3] == ["10.77.1.5", "127.0.0.1", "127.0.0.1"]        # a name: the interface's first
+    assert found[3] == "error: no local interface has an address in 10.78.0.0/16"

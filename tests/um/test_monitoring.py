@@ -1,5 +1,7 @@
 """UM automatic monitoring (router.um.monitoring): settings, the csv records, a context publishing its
 statistics over real loopback traffic, and `ummon` printing them."""
+import json
+import socket
 import threading
 
 import pytest
@@ -135,3 +137,78 @@ def test_lbtru_loss_repair_is_in_the_transport_statistics(domain, monkeypatch):
     assert receiving["naks_sent"] > 0 and receiving["retransmissions_rcved"] > 0 and receiving["lost"] == 0, receiving
     assert sending["transport"] == "lbtru" and sending["num_clients"] == 1 and sending["naks_rcved"] > 0, sending
 
+
+
+def test_ummon_reports_malformed_statistics_and_goes_on(tools, domain):
+    """Records a monitoring receiver cannot read (a time that is no number, a counter that is
+    none) are said on standard error and counted (ummon then exits 1), never a traceback; the
+    good record after them is printed."""
+    watcher = tools.start("router.cli.ummon", "-c", domain.config_path, "--json", "-C", 1, "--timeout", 30)
+    watcher.wait_for_stderr("ummon: subscribed", 30)
+    context_values = ",".join(["0"] * len(monitoring.FIELDS["context"]))
+    bad_time = f"1,context,app,soon,ctx,{context_values}".encode()
+    bad_counter = f"1,context,app,12,ctx,--5,{context_values[2:]}".encode()
+    good = monitoring.encode("context", "app", "ctx", [7] * len(monitoring.FIELDS["context"]), when_ms=12)
+    with Context(**domain.overrides()) as publisher:
+        source = publisher.source(monitoring.DEFAULT_TOPIC)
+        wait_for(lambda: source.receiver_count == 1, 10, message="ummon joined")
+        for data in (bad_time, bad_counter, good):
+            source.send(data)
+        source.flush()
+        watcher.proc.wait(30)
+    assert watcher.proc.returncode == 1, watcher.stderr
+    assert watcher.stderr.count("ummon: ") == 3, watcher.stderr        # subscribed, and each bad record
+    assert "time" in watcher.stderr and "tr_dgrams_sent" in watcher.stderr
+    printed = [json.loads(line) for line in watcher.stdout_lines if line.startswith("{")]
+    assert printed == [monitoring.decode(good)]
+
+
+def test_a_record_with_a_counter_that_is_no_number_is_refused():
+    names = monitoring.FIELDS["source"]
+    values = ["tcp", "2", "x1000"] + ["0"] * (len(names) - 3)
+    with pytest.raises(monitoring.MonitoringError, match="bytes_sent"):
+        monitoring.decode(("1,source,app,12,TCP:x," + ",".join(values)).encode())
+    with pytest.raises(monitoring.MonitoringError, match="time"):
+        monitoring.decode(("1,source,app,²,TCP:x,tcp," + ",".join(["0"] * (len(names) - 1))).encode())
+
+
+def test_a_stalled_statistics_receiver_neither_stops_the_monitored_context_nor_grows_its_memory(domain):
+    """A monitoring receiver that stopped reading (a suspended ummon, a hung collector): the
+    context publishing its statistics keeps running (publishing is on its loop, which its own
+    receivers and sources need) and what the receiver does not take is dropped and counted
+    beyond the session's queue limit."""
+    with Context(**domain.overrides(), monitor_interval=3600, monitor_appid="a" * 4000) as watched:
+        monitor = watched.monitor
+        session = monitor.source.session
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect(("127.0.0.1", session.port))
+        published = threading.Event()
+        stop_draining = threading.Event()
+
+        def publish_often():                # about 16 MB of 4 KB records: past the 8 MB queue
+            for _ in range(4000):
+                monitor.publish()
+            published.set()
+
+        def drain():                        # only once the test has looked: lets a blocked loop go
+            stop_draining.wait()
+            stalled.settimeout(0.2)
+            while not published.is_set():
+                try:
+                    stalled.recv(1 << 20)
+                except (socket.timeout, OSError):
+                    pass
+
+        drainer = threading.Thread(target=drain, daemon=True)
+        drainer.start()
+        try:
+            wait_for(lambda: session.receiver_count == 1, 10, message="the statistics receiver connected")
+            watched.loop.call_soon_threadsafe(publish_often)
+            wait_for(published.is_set, 60, message="4000 publications while the receiver reads nothing")
+            assert session.queued_bytes() <= 8 * 1024 * 1024
+            assert session.counters["dropped_would_block_bytes"] > 0
+        finally:
+            stop_draining.set()
+            drainer.join(120)
+            stalled.close()
