@@ -50,6 +50,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "queue-flushed": ("UMR-3001-8", logging.INFO),              # the DRO's Gwd-6945-3
     "drops-ended": ("UMR-3001-9", logging.INFO),                # a drop episode's queue drained
     "ring-lapped": ("UMR-3002-2", logging.ERROR),               # records overwritten before they were sent
+    "ring-missed": ("UMR-3002-3", logging.WARNING),             # records for a portal while its worker was down
     "malformed-input": ("UMR-3003-1", logging.WARNING),
     "pattern-invalid": ("UMR-3003-2", logging.WARNING),
     "request-port-unavailable": ("UMR-3004-1", logging.WARNING),

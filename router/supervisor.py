@@ -104,6 +104,9 @@ class Supervisor:
         self.workers: dict[str, Worker] = {}
         self.free_indexes = list(range(MAX_PORTALS))      # the lowest free one is taken (ring slots)
         self.retiring: list[tuple[Worker, float]] = []     # removed portals' processes not yet exited
+        # What the portals a reload removed had counted, summed: router-wide totals (the web
+        # monitor's unknown fragments) go on from there instead of going back.
+        self.removed_portals_counters = PortalCounters()
         self.runtime = runtime_dir()
         self.zmq = zmq.Context()
         self.hub = BusHub(self.zmq, *bus_endpoints(self.name, self.pid, self.runtime), self.loop)
@@ -526,6 +529,7 @@ class Supervisor:
         last = PortalCounters()
         last.values[:] = worker.counters.values
         worker.counters = last
+        self.removed_portals_counters.values[:] += last.values
         worker.segment.close()
         if worker.process is None:
             self.free_indexes.append(worker.index)

@@ -37,8 +37,21 @@ def describe(stats: DataFrame, location: str | Path) -> dict:
                     F.unix_micros(F.min("ts")).alias("first_us"),
                     F.unix_micros(F.max("ts")).alias("last_us")).first()
     if not row["rows"]:
-        raise NoStatistics(f"no statistics rows under {location}: is <monitor interval> set and "
-                           "<format-module module=\"parquet\"> selected in the router's <daemon>?")
+        raise NoStatistics(_why_no_rows(str(location)))
     facts = row.asDict()
     facts["span_s"] = (facts["last_us"] - facts["first_us"]) / 1e6
     return facts
+
+
+def _why_no_rows(location: str) -> str:
+    """A router younger than its first rotation has written rows, all in the hidden part it is
+    still growing (readers skip it until it is published): say so, rather than that statistics
+    look switched off."""
+    growing = [] if "://" in location else sorted(Path(location).rglob(".part-*.parquet.open"))
+    if growing:
+        return (f"no statistics rows under {location}: {len(growing)} part(s) are still being written, not "
+                f"published yet ({growing[0]}{', ...' if len(growing) > 1 else ''}); a part is published when it "
+                "rotates (<format-module module=\"parquet\"> option rotate_minutes, default 60: on the UTC hour) "
+                "or when the router stops")
+    return (f"no statistics rows under {location}: is <monitor interval> set and "
+            "<format-module module=\"parquet\"> selected in the router's <daemon>?")

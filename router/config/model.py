@@ -349,6 +349,7 @@ class GatewayConfig:
     daemon: DaemonConfig
     portals: list[EndpointConfig | PeerConfig]
     path: Path
+    text: str | None = field(default=None, repr=False, compare=False)    # the file as read: what runs
 
     @property
     def endpoints(self) -> list[EndpointConfig]:

@@ -41,7 +41,7 @@ def build_gateway(source: XmlFile) -> GatewayConfig:
     for element in children(reader.child(root, "portals")):
         portals.append(build_endpoint(reader, element) if element.tag == "endpoint"
                        else build_peer(reader, element))
-    return GatewayConfig(daemon=daemon, portals=portals, path=path)
+    return GatewayConfig(daemon=daemon, portals=portals, path=path, text=source.text)
 
 
 def load_gateway_config(path: str | Path) -> GatewayConfig:

@@ -248,6 +248,7 @@ class RingProducer(_RingView):
             full_fence()  # the park flag must be visible before we look at the heads again
             if self._refresh_limit(position + padding + size):
                 store_release(self._slots, _PRODUCER_PARK, 0)
+                self._blocked = False        # room again: the next time the ring is full is a new event
                 return True
             if self._wakeups is not None:
                 self._wake_parked_consumers(0, force=True)

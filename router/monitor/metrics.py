@@ -75,8 +75,9 @@ class RouterCollector:
                                   labels=["router", "map"])
         for kind, size in views.map_sizes(supervisor).items():
             sizes.add_metric([supervisor.name, kind], size)
-        unknown = views.unknown_fragments(stats)
-        fragments = CounterMetricFamily(PREFIX + "unknown_fragments", "fragments from unknown sources, all portals",
+        unknown = views.unknown_fragments(supervisor, stats)
+        fragments = CounterMetricFamily(PREFIX + "unknown_fragments",
+                                        "fragments from unknown sources, all portals (removed ones included)",
                                         labels=["router"])
         fragments.add_metric([supervisor.name], unknown["fragments"])
         return info, sizes, fragments

@@ -9,7 +9,6 @@ Every figure comes from router/monitor/views.py, as `routerctl stats` does.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from urllib.parse import quote
 
 from router.monitor import views
@@ -27,7 +26,7 @@ def main_page(supervisor) -> dict:
     stats = views.portal_stats(supervisor)
     status = supervisor.status()
     return {**views.identity(supervisor), "pid": status["pid"], "uptime_s": status["uptime_s"],
-            "topic_map": views.map_sizes(supervisor), "unknown_fragments": views.unknown_fragments(stats),
+            "topic_map": views.map_sizes(supervisor), "unknown_fragments": views.unknown_fragments(supervisor, stats),
             "portal_count": len(status["portals"]),
             "links": [{"title": title, "href": href} for title, href in LINKS]}
 
@@ -93,19 +92,11 @@ def path_page(supervisor, query: dict[str, list[str]]) -> dict:
     return page
 
 
-class ConfigText:
-    """The configuration the router runs, as text: read again only when a reload swapped the
-    configuration, so an edited-but-not-reloaded file is not shown as if it were running."""
-
-    def __init__(self):
-        self.config = None
-        self.text = ""
-
-    def page(self, supervisor) -> dict:
-        if supervisor.config is not self.config:
-            self.config = supervisor.config
-            try:
-                self.text = Path(supervisor.config.path).read_text(errors="replace")
-            except OSError as err:
-                self.text = f"<!-- cannot read {supervisor.config.path}: {err.strerror} -->"
-        return {"router": supervisor.name, "path": str(supervisor.config.path), "xml": self.text}
+def config_page(supervisor) -> dict:
+    """The configuration the router runs, as text: the file as it was read at start or at the
+    last reload (the loader keeps it), so an edited-but-not-reloaded file is not shown as if it
+    were running."""
+    config = supervisor.config
+    text = config.text if config.text is not None else \
+        f"<!-- the text of {config.path} was not kept when it was read -->"
+    return {"router": supervisor.name, "path": str(config.path), "xml": text}

@@ -10,7 +10,8 @@ Options (`options="k=v;k=v"`): `dir` (default: see `default_directory`); rotatio
 part file: `rotate_minutes` (default 60, how late the newest rows become visible to readers),
 `max_rows` (default 10000) and `max_mb` (default 64); `retain_days` (default 90; 0 keeps
 everything): date directories older than that many days, today counted, are removed at start and
-as each UTC day begins, so a router left running for months does not fill its disk.
+as each UTC day begins (one that failed is tried again every PRUNE_RETRY_INTERVAL), so a router
+left running for months does not fill its disk.
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 
 FLUSH_TIMEOUT = 10.0          # at shutdown, for the last interval to reach the disk
 RETAIN_DAYS = 90              # a quarter's history for spark_pipeline, a bounded disk
+# After a removal of old statistics failed (an I/O error, a file that cannot be unlinked for now):
+# soon enough that a passing fault does not leave them for a day, seldom enough not to flood the log.
+PRUNE_RETRY_INTERVAL = dt.timedelta(minutes=10)
 SYSTEM_DIRECTORY = Path("/var/lib/umrouter/stats")
 
 
@@ -96,6 +100,8 @@ class ParquetSink:
         self.router, self.workers, self.root, self.clock = router, workers, Path(root), clock
         self.retain_days = retain_days
         self.pruned_for: dt.date | None = None    # the UTC day old statistics were last removed for
+        self.pruning = False                      # a removal is queued on the writer's thread
+        self.prune_retry_at: dt.datetime | None = None    # after a failed one
         self.dates_removed = 0
         self.schema = stats_schema.arrow_schema()
         self.writer = BackgroundWriter(self.schema)
@@ -127,19 +133,35 @@ class ParquetSink:
             log.exception("statistics interval skipped")
 
     def _prune_when_the_day_begins(self, now: dt.datetime) -> None:
+        """Once per UTC day; a day whose removal failed is tried again after PRUNE_RETRY_INTERVAL."""
         today = now.astimezone(dt.timezone.utc).date()
-        if self.retain_days > 0 and today != self.pruned_for:
-            self.pruned_for = today
-            self.writer.call(lambda: self._prune(today))
+        if self.retain_days <= 0 or today == self.pruned_for or self.pruning:
+            return
+        if self.prune_retry_at is not None and now < self.prune_retry_at:
+            return
+        self.pruning = True
+        self.writer.call(lambda: self._prune(today, now))
 
-    def _prune(self, today: dt.date) -> None:
+    def _prune(self, today: dt.date, now: dt.datetime) -> None:
         """On the writer's thread: remove the date directories older than `retain_days`."""
+        try:
+            self._remove_expired(today)
+        except OSError:
+            self.prune_retry_at = now + PRUNE_RETRY_INTERVAL
+            raise
+        else:
+            self.pruned_for, self.prune_retry_at = today, None
+        finally:
+            self.pruning = False
+
+    def _remove_expired(self, today: dt.date) -> None:
         for directory in expired_dates(self.root, self.router, today, self.retain_days):
             try:
                 files = remove_date(directory)
             except OSError as err:
+                minutes = PRUNE_RETRY_INTERVAL.total_seconds() / 60
                 raise OSError(f"cannot remove {directory} (older than retain_days={self.retain_days}): "
-                              f"{err}") from None
+                              f"{err}; trying again in {minutes:.0f} minutes") from None
             if not files:           # only what is not ours is left there: said once already
                 continue
             self.dates_removed += 1

@@ -206,6 +206,8 @@ def _worker(*more: tuple[str, str]) -> Section:
         ("Malformed ring records (ignored)", "ring_records_malformed"),
         ("Times the worker was lapped in a ring (records overwritten)", "ring_laps"),
         ("Bytes of records overwritten before they were sent", "ring_bytes_lapped"),
+        ("Records for the portal while its worker was down (not sent)", "ring_records_missed_while_down"),
+        ("Bytes of records for the portal while its worker was down", "ring_record_bytes_missed_while_down"),
         ("Malformed control bus messages (ignored)", "bus_messages_malformed"),
         *more,
     ), paired=False)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from router.monitor.counters import COUNTER_NAMES
 
-SCHEMA_VERSION = "13"           # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
+SCHEMA_VERSION = "14"           # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
                                 # 3: multicast immediate message counters (IMMEDIATE_COUNTERS)
                                 # 4: a peer link's UDP data path (UDP_PEER_COUNTERS)
                                 # 5: late join relayed to the origin (LATE_JOIN_COUNTERS)
@@ -27,6 +27,8 @@ SCHEMA_VERSION = "13"           # 2: request/response counters (monitor/counters
                                 # 12: records lost to a producer writing past a dead-judged worker (LAPPED_COUNTERS),
                                 #     route-info a router on a shared domain did not read (ROUTE_INFO_DROP_COUNTERS)
                                 # 13: relayed late-join requests no origin answered (LATE_JOIN_UNANSWERED_COUNTERS)
+                                # 14: records a restarted worker found addressed to it while it was down
+                                #     (MISSED_WHILE_DOWN_COUNTERS)
 METADATA_KEY = b"umrouter.stats.schema_version"
 COUNTERS_METADATA_KEY = b"umrouter.stats.counters"
 

@@ -110,10 +110,16 @@ def map_sizes(supervisor) -> dict[str, int]:
     return sizes
 
 
-def unknown_fragments(stats: dict[str, dict[str, int]]) -> dict[str, int]:
-    """Fragments that arrived for a source the router did not know, over all portals."""
-    return {"fragments": sum(c.get("transport_topic_fragments_rcvd_unknown", 0) for c in stats.values()),
-            "bytes": sum(c.get("transport_topic_fragment_bytes_rcvd_unknown", 0) for c in stats.values())}
+def unknown_fragments(supervisor, stats: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Fragments that arrived for a source the router did not know, over all portals since the
+    router started, those a reload removed included: a total that went back when a portal went
+    would read as a restart to Prometheus (rate() would count it all again)."""
+    removed = supervisor.removed_portals_counters
+    totals = {}
+    for key, counter in (("fragments", "transport_topic_fragments_rcvd_unknown"),
+                         ("bytes", "transport_topic_fragment_bytes_rcvd_unknown")):
+        totals[key] = removed.get(counter) + sum(c.get(counter, 0) for c in stats.values())
+    return totals
 
 
 def topology(supervisor) -> dict:

@@ -39,7 +39,6 @@ class WebMonitor:
     def __init__(self, supervisor, host: str, port: int):
         self.supervisor = supervisor
         self.registry = metrics.registry_for(supervisor)
-        self.config_text = pages.ConfigText()
         self.server = HttpServer(supervisor.loop, host, port, self.handle)
         self.address = self.server.address
         self.pages = {
@@ -47,7 +46,7 @@ class WebMonitor:
             "/portals": (lambda: pages.portals_page(self.supervisor), html.portals),
             "/topology": (lambda: pages.topology_page(self.supervisor), html.topology),
             "/memory": (lambda: pages.memory_page(self.supervisor), html.memory),
-            "/config": (lambda: self.config_text.page(self.supervisor), html.config),
+            "/config": (lambda: pages.config_page(self.supervisor), html.config),
         }
         log.info("web monitor at http://%s:%d/", *self.address[:2])
 

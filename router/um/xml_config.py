@@ -47,6 +47,9 @@ class XmlFile:
         # A hash of the bytes parsed, per local file: what this tree says is what that content says,
         # whatever the file holds by the time someone looks at it again.
         self.digests: dict[str, str] = {}
+        # The file's own text as parsed (None when fetched by address): what runs, shown as such
+        # however the file is edited afterwards.
+        self.text: str | None = None
         self.root = self._parse(Path(path), self.path).getroot()
         self._expand(self.root, Path(path), (str(Path(path).resolve()),))
 
@@ -55,6 +58,8 @@ class XmlFile:
         tree, data = _parse(path)
         if data is not None:
             self.digests[name] = _hash(data)
+            if name == self.path:
+                self.text = data.decode(errors="replace")
         return tree
 
     def changed(self) -> bool:

@@ -122,8 +122,11 @@ class DataPathSpec:
 
 
 class DataPath:
-    def __init__(self, spec: DataPathSpec, index: int, loop, counters):
+    def __init__(self, spec: DataPathSpec, index: int, loop, counters, restarted: bool = False):
+        """`restarted`: an earlier worker of this portal ran (it died, or a reload restarted it):
+        what was addressed to the portal in the rings since it last read them is counted."""
         self.rings = spec.rings
+        self._restarted = restarted
         self._names = {i: name for name, i in spec.portal_indexes.items()}
         self.index = index
         self.loop = loop
@@ -175,9 +178,40 @@ class DataPath:
                 # Its portal was removed (a reload) after the news of it was sent: nothing to read.
                 log.warning("portal %d: ring %d is gone (its portal was removed); not read", self.index, ring)
                 return
-            self.consumers[ring] = RingConsumer(memory, self.index, wakeups=self.rings.wakeups(ring))
+            # A restarted worker takes up where its predecessor left the ring, to count what it missed.
+            consumer = RingConsumer(memory, self.index, wakeups=self.rings.wakeups(ring), resume=self._restarted)
+            self.consumers[ring] = consumer
+            if self._restarted:
+                self._skip_missed(ring, consumer)
             # Producers wake only parked consumers: read (and park on) the new ring too.
             self.loop.call_later(0, self._woken)
+
+    def _skip_missed(self, ring: int, consumer: RingConsumer) -> None:
+        """Skip, counted and logged, the records addressed to this portal that no worker of it read
+        (from where the predecessor stopped to the tail now). They are not sent: the streams,
+        proxies and requests they belong to went with the predecessor, and the record it may have
+        died on must not kill this worker too. Overwritten ones (the producer judged the dead
+        worker so and wrote on) count as lapped."""
+        missed = [0, 0]
+
+        def count(record_type: int, payload) -> None:
+            missed[0] += 1
+            missed[1] += len(payload)
+        try:
+            consumer.read_batch(count, 1 << 62)       # up to the tail as it is now, in one pass
+        except ConsumerLapped as err:
+            self.counters.add("ring_laps")
+            self.counters.add("ring_bytes_lapped", err.bytes_lost)
+            event("ring-lapped", f"{err.bytes_lost} bytes of records from portal {self._name_of(ring)} were "
+                                 f"overwritten while this portal's worker was down ({err}); they are lost",
+                  self._name_of(self.index))
+            return
+        if missed[0]:
+            self.counters.add_pair("ring_records_missed_while_down", "ring_record_bytes_missed_while_down",
+                                   missed[0], missed[1])
+            event("ring-missed", f"{missed[0]} records ({missed[1]} bytes) from portal {self._name_of(ring)} "
+                                 "came for this portal while its worker was down; not sent",
+                  self._name_of(self.index))
 
     def detach(self, ring: int) -> None:
         """Its portal was removed: stop reading its ring and unmap it. The worker maps every ring

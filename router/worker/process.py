@@ -103,10 +103,13 @@ def _run(specs: list[WorkerSpec]) -> int:
     for spec in specs:
         # Segments were mapped by the supervisor before the fork: the child has them already.
         counters = PortalCounters(spec.counters_segment.memory[:SEGMENT_BYTES])
+        # The segment is the portal's: a start time in it says an earlier worker of this portal
+        # took its place in the rings (it died, or a reload restarted it), and left its heads there.
+        restarted = counters.get("worker_started_ns") != 0
         counters.set("worker_pid", os.getpid())
-        counters.set("worker_started_ns", time.time_ns())
         try:
-            datapath = DataPath(spec.datapath, spec.index, loop, counters)
+            datapath = DataPath(spec.datapath, spec.index, loop, counters, restarted=restarted)
+            counters.set("worker_started_ns", time.time_ns())     # set once the rings are attached
             portal = _make_portal(spec, loop, datapath, counters)
         except Exception as err:
             log.exception("portal %s cannot start: %s", spec.portal.name, err)

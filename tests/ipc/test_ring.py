@@ -53,6 +53,21 @@ def test_producer_never_overwrites_what_the_slowest_consumer_has_not_read(make_r
     assert producer.counters().blocked_events == 1
 
 
+def test_every_time_the_ring_fills_is_a_blocked_event_also_after_waiting_for_space(make_ring):
+    """The way a worker writes: a full ring, wait_for_space until the consumer frees room, write
+    on until the ring is full again. Each fill is one blocked event."""
+    segment = make_ring(CAPACITY, consumer_slots=1)
+    producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)
+    for fill in (1, 2, 3):
+        while producer.offer(1, payload(fill, 100), 1):
+            pass
+        assert producer.counters().blocked_events == fill
+        assert producer.offer(1, payload(fill, 100), 1) is False      # still the same fill
+        assert producer.counters().blocked_events == fill
+        assert drain(consumer)
+        assert producer.wait_for_space(100, 5)
+
+
 def test_every_payload_is_contiguous_across_the_wrap_with_a_padding_record(make_ring):
     segment = make_ring(CAPACITY, consumer_slots=1)
     producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)

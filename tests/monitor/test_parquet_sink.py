@@ -373,6 +373,33 @@ def test_date_directories_older_than_retain_days_are_removed_at_start_and_as_eac
     assert len(rows_of(root / "router=r1" / "date=2026-03-01" / "part-00001.parquet")) == 2 * len(sink.workers())
 
 
+def test_a_failed_removal_of_old_statistics_is_tried_again_the_same_day(make_sink, caplog):
+    """A removal that fails (an I/O error, a file the filesystem will not unlink for now) is tried
+    again within the retry interval, not only when the next UTC day begins."""
+    clock = Clock()                                  # 2026-03-01 10:30
+    sink = make_sink(clock=clock, retain_days=3)
+    expired = _date_dir(sink.root, "r1", T0.date() - dt.timedelta(days=5), "part-00002.parquet")
+    (expired / "part-00001.parquet").mkdir()         # unlink() fails on it: EISDIR
+    (expired / "part-00001.parquet" / "x").write_bytes(b"x")
+    sink.tick()
+    assert sink.writer.flush(5)
+    assert expired.exists() and sink.dates_removed == 0
+    assert "cannot remove" in caplog.text and sink.status()["write_errors"] == 1
+    (expired / "part-00001.parquet" / "x").unlink()
+    (expired / "part-00001.parquet").rmdir()         # the obstacle is gone
+    (expired / "part-00001.parquet").write_bytes(b"x")
+    sink.tick()                                      # a moment later: not hammered every interval
+    assert sink.writer.flush(5) and expired.exists()
+    clock.advance(parquet_sink.PRUNE_RETRY_INTERVAL.total_seconds())
+    sink.tick()
+    assert sink.writer.flush(5)
+    assert not expired.exists() and sink.dates_removed == 1
+    clock.advance(3600)                              # done for the day: not looked at again
+    (_date_dir(sink.root, "r1", T0.date() - dt.timedelta(days=6), "part-00001.parquet"))
+    sink.tick()
+    assert sink.writer.flush(5) and sink.dates_removed == 1
+
+
 def test_with_one_day_kept_the_day_that_just_ended_expires_without_a_failed_write(make_sink, workers):
     """At midnight yesterday's part is published while yesterday expires: pruning never takes a
     part that is still open, so the publication does not fail and is not retried for ever."""

@@ -85,6 +85,15 @@ def test_killed_worker_is_restarted_and_traffic_resumes(routers, tools, make_dom
     assert got["duplicates"] == 0
     assert lost < rate * 5
     assert "UMR-1101-2" in router.log() and "UMR-1101-3" in router.log()
+    if victim == 1:
+        # What LAN1 forwarded for LAN2 while no worker of LAN2 read it: counted by the new worker
+        # and logged, not skipped unseen.
+        wait_for(lambda: router.counters()[1]["ring_records_missed_while_down"] > 0, 10,
+                 message="the restarted worker counts the records it missed")
+        assert router.counters()[1]["ring_record_bytes_missed_while_down"] > 0
+        assert "UMR-3002-3: portal LAN2: " in router.log()
+    else:
+        assert router.counters()[0]["ring_records_missed_while_down"] == 0     # nothing came for LAN1
 
 
 def test_a_worker_that_keeps_dying_is_called_a_crash_loop(routers, make_domain):

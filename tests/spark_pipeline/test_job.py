@@ -47,3 +47,22 @@ def test_no_statistics_is_a_clear_error_not_a_stack_trace(spark, tmp_path, capsy
     assert "does not exist" in capsys.readouterr().err
     assert main(["--input", str(tmp_path / "empty"), "--output", str(tmp_path / "out")], spark=spark) == 2
     assert "no statistics rows" in capsys.readouterr().err
+
+
+def test_a_router_younger_than_its_rotation_is_told_apart_from_one_writing_no_statistics(spark, tmp_path, capsys):
+    """Before its first rotation a router's rows are all in the hidden `.open` part (readers skip
+    it): the error says so, not that statistics look switched off."""
+    import datetime as dt
+
+    from router.monitor import parquet_sink
+    from tests.monitor.test_parquet_sink import Portal, Worker
+    now = dt.datetime(2026, 3, 1, 10, 30, tzinfo=dt.timezone.utc)
+    sink = parquet_sink.ParquetSink("r1", lambda: {"LAN1": Worker(Portal("LAN1"))}, tmp_path / "stats",
+                                    clock=lambda: now)
+    sink.tick()
+    assert sink.writer.stop(5)
+    assert list((tmp_path / "stats").rglob(".part-*.parquet.open"))
+    assert main(["--input", str(tmp_path / "stats"), "--output", str(tmp_path / "out")], spark=spark) == 2
+    error = capsys.readouterr().err
+    assert "not published yet" in error and "rotate_minutes" in error, error
+    assert "is <monitor interval> set" not in error
