@@ -67,13 +67,13 @@ class DomainInterest:
         return False
 
     def heard_leave(self, kind: int, symbol: str, now: float) -> None:
-        """A receiver left; others may remain, so ask now rather than drop outright."""
+        """A receiver left; others may remain, so ask now rather than drop outright. The round of
+        queries that starts is an ordinary one: `max` unanswered, `timeout` apart, before the
+        interest goes, so one lost response (UDP) never drops a topic other receivers still use.
+        A query already out asks the same question: its round goes on as it was."""
         entry = self.entries.get((kind, symbol))
-        if entry is not None:
-            settings = self._settings(kind)
-            entry.confirmed = now - settings.periodic_interval
-            entry.unanswered = max(entry.unanswered, settings.max_unanswered - 1)
-            entry.queried = None
+        if entry is not None and entry.queried is None:
+            entry.confirmed = now - self._settings(kind).periodic_interval
             self._may_be_due(now)
 
     def _may_be_due(self, when: float) -> None:

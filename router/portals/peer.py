@@ -8,8 +8,9 @@ connection (spec/wire.md §3 b):
   of the router's other portals (router.portals.forwarding), one CONTROL message
   ``TOPIC_INTEREST(domain_id) -> TOPICNAME(topic)`` or ``PATTERN_INTEREST(type, domain_id) ->
   TOPICNAME(pattern)``; CANCEL when it goes. Sent in full when the link comes up, then changes.
-  Interest heard from the companion becomes this portal's interest on the router's bus; all of it
-  is withdrawn when the link goes down.
+  Interest heard from the companion becomes this portal's interest on the router's bus; what was
+  heard before the link went down, and not heard again since, is withdrawn with the next route
+  table or when the link comes back.
 - **Advertisements** — each stream the router sends over the link is announced before its data
   by ``ADVERTISEMENT(hop_count, cost, topic_idx, domain_id) -> TOPICNAME -> OTID``: the cost so
   far plus this portal's cost, one more hop, the origin domain, and the originating source's
@@ -131,6 +132,11 @@ class PeerPortal(EgressRecords):
         self._response_sqn = 0
         self.sent_interest: set[tuple[int, str, int]] = set()
         self.heard_interest: set[tuple[int, str, int]] = set()
+        # Heard before the link last went down and not heard again since: the companion's previous
+        # connection's, replaced by what it sends now. Interest heard while the link is not up yet
+        # is the companion's new connection's: on a dual link (router.portals.peer_dual_link) the
+        # companion's half may be up and sending before ours is, and it never sends that again.
+        self._stale_interest: set[tuple[int, str, int]] = set()
         self.peer_name, self.peer_node_id = "", 0
         self._withdraw_pending = False
         self.late_join = PeerLateJoinRelay(self.name, self.link, datapath, counters)
@@ -141,7 +147,7 @@ class PeerPortal(EgressRecords):
     # -- the link's life ---------------------------------------------------------------------------
     def _link_up(self, peer_name: str, peer_node_id: int) -> None:
         # Interest kept from the last connection is replaced by what the companion sends now.
-        self._withdraw_heard_interest()
+        self._withdraw_stale_interest()
         self.peer_name, self.peer_node_id = peer_name, peer_node_id
         self.bus.send(bm.PeerState(self.name, 1, peer_name, peer_node_id))
         self.sent_interest.clear()
@@ -155,6 +161,7 @@ class PeerPortal(EgressRecords):
         # data for the down link is dropped and counted "not operational". The companion's
         # interest goes with the next route table (or when the link comes back).
         self._withdraw_pending = True
+        self._stale_interest = set(self.heard_interest)
         for stream in list(self.inbound.values()):
             self.streams.end(stream)
         self.inbound.clear()
@@ -175,11 +182,12 @@ class PeerPortal(EgressRecords):
             self.counters.add("interest_msgs_sent")
         self.sent_interest = wanted
 
-    def _withdraw_heard_interest(self) -> None:
+    def _withdraw_stale_interest(self) -> None:
         self._withdraw_pending = False
-        for kind, symbol, domain in sorted(self.heard_interest):
+        for kind, symbol, domain in sorted(self._stale_interest):
             self.bus.send(bm.Interest(self.name, domain, kind, symbol, bm.OP_CANCEL))
-        self.heard_interest.clear()
+        self.heard_interest -= self._stale_interest
+        self._stale_interest.clear()
 
     def _heard_interest(self, message: LbmcMessage) -> None:
         head = message.headers[0]
@@ -206,10 +214,13 @@ class PeerPortal(EgressRecords):
         item = (kind, names[0], head.domain_id)
         if cancel and item in self.heard_interest:
             self.heard_interest.discard(item)
+            self._stale_interest.discard(item)
             self.bus.send(bm.Interest(self.name, head.domain_id, kind, names[0], bm.OP_CANCEL))
         elif not cancel and item not in self.heard_interest:
             self.heard_interest.add(item)
             self.bus.send(bm.Interest(self.name, head.domain_id, kind, names[0], bm.OP_ADD))
+        elif not cancel:
+            self._stale_interest.discard(item)        # the companion still wants it
 
     # -- messages from the companion -----------------------------------------------------------------
     def _control(self, message: LbmcMessage) -> None:
@@ -453,7 +464,7 @@ class PeerPortal(EgressRecords):
     def on_bus(self, message) -> None:
         changed = self.view.apply(message, self.datapath)
         if changed == "routes" and self._withdraw_pending and not self.link.is_up:
-            self._withdraw_heard_interest()
+            self._withdraw_stale_interest()
         if changed == "snapshot":
             self._interest_changed()
         elif changed in ("interest", "routes"):

@@ -4,8 +4,11 @@ Each side listens on `<listen-port>` and connects to its companion; data and con
 the connection this side opened and come in on the one it accepted. It is two ordinary peer links
 (router.portals.peer_link) — an initiator and an acceptor, each with its own handshake and
 keepalive — presented to the peer portal as one: up when both are up to the same companion,
-down when either goes down. The DRO eliminated this form in UM 6.10; the configuration loader
-warns, and this keeps old configurations working.
+down when either goes down. Two connections that reach different routers (the companion address
+leads to one, another connected to our listen port) are not a link: it stays down, counted in
+``link_handshakes_rejected`` and said, until both reach one router. It never has a <udp> data
+path (the configuration loader refuses one). The DRO eliminated this form in UM 6.10; the
+configuration loader warns, and this keeps old configurations working.
 """
 from __future__ import annotations
 
@@ -16,12 +19,16 @@ from router.portals.peer_link import PeerLink
 
 
 class DualPeerLink:
+    udp_path = None
+
     def __init__(self, config, loop, own_name: str, node_id: int, on_up: Callable[[str, int], None],
                  on_down: Callable[[str], None], on_message, counters, log_event, on_data=None, on_read_done=None):
         link = config.link
         outbound = dataclasses.replace(config, link=dataclasses.replace(link, dual=False, acceptor=None))
         inbound = dataclasses.replace(config, link=dataclasses.replace(link, dual=False, initiator=None))
+        self.name = config.name
         self.on_up, self.on_down = on_up, on_down
+        self.counters, self.log_event = counters, log_event
         self.peer: tuple[str, int] | None = None
         # Sends go out on the connection we opened; what the companion sends arrives on the one
         # we accepted (it may also answer keepalives on ours: each link handles its own).
@@ -47,9 +54,18 @@ class DualPeerLink:
         self.inbound.stop()
 
     def _half_up(self, name: str, node_id: int) -> None:
-        if self.is_up and self.peer is None:
-            self.peer = (name, node_id)
-            self.on_up(name, node_id)
+        if not self.is_up or self.peer is not None:
+            return
+        sent_to, heard_from = self.outbound.peer, self.inbound.peer
+        if (sent_to.name, sent_to.node_id) != (heard_from.name, heard_from.node_id):
+            self.counters.add("link_handshakes_rejected")
+            self.log_event("peer-handshake-failed",
+                           f"peer portal {self.name}: the connection to the companion reaches {sent_to.name} "
+                           f"(node id {sent_to.node_id:#x}) but the one accepted comes from {heard_from.name} "
+                           f"(node id {heard_from.node_id:#x}); the link stays down until both are one router")
+            return
+        self.peer = (name, node_id)
+        self.on_up(name, node_id)
 
     def _half_down(self, reason: str) -> None:
         if self.peer is not None:

@@ -41,12 +41,45 @@ def test_a_response_keeps_it():
     assert domain.symbols(T) == ["a"]
 
 
-def test_leave_checks_at_once_and_drops_after_one_timeout():
+def test_leave_checks_at_once_and_drops_after_max_unanswered_queries():
+    """A receiver left: the others, if any, are asked at once, then as always `max` queries
+    `timeout` apart before the topic goes (spec/dro.md <topic-use-query>)."""
     domain = interest()
     domain.heard(T, "a", 0.0)
     domain.heard_leave(T, "a", 1.0)
     assert domain.tick(1.0)[0] == [(T, "a")]
-    assert domain.tick(2.1) == ([], [(T, "a")])
+    sent, now = [(T, "a")], 1.5
+    while "a" in domain.symbols(T) and now < 60.0:
+        query, drop = domain.tick(now)
+        sent += query
+        now += 0.5
+    assert sent == [(T, "a")] * 3
+    assert 1.0 + 3 * 1.0 <= now < 1.0 + 3 * 1.0 + 1.0
+
+
+def test_after_a_leave_one_lost_response_does_not_drop_a_topic_others_still_use():
+    domain = interest()
+    domain.heard(T, "a", 0.0)
+    domain.heard_leave(T, "a", 1.0)
+    assert domain.tick(1.0)[0] == [(T, "a")]        # the remaining receiver's answer is lost
+    assert domain.tick(2.1) == ([(T, "a")], [])
+    domain.heard(T, "a", 2.2)                        # this one is answered
+    assert domain.tick(3.5) == ([], []) and domain.symbols(T) == ["a"]
+
+
+def test_a_leave_during_a_round_of_queries_neither_lengthens_nor_shortens_it():
+    """Receivers leaving one after another while a query is out: its answer says whether any
+    remain, and the topic goes after `max` unanswered queries, `timeout` apart, as always."""
+    domain = interest()
+    domain.heard(T, "a", 0.0)
+    sent, now = [], 10.0
+    while "a" in domain.symbols(T) and now < 60.0:
+        domain.heard_leave(T, "a", now)
+        query, drop = domain.tick(now)
+        sent += query
+        now += 0.25
+    assert sent == [(T, "a")] * 3
+    assert 10.0 + 3 * 1.0 <= now < 10.0 + 3 * 1.0 + 0.5
 
 
 def test_table_portals_for_topic_and_pattern():
