@@ -33,11 +33,20 @@ def session_name(xport_id: int, session_id: int) -> str:
 
 
 def find_segment(xport_id: int, session_id: int) -> str | None:
-    """The full shared-memory name of a live session, or None."""
-    for path in glob.glob(f"{SHM_DIRECTORY}/umr.{OWNER}.*.{session_name(xport_id, session_id)}"):
-        pid = int(path.split(".")[2])
-        if pid_alive(pid):
-            return "/" + os.path.basename(path)
+    """The full shared-memory name of a live session, or None. The names are compared as text:
+    a glob pattern per session would be compiled and cached per session (fnmatch keeps 32768),
+    which a receiver joining sessions that come and go for months would fill. A name with no
+    pid where the owner's goes is anyone's file, not a session."""
+    prefix, suffix = f"umr.{OWNER}.", f".{session_name(xport_id, session_id)}"
+    try:
+        entries = os.listdir(SHM_DIRECTORY)
+    except OSError:
+        return None
+    for entry in entries:
+        if entry.startswith(prefix) and entry.endswith(suffix):
+            owner = entry[len(prefix):-len(suffix)]
+            if owner.isascii() and owner.isdigit() and pid_alive(int(owner)):
+                return "/" + entry
     return None
 
 

@@ -40,6 +40,7 @@ class ForwardingView:
         self._ingress: dict[tuple[int, int], str | None] = {}
         self._entry: dict[int, frozenset[str]] = {}
         self._next_hop: dict[int, str | None] = {}
+        self._domains: frozenset[int] = frozenset()     # the domains in the route table
 
     # -- updates -------------------------------------------------------------------------------
     def load_routes(self, message: bm.RouteTable) -> bool:
@@ -49,6 +50,7 @@ class ForwardingView:
         self.table_version = message.version
         snapshot = snapshot_from_plain(message.local_id, [list(r) for r in message.records])
         self.routes = Routes(snapshot).for_router(message.local_id)
+        self._domains = frozenset(self.routes.routes.domains)
         self._egress.clear()
         self._ingress.clear()
         self._entry.clear()
@@ -102,8 +104,12 @@ class ForwardingView:
     def next_hop(self, destination: int) -> str | None:
         """The portal by which this router sends toward domain `destination` (None: no path, or
         no route table yet). Unicast messages go this way, whatever domain they came from."""
+        if destination not in self._domains:
+            # The domain is the sender's to write: one no path reaches is not remembered (nor a
+            # path tree computed for it), or every distinct one would stay until the next route change.
+            return None
         if destination not in self._next_hop:
-            self._next_hop[destination] = None if self.routes is None else self.routes.next_hop_portal(destination)
+            self._next_hop[destination] = self.routes.next_hop_portal(destination)
         return self._next_hop[destination]
 
     def entry_portals(self, destination: int) -> frozenset[str]:

@@ -1,4 +1,6 @@
 """ForwardingView: one path per destination, interest pulled only where paths enter (pure logic)."""
+import tracemalloc
+
 from router.ipc import bus_messages as bm
 from router.portals.forwarding import ForwardingView
 from router.portals.remote_interest import (MIN_PASS_INTERVAL, PATTERNS, TOPICS, CheckPace, InterestAnnouncer,
@@ -182,3 +184,23 @@ def test_a_source_heard_in_two_domains_is_forwarded_from_the_one_on_its_path():
     assert entry in masks
     assert masks[entry] == bit(view, "B.E3")
     assert [portal for portal, mask in masks.items() if mask] == [entry], masks
+
+
+def test_unicast_messages_for_domains_no_path_reaches_leave_nothing_behind():
+    """The domain of a unicast immediate message is the sender's to write: every distinct one no
+    path reaches was remembered (with a path tree computed for it) until the next route change,
+    which a stable network may never see: about 0.5 KB each, without end."""
+    view = view_of(loop_of_three(), "A", "A.E1")
+    assert view.next_hop(3) == "A->B"
+    for domain in range(1000, 1200):              # what any first use allocates for good
+        view.next_hop(domain)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for domain in range(2000, 12000):
+            assert view.next_hop(domain) is None
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 256 * 1024, f"{grown} bytes kept for 10000 domains no path reaches"
+    assert view.next_hop(3) == "A->B" and view.next_hop(2) == "A->B"
