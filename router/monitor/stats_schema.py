@@ -60,7 +60,6 @@ GAUGES = frozenset({
     "receiver_topics", "receiver_pcre_patterns", "receiver_regex_patterns",
     "local_interest_topics", "local_interest_pcre_patterns", "local_interest_regex_patterns",
     "remote_interest_topics", "remote_interest_pcre_patterns", "remote_interest_regex_patterns",
-    "streams_in", "streams_out",
     "heartbeat_ns", "worker_started_ns",
     "rtt_min", "rtt_mean", "rtt_max", "last_ka_time",
     "batch_msgs_min", "batch_msgs_mean", "batch_msgs_max", "batch_bytes_min", "batch_bytes_mean", "batch_bytes_max",
