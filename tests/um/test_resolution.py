@@ -105,13 +105,7 @@ def test_final_advertisement_ends_the_source_without_waiting_for_tcp(contexts):
 def test_use_queries_are_answered(contexts, domain):
     subscriber = contexts()
     subscriber.receiver("wanted", lambda m: None)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    listener.bind((domain.group, domain.port))
-    listener.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                        socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
-    listener.settimeout(0.2)
+    listener = _resolver_listener(domain)
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
     query = encode_lbmr(LbmrPacket(TopicManagement([Tmr(TMR_TOPIC_USE, 0, "wanted"),
