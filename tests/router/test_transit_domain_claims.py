@@ -47,6 +47,9 @@ def test_in_a_transit_domain_only_the_router_on_the_path_offers_a_domain_and_mes
         wait_for(lambda: len(far_got.on_topic) == 5, 10, message="D3 got every message")
         assert b.counters()[0]["unicast_data_msgs_rcvd"] == 0, "nothing went round through B"
         assert routerctl(b, "topics")["portals"]["E2"]["unicast_domains"] == [], "B is on no chosen path out of D2"
+        # D2's contexts learn who reaches D3 from the routers' periodic domain routes: wait for one.
+        wait_for(lambda: middle.resolver.domain_routes.router_for(3) is not None, 20,
+                 message="D2 hears which router reaches D3")
         ip, port_ = middle.resolver.domain_routes.router_for(3)
         assert f"{ip}:{port_}" == c_address, "in D2 only C says it reaches D3"
     finally:
