@@ -36,8 +36,8 @@ class ForwardingView:
         self.table = InterestTable()
         self.routes = None                            # router.routing.paths.RouterRoutes
         self.table_version = -1
-        self._egress: dict[tuple[int, int], str | None] = {}
-        self._ingress: dict[tuple[int, int], str | None] = {}
+        # (origin, destination) -> (the portal its path enters this router by, leaves it by)
+        self._crossings: dict[tuple[int, int], tuple[str | None, str | None]] = {}
         self._entry: dict[int, frozenset[str]] = {}
         self._next_hop: dict[int, str | None] = {}
         self._domains: frozenset[int] = frozenset()     # the domains in the route table
@@ -51,8 +51,7 @@ class ForwardingView:
         snapshot = snapshot_from_plain(message.local_id, [list(r) for r in message.records])
         self.routes = Routes(snapshot).for_router(message.local_id)
         self._domains = frozenset(self.routes.routes.domains)
-        self._egress.clear()
-        self._ingress.clear()
+        self._crossings.clear()
         self._entry.clear()
         self._next_hop.clear()
         return True
@@ -85,21 +84,16 @@ class ForwardingView:
         self.table.drop_portal(portal)
 
     # -- questions -----------------------------------------------------------------------------
-    def egress_portal(self, origin: int, destination: int) -> str | None:
-        """The portal by which the path origin -> destination leaves this router (None: not ours)."""
+    def crossing(self, origin: int, destination: int) -> tuple[str | None, str | None]:
+        """The portals by which the path origin -> destination enters and leaves this router
+        ((None, None): not through it)."""
         key = (origin, destination)
-        if key not in self._egress:
-            self._egress[key] = (None if self.routes is None or origin == destination
-                                 else self.routes.egress_portal(origin, destination))
-        return self._egress[key]
-
-    def ingress_portal(self, origin: int, destination: int) -> str | None:
-        """The portal by which the path origin -> destination enters this router (None: not ours)."""
-        key = (origin, destination)
-        if key not in self._ingress:
-            self._ingress[key] = (None if self.routes is None or origin == destination
-                                  else self.routes.ingress_portal(origin, destination))
-        return self._ingress[key]
+        crossing = self._crossings.get(key)
+        if crossing is None:
+            crossing = self._crossings[key] = (
+                (None, None) if self.routes is None or origin == destination
+                else (self.routes.ingress_portal(origin, destination), self.routes.egress_portal(origin, destination)))
+        return crossing
 
     def next_hop(self, destination: int) -> str | None:
         """The portal by which this router sends toward domain `destination` (None: no path, or
@@ -123,8 +117,7 @@ class ForwardingView:
         mask = 0
         for portal, destination in self.table.portals_for(topic):
             if portal != self.name and portal in self.portal_indexes \
-                    and self.egress_portal(origin, destination) == portal \
-                    and self.ingress_portal(origin, destination) == self.name:
+                    and self.crossing(origin, destination) == (self.name, portal):
                 mask |= 1 << self.portal_indexes[portal]
         return mask
 

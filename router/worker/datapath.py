@@ -200,11 +200,7 @@ class DataPath:
         try:
             consumer.read_batch(count, 1 << 62)       # up to the tail as it is now, in one pass
         except ConsumerLapped as err:
-            self.counters.add("ring_laps")
-            self.counters.add("ring_bytes_lapped", err.bytes_lost)
-            event("ring-lapped", f"{err.bytes_lost} bytes of records from portal {self._name_of(ring)} were "
-                                 f"overwritten while this portal's worker was down ({err}); they are lost",
-                  self._name_of(self.index))
+            self._lapped(ring, err, "while this portal's worker was down")
             return
         if missed[0]:
             self.counters.add_pair("ring_records_missed_while_down", "ring_record_bytes_missed_while_down",
@@ -212,6 +208,13 @@ class DataPath:
             event("ring-missed", f"{missed[0]} records ({missed[1]} bytes) from portal {self._name_of(ring)} "
                                  "came for this portal while its worker was down; not sent",
                   self._name_of(self.index))
+
+    def _lapped(self, ring: int, err: ConsumerLapped, when: str) -> None:
+        """Records of `ring` overwritten before this portal read them: counted and logged."""
+        self.counters.add("ring_laps")
+        self.counters.add("ring_bytes_lapped", err.bytes_lost)
+        event("ring-lapped", f"{err.bytes_lost} bytes of records from portal {self._name_of(ring)} were "
+                             f"overwritten {when} ({err}); they are lost", self._name_of(self.index))
 
     def detach(self, ring: int) -> None:
         """Its portal was removed: stop reading its ring and unmap it. The worker maps every ring
@@ -507,11 +510,7 @@ class DataPath:
                     # The rings block rather than overwrite: a consumer is lapped only after the
                     # producer judged it dead (no heartbeat for the timeout, a hung worker) and
                     # went on writing for the others.
-                    self.counters.add("ring_laps")
-                    self.counters.add("ring_bytes_lapped", err.bytes_lost)
-                    event("ring-lapped", f"{err.bytes_lost} bytes of records from portal {self._name_of(ring)} "
-                                         f"were overwritten before they were sent ({err}); they are lost",
-                          self._name_of(self.index))
+                    self._lapped(ring, err, "before they were sent")
                     continue
                 if consumer.head - head >= BURST_BYTES:
                     self.on_burst()

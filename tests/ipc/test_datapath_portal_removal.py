@@ -4,7 +4,6 @@ is freed only when the last process unmaps it) and read the new portal's ring, n
 import copy
 import glob
 import os
-import time
 import uuid
 
 import pytest
@@ -79,10 +78,8 @@ def test_a_portal_added_at_a_removed_portals_index_reaches_a_worker_forked_befor
         commands.send("attach")                      # the worker hears PortalUp
         assert _reply(replies) == "attach"
         producer = RingProducer(ring_set.segments[1].memory, wakeups=ring_set.wakeups(1))
-        deadline = time.monotonic() + _DEADLINE
-        while not producer.live_consumers():         # the worker reads the new ring
-            assert time.monotonic() < deadline, "the worker did not attach to the new portal's ring"
-            time.sleep(0.001)
+        wait_for(producer.live_consumers, _DEADLINE, interval=0.001,
+                 message="the worker to attach to the new portal's ring")
         assert producer.offer(RECORD_FRAMES, encode_frames(5, b"to E0", 1, 5), 0b01)
         got = _reply(replies)
         assert got == [(1, encode_frames(5, b"to E0", 1, 5))]

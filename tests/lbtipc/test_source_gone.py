@@ -53,14 +53,13 @@ def test_a_source_closed_while_the_ring_was_full_still_ends_the_stream(domain):
 
 
 _DOOMED_SOURCE = textwrap.dedent("""
-    import json, os, signal, sys, time
+    import json, os, signal, sys
     from router.um.context import Context
+    from tests.support.processes import wait_for
     options = json.loads(sys.argv[1])
     context = Context(transport="lbtipc", **options)
     source = context.source("ipc.doomed")
-    deadline = time.monotonic() + 20
-    while source.session.receiver_count < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: source.session.receiver_count >= 1, 20, message="the test's receiver to join")
     print("ready", flush=True)
     sys.stdin.readline()                 # the test's receiver has stopped reading
     for n in range(5):

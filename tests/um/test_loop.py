@@ -2,8 +2,10 @@
 import os
 import threading
 import time
+from pathlib import Path
 
 from router.um.loop import EventLoop
+from tests.support.processes import wait_for
 
 
 def test_cancelled_timers_do_not_pile_up_in_the_loop():
@@ -75,7 +77,13 @@ def test_a_callback_handed_over_from_another_thread_wakes_a_loop_run_by_its_own_
     waiting for its next timer or descriptor."""
     loop = EventLoop("main-thread")
     ran = []
-    helper = threading.Thread(target=lambda: (time.sleep(0.2), loop.call_soon_threadsafe(ran.append, "handed over")))
+    where = Path(f"/proc/self/task/{threading.get_native_id()}/wchan")      # this thread's kernel wait
+
+    def hand_over() -> None:
+        # Once the loop sleeps in its epoll wait, not before (then any loop would see it pending).
+        wait_for(lambda: "epoll" in where.read_text(), 10, interval=0.005, message="the loop to wait in epoll")
+        loop.call_soon_threadsafe(ran.append, "handed over")
+    helper = threading.Thread(target=hand_over)
     helper.start()
     began = time.monotonic()
     loop.run_once(60.0)                         # nothing else would end this wait for a minute
