@@ -47,13 +47,20 @@ def test_a_hung_source_is_let_go_after_the_activity_timeout(domain):
     assert events == ["BOS", "EOS"]
 
 
+def _reading(receiving, sending, topic):
+    """A source of `topic` in `sending` whose ring a receiver in `receiving` reads: (messages,
+    events, source, the receiver's stream)."""
+    got, events = collect(receiving, topic)
+    source = sending.source(topic)
+    stream = joined_stream(receiving)
+    wait_for(lambda: source.session.receiver_count == 1, 10, message="the receiver reads the ring")
+    return got, events, source, stream
+
+
 def test_an_idle_source_keeps_its_receivers_with_session_messages(domain):
     receiving, sending = _contexts(domain)
     with receiving, sending:
-        got, events = collect(receiving, "ipc.idle")
-        source = sending.source("ipc.idle")
-        stream = joined_stream(receiving)
-        wait_for(lambda: source.session.receiver_count == 1, 10, message="the receiver reads the ring")
+        got, events, source, stream = _reading(receiving, sending, "ipc.idle")
         sms = source.session.counters["sms_sent"]
         wait_for(lambda: source.session.counters["sms_sent"] >= sms + TIMEOUTS_OF_SMS, 30,
                  message="session messages for two activity timeouts")
@@ -66,10 +73,7 @@ def test_a_receiver_that_is_not_reading_does_not_time_its_source_out(domain):
     """Flow control: the stream is paused, its ring unread; the silence is the receiver's own."""
     receiving, sending = _contexts(domain)
     with receiving, sending:
-        got, events = collect(receiving, "ipc.paused")
-        source = sending.source("ipc.paused")
-        stream = joined_stream(receiving)
-        wait_for(lambda: source.session.receiver_count == 1, 10, message="the receiver reads the ring")
+        got, events, source, stream = _reading(receiving, sending, "ipc.paused")
         receiving.loop.call_and_wait(stream.pause)
         source.send(b"waiting", flush=True)
         sms = source.session.counters["sms_sent"]
