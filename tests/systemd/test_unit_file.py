@@ -1,5 +1,5 @@
 """systemd/umrouter@.service: systemd accepts it, and it agrees with what the daemon does."""
-import configparser
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,11 +14,25 @@ UNIT = ROOT / "systemd" / "umrouter@.service"
 INSTALLED_TNWGD = "/usr/local/bin/tnwgd"
 
 
-def service_section() -> configparser.SectionProxy:
-    parser = configparser.ConfigParser(interpolation=None, strict=True, empty_lines_in_values=False)
-    parser.optionxform = str                      # systemd keys are case-sensitive
-    parser.read_string(UNIT.read_text())
-    return parser["Service"]
+def service_settings() -> dict[str, list[str]]:
+    """[Service]'s settings, each with its values in order (systemd runs repeated Exec lines in turn)."""
+    settings, section = {}, None
+    for line in UNIT.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            section = line
+        elif section == "[Service]":
+            key, _, value = line.partition("=")      # systemd keys are case-sensitive
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def service_section() -> dict[str, str]:
+    """[Service]'s single-valued settings."""
+    settings = service_settings()
+    return {key: values[-1] for key, values in settings.items()}
 
 
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
@@ -39,7 +53,8 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
 def test_the_unit_matches_the_daemons_contract():
     service = service_section()
     assert service["Type"] == "notify" and service["NotifyAccess"] == "main"
-    assert service["ExecReload"] == "/bin/kill -HUP $MAINPID"         # reload() is SIGHUP's handler
+    # The file is checked first, then the router reloads it (reload() is SIGHUP's handler).
+    assert service_settings()["ExecReload"] == [f"{INSTALLED_TNWGD} -v /etc/umrouter/%i.xml", "/bin/kill -HUP $MAINPID"]
     assert service["WatchdogSec"]
     assert service["Restart"] == "on-failure"
     assert {int(code) for code in service["RestartPreventExitStatus"].split()} == {EXIT_CONFIG_ERROR, EXIT_BOOT_FAILED}
@@ -56,3 +71,21 @@ def test_routerctl_looks_where_the_unit_puts_the_socket(monkeypatch):
     monkeypatch.delenv("RUNTIME_DIRECTORY", raising=False)
     assert Path("/run") / service_section()["RuntimeDirectory"] in client.search_dirs()
     assert routerctl.EXIT_USAGE == 2       # argparse's own usage exit status, which routerctl keeps
+
+
+def test_systemctl_reload_of_an_invalid_file_fails_with_the_validators_message():
+    """A bare SIGHUP always succeeds for systemd, even when the router refuses the file: the
+    unit's first ExecReload command, run as systemd runs it, fails on an invalid file and names it."""
+    tnwgd = str(Path(sys.executable).parent / "tnwgd")
+    check, _signal = service_settings()["ExecReload"]
+
+    def run_check(config: Path) -> subprocess.CompletedProcess:
+        argv = [tnwgd if word == INSTALLED_TNWGD else word.replace("/etc/umrouter/%i.xml", str(config))
+                for word in shlex.split(check)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+    broken = run_check(ROOT / "tests" / "config" / "broken" / "ace-without-match.xml")
+    assert broken.returncode == EXIT_CONFIG_ERROR
+    assert "ace-without-match.xml:11: <ace>: missing required attribute 'match'" in broken.stderr
+    valid = run_check(ROOT / "conf" / "two-lans.xml")
+    assert valid.returncode == 0, valid.stderr
