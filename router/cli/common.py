@@ -17,6 +17,20 @@ from router.um.source_cache import JOIN_SETTLE_LIMIT
 _JOIN_MARGIN = 0.5           # a multicast join and the first datagrams, after the join settles
 
 
+def at_least(minimum, kind=int):
+    """An argparse type: a number of `kind` no smaller than `minimum`, else a usage error (exit 2)
+    naming the bound, not a negative count or rate that would run as something else."""
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}: {text}")
+        return value
+    return convert
+
+
 def add_context_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--config", action="append", default=[], metavar="CFG",
                         help="UM configuration file (plain text); may be given more than once")
@@ -29,9 +43,9 @@ def setup_logging(verbose: bool) -> None:
 
 
 def add_wait_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-W", "--wait-receivers", type=int, default=1, metavar="N",
+    parser.add_argument("-W", "--wait-receivers", type=at_least(0), default=1, metavar="N",
                         help="wait until N receivers have joined before sending (0: do not wait)")
-    parser.add_argument("--wait-timeout", type=float, default=60.0, metavar="S")
+    parser.add_argument("--wait-timeout", type=at_least(0.0, float), default=60.0, metavar="S")
 
 
 def wait_for_route(context, target, args: argparse.Namespace, stop: threading.Event, tool: str) -> bool:

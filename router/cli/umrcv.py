@@ -5,7 +5,7 @@ import argparse
 import sys
 import time
 
-from router.cli.common import add_context_arguments, open_context, print_json, setup_logging, stop_event_on_signals
+from router.cli.common import add_context_arguments, at_least, open_context, print_json, setup_logging, stop_event_on_signals
 from router.cli.receive_stats import ReceiveStats
 from router.um.messages import UNRECOVERABLE_LOSS
 from router.um.source_cache import key_string
@@ -13,13 +13,13 @@ from router.um.source_cache import key_string
 
 def add_receive_arguments(parser: argparse.ArgumentParser) -> None:
     add_context_arguments(parser)
-    parser.add_argument("-C", "--count", type=int, default=0, metavar="COUNT",
+    parser.add_argument("-C", "--count", type=at_least(0), default=0, metavar="COUNT",
                         help="exit after this many messages (0: run until stopped)")
-    parser.add_argument("--timeout", type=float, default=0, metavar="S",
+    parser.add_argument("--timeout", type=at_least(0.0, float), default=0, metavar="S",
                         help="exit after S seconds whatever was received (0: no limit)")
     parser.add_argument("-E", "--exit-on-eos", action="store_true",
                         help="exit when a joined source ends")
-    parser.add_argument("--idle-timeout", type=float, default=0, metavar="S",
+    parser.add_argument("--idle-timeout", type=at_least(0.0, float), default=0, metavar="S",
                         help="exit when nothing has arrived for S seconds (after at least one message)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
 

@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from router.cli.common import (add_context_arguments, add_wait_arguments, open_context, print_json, setup_logging,
-                               stop_event_on_signals, wait_for_receivers, wait_for_route)
+from router.cli.common import (add_context_arguments, add_wait_arguments, at_least, open_context, print_json,
+                               setup_logging, stop_event_on_signals, wait_for_receivers, wait_for_route)
 from router.um.unicast_immediate import parse_target
 
 
@@ -24,11 +24,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="umreq", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_context_arguments(parser)
-    parser.add_argument("-R", "--requests", type=int, default=10, metavar="COUNT", help="requests to send")
-    parser.add_argument("-l", "--length", type=int, default=64, metavar="LEN", help="request length in bytes")
+    parser.add_argument("-R", "--requests", type=at_least(0), default=10, metavar="COUNT", help="requests to send")
+    parser.add_argument("-l", "--length", type=at_least(0), default=64, metavar="LEN", help="request length in bytes")
     parser.add_argument("-T", "--transport", choices=("tcp", "lbtipc"), default=None)
     add_wait_arguments(parser)
-    parser.add_argument("--response-timeout", type=float, default=5.0, metavar="S",
+    parser.add_argument("--response-timeout", type=at_least(0.0, float), default=5.0, metavar="S",
                         help="seconds each request waits for its first response")
     parser.add_argument("-U", "--unicast", metavar="TARGET",
                         help="send unicast immediate requests to the context at TARGET (TCP:ip:port, or "
@@ -41,8 +41,6 @@ def parse_args(argv=None) -> argparse.Namespace:
             parse_target(args.unicast)
         except ValueError as err:
             parser.error(str(err))
-    if args.requests < 0 or args.length < 0 or args.response_timeout < 0:
-        parser.error("COUNT, LEN and --response-timeout must not be negative")
     return args
 
 

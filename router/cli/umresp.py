@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from router.cli.common import add_context_arguments, open_context, print_json, setup_logging, stop_event_on_signals
+from router.cli.common import add_context_arguments, at_least, open_context, print_json, setup_logging, stop_event_on_signals
 from router.um.messages import BOS, EOS, RequestMessage
 
 RESPONSE_PREFIX = b"re:"
@@ -20,9 +20,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="umresp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_context_arguments(parser)
-    parser.add_argument("-C", "--count", type=int, default=0, metavar="COUNT",
+    parser.add_argument("-C", "--count", type=at_least(0), default=0, metavar="COUNT",
                         help="exit after answering this many requests (0: run until stopped)")
-    parser.add_argument("--timeout", type=float, default=0, metavar="S",
+    parser.add_argument("--timeout", type=at_least(0.0, float), default=0, metavar="S",
                         help="exit after S seconds whatever was received (0: no limit)")
     parser.add_argument("--unicast", action="store_true",
                         help="also answer unicast immediate requests to the topic: open this context's request "

@@ -14,23 +14,23 @@ import time
 
 from router.cli import payload
 from router.um.unicast_immediate import NoRouteToDomain, parse_target
-from router.cli.common import (add_context_arguments, add_wait_arguments, open_context, print_json, setup_logging,
-                               stop_event_on_signals, wait_for_receivers, wait_for_route)
+from router.cli.common import (add_context_arguments, add_wait_arguments, at_least, open_context, print_json,
+                               setup_logging, stop_event_on_signals, wait_for_receivers, wait_for_route)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="umsrc", description=__doc__)
     add_context_arguments(parser)
-    parser.add_argument("-M", "--messages", type=int, default=10_000, metavar="COUNT", help="messages to send")
-    parser.add_argument("-l", "--length", type=int, default=64, metavar="LEN", help="message length in bytes")
-    parser.add_argument("-P", "--rate", type=float, default=0, metavar="MSGS_PER_SEC",
+    parser.add_argument("-M", "--messages", type=at_least(0), default=10_000, metavar="COUNT", help="messages to send")
+    parser.add_argument("-l", "--length", type=at_least(payload.MINIMUM_LENGTH), default=64, metavar="LEN", help="message length in bytes")
+    parser.add_argument("-P", "--rate", type=at_least(0.0, float), default=0, metavar="MSGS_PER_SEC",
                         help="pace sending at this many messages per second (0: as fast as possible)")
     parser.add_argument("-T", "--transport", choices=("tcp", "lbtrm", "lbtru", "lbtipc"), default=None)
     add_wait_arguments(parser)
     parser.add_argument("--start-on-stdin", action="store_true",
                         help="after receivers joined, wait for a line on standard input before sending "
                              "(scripts use it to start when a receiver behind a router reports BOS)")
-    parser.add_argument("-L", "--linger", type=float, default=0.5, metavar="S",
+    parser.add_argument("-L", "--linger", type=at_least(0.0, float), default=0.5, metavar="S",
                         help="seconds to keep the source open after the last message")
     parser.add_argument("-F", "--flush", action="store_true", help="flush every message (lowest latency)")
     parser.add_argument("-i", "--source-id", type=lambda s: int(s, 0), default=None,
