@@ -6,7 +6,8 @@ the connection this side opened and come in on the one it accepted. It is two or
 keepalive — presented to the peer portal as one: up when both are up to the same companion,
 down when either goes down. Two connections that reach different routers (the companion address
 leads to one, another connected to our listen port) are not a link: it stays down, counted in
-``link_handshakes_rejected`` and said, until both reach one router. It never has a <udp> data
+``link_handshakes_rejected`` and said, and the accepted connection is closed: the listen port serves
+one connection at a time, and the companion's own must be able to take it. It never has a <udp> data
 path (the configuration loader refuses one). The DRO eliminated this form in UM 6.10; the
 configuration loader warns, and this keeps old configurations working.
 """
@@ -62,7 +63,8 @@ class DualPeerLink:
             self.log_event("peer-handshake-failed",
                            f"peer portal {self.name}: the connection to the companion reaches {sent_to.name} "
                            f"(node id {sent_to.node_id:#x}) but the one accepted comes from {heard_from.name} "
-                           f"(node id {heard_from.node_id:#x}); the link stays down until both are one router")
+                           f"(node id {heard_from.node_id:#x}); closing the accepted one, for the companion's")
+            self.inbound.drop(f"not the companion: {sent_to.name} is reached at the companion's address")
             return
         self.peer = (name, node_id)
         self.on_up(name, node_id)

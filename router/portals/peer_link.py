@@ -111,6 +111,11 @@ class PeerLink:
     def stop(self) -> None:
         self._fire(E.STOP, "stopped")
 
+    def drop(self, reason: str) -> None:
+        """Close the connection as lost, for a reason the owner found (it is not the companion's):
+        an initiator connects again after reconnect-interval, an acceptor takes the next one."""
+        self._fire(E.LOST, reason)
+
     @property
     def is_up(self) -> bool:
         return self.state is S.UP

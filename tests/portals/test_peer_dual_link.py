@@ -74,13 +74,18 @@ class Relay:
                     if not data:
                         selector.unregister(source)
                         destination.shutdown(socket.SHUT_WR)
-                    elif answer and self.holding.is_set():
+                    elif answer:
                         held += data
-                        self.held_bytes = len(held)
+                        if self.holding.is_set():
+                            self.held_bytes = len(held)
+                        else:       # what was held goes first: the handshake is held until released
+                            destination.sendall(bytes(held))
+                            held.clear()
                     else:
                         destination.sendall(data)
                 except OSError:         # an end closed: the relay has nothing more to carry
-                    selector.unregister(source)
+                    if source.fileno() in selector.get_map():       # (not if the shutdown above failed)
+                        selector.unregister(source)
             if held and client is not None and not self.holding.is_set():
                 try:
                     client.sendall(bytes(held))
@@ -231,10 +236,32 @@ def test_halves_reaching_two_different_routers_are_not_one_link(harness, cleanup
     b = harness.side(single_config("B->A", connect_to=port_a), "B", 2)
     b.link.start()
     dual = a.portal.link
-    run_until([a, b, c], lambda: dual.outbound.is_up and dual.inbound.is_up, "each connection has its handshake")
+    run_until([a, b, c], lambda: a.portal.counters.get("link_handshakes_rejected"),
+              "each connection has its handshake, and A sees they reach two routers")
 
     assert not [m for m in a.bus.sent if isinstance(m, bm.PeerState)], "A took B and C for one companion"
     assert a.portal.peer_name == "" and not a.portal.query("topics")["link"]["peer"]
-    assert a.portal.counters.get("link_handshakes_rejected") == 1
-    [(_, text)] = [e for e in a.events if e[0] == "peer-handshake-failed"]
+    assert dual.outbound.is_up and not dual.inbound.is_up, "the companion address's connection stays, B's accepted one goes"
+    [(_, text), *_] = [e for e in a.events if e[0] == "peer-handshake-failed"]
     assert "C" in text and "B" in text
+
+
+def test_a_stray_router_holding_the_listen_port_gives_way_to_the_companion(harness, cleanup):
+    """Router S connected to A's listen port first; B, A's companion, then finds the port taken (one
+    connection at a time) while A's own connection reaches B. A closes S's connection, so B's next
+    attempt takes the port and the link comes up; before, S's connection, alive with keepalives, kept
+    the link down for as long as S ran."""
+    net = Net().router("A", 1).router("B", 2).endpoint("A", 1).peer("A", "B")
+    port_a, port_b = free_port(), free_port()
+    a = Router(net, "A", "A->B", port_a, port_b)
+    cleanup.append(lambda: stop(a))
+    stray = harness.side(single_config("S->A", connect_to=port_a, reconnect=600_000), "S", 9)
+    stray.link.start()
+    run_until([a, stray], lambda: a.portal.link.inbound.is_up and stray.link.is_up, "S holds A's listen port")
+    b = Router(net, "B", "B->A", port_b, port_a)
+    cleanup.append(lambda: stop(b))
+
+    run_until([a, b, stray], lambda: a.portal.link.is_up and b.portal.link.is_up, "the link between A and B")
+    assert (a.portal.peer_name, b.portal.peer_name) == ("B", "A")
+    assert a.portal.counters.get("link_handshakes_rejected") >= 1
+    assert stray.downs, "S's connection was closed"
