@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group()
     where.add_argument("-n", "--name", help="the router's <daemon><name> (default: the only one running)")
-    where.add_argument("-s", "--socket", metavar="ENDPOINT",
+    where.add_argument("-s", "--socket", metavar="ENDPOINT", type=_endpoint,
                        help="admin endpoint, e.g. ipc:///run/umrouter/two-lans.admin or tcp://127.0.0.1:5600")
     parser.add_argument("--json", action="store_true", help="print the reply's data as JSON")
     parser.add_argument("--timeout", type=_positive, default=5.0, metavar="S",
@@ -40,6 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
         command_parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         command_parser.add_argument("--timeout", type=_positive, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
+
+
+def _endpoint(text: str) -> str:
+    """An admin endpoint routerctl can connect to: ipc://PATH or tcp://HOST:PORT. Anything else is
+    a usage error (exit 2), not a router that cannot be reached (exit 1)."""
+    scheme, _, address = text.partition("://")
+    if scheme == "ipc" and address:
+        return text
+    if scheme == "tcp":
+        host, _, port = address.rpartition(":")
+        if host and port.isdigit() and 0 < int(port) < 65536:
+            return text
+    raise argparse.ArgumentTypeError(f"not an admin endpoint: {text!r} (ipc://PATH or tcp://HOST:PORT)")
 
 
 def _positive(text: str) -> float:

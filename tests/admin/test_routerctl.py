@@ -77,8 +77,10 @@ def test_human_output_and_error_exits(runtime_dir, routers, make_domain):
     unknown = routerctl("--json", "stats", "LAN9")
     assert unknown.code == 3, unknown.explain()
     assert "no portal named 'LAN9'" in unknown.stderr and json.loads(unknown.stdout)["error"] == "UNKNOWN_PORTAL"
-    for usage in (["frobnicate"], ["-n", "a", "-s", "ipc:///x", "status"], ["--timeout", "-1", "status"]):
+    for usage in (["frobnicate"], ["-n", "a", "-s", "ipc:///x", "status"], ["--timeout", "-1", "status"],
+                  ["-s", "garbage", "status"], ["-s", "tcp://127.0.0.1", "status"], ["-s", "tcp://:5600", "status"]):
         assert routerctl(*usage).code == 2, usage
+    assert "not an admin endpoint: 'garbage' (ipc://PATH or tcp://HOST:PORT)" in routerctl("-s", "garbage").stderr
 
 
 def test_options_show_what_each_portal_context_runs_with_and_where_it_was_set(runtime_dir, routers, make_domain):
