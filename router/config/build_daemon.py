@@ -2,6 +2,7 @@
 workers' scheduling."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from lxml import etree
@@ -9,6 +10,7 @@ from lxml import etree
 from router.config.model import (DaemonConfig, HashMapConfig, LogConfig, MonitorConfig, RouteInfo,
                                  RouteRecalculation, WebMonitorConfig, WorkerGroup)
 from router.config.reader import INT32_MAX, UINT32_MAX, ElementReader
+from router.ipc.shm import segment_name
 from router.um import monitoring
 from router.um.config import ConfigError, UMConfig, load_file
 from router.um.xml_config import children
@@ -22,11 +24,13 @@ LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
 
 
 def build_daemon(reader: ElementReader, element: etree._Element | None, config_path: Path) -> DaemonConfig:
-    daemon = DaemonConfig(name=config_path.stem)
+    daemon = DaemonConfig(name=_name_of_file(config_path))
     if element is None:
         return daemon
     daemon.line, daemon.locations = element.sourceline, reader.locations(element)
-    daemon.name = build_name(reader, reader.child(element, "name"), config_path.stem)
+    name = reader.child(element, "name")
+    if name is not None:
+        daemon.name = _router_name(reader, name)
     daemon.log = _log(reader, reader.child(element, "log"))
     for tag in ("uid", "gid"):          # switched to when started as root (router/identity.py)
         if reader.child(element, tag) is not None:
@@ -82,6 +86,25 @@ def build_name(reader: ElementReader, element: etree._Element | None, default: s
     if len(name.encode()) > MAX_NAME_LENGTH:
         reader.fail(element, f"a name is at most {MAX_NAME_LENGTH} bytes long")
     return name
+
+
+def _router_name(reader: ElementReader, element: etree._Element) -> str:
+    """The router's name also names what it creates on its host: shared memory (/umr.NAME.PID.*)
+    and the admin and bus sockets (NAME.admin, NAME.PID.bus). A name those cannot carry would
+    stop the router at start, so it is refused here, where it was written."""
+    name = build_name(reader, element, "")
+    try:
+        segment_name(name, "check", 0)
+    except ValueError:
+        reader.fail(element, f"the router name {name!r} also names its shared memory and sockets: use "
+                             "letters, digits, '_' and '-' only")
+    return name
+
+
+def _name_of_file(config_path: Path) -> str:
+    """The default name, the file's stem, in the characters a router name may use
+    ("nyc.dro.xml" names the router "nyc-dro")."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", config_path.stem).strip("-") or "tnwgd"
 
 
 def _log(reader: ElementReader, element: etree._Element | None) -> LogConfig:

@@ -24,7 +24,7 @@ def build_link(reader: ElementReader, peer: etree._Element) -> SingleTcpLink:
         link.initiator = _initiator(reader, reader.child(single, "initiator"))
         acceptor = reader.child(single, "acceptor")
         if acceptor is not None:
-            link.acceptor = Acceptor(_port(reader, acceptor, "listen-port"))
+            link.acceptor = _acceptor(reader, acceptor)
         if link.initiator is None and link.acceptor is None:    # the DTD requires one; belt and braces
             reader.fail(single, "a peer link needs an <initiator> or an <acceptor>")
         return link
@@ -33,7 +33,7 @@ def build_link(reader: ElementReader, peer: etree._Element) -> SingleTcpLink:
                       "listening and one connecting socket. Use <single-tcp> with <initiator> on one "
                       "side and <acceptor> on the other")
     link = _tcp_options(reader, dual)
-    link.acceptor = Acceptor(_port(reader, dual, "listen-port"))
+    link.acceptor = _acceptor(reader, dual)
     link.initiator = _initiator(reader, reader.child(dual, "companion"))
     link.dual = True
     return link
@@ -62,6 +62,12 @@ def _initiator(reader: ElementReader, element: etree._Element | None) -> Initiat
     return Initiator(address=reader.child_text(element, "address"),
                      port=_port(reader, element, "port"),
                      reconnect_interval=reader.attr_int(element, "reconnect-interval", 5000, 1))
+
+
+def _acceptor(reader: ElementReader, parent: etree._Element) -> Acceptor:
+    """The <listen-port> of an <acceptor> (or of the eliminated <tcp>), with where it was written."""
+    return Acceptor(_port(reader, parent, "listen-port"),
+                    reader.source.where(reader.child(parent, "listen-port")))
 
 
 def _port(reader: ElementReader, parent: etree._Element, tag: str) -> int:
@@ -106,7 +112,8 @@ def build_udp(reader: ElementReader, element: etree._Element | None) -> UdpLink 
         session_max_interval=attr(session, "max-interval", 10000, 1),
         session_activity_timeout=attr(session, "activity-timeout", 60000, 1),
         connect_attempt_interval=attr(connect, "attempt-interval", 200, 1),
-        connect_max_attempts=attr(connect, "max-attempts", 10, 1))
+        connect_max_attempts=attr(connect, "max-attempts", 10, 1),
+        where=reader.source.where(child(element, "port")))
     reader.min_below_max(session, udp.session_min_interval, udp.session_max_interval)
     return udp
 

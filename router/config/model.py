@@ -201,6 +201,7 @@ class Initiator:
 @dataclass
 class Acceptor:
     listen_port: int
+    where: Location | None = field(default=None, compare=False, repr=False)    # its <listen-port>
 
 
 @dataclass
@@ -259,6 +260,7 @@ class UdpLink:
     session_activity_timeout: int = 60000
     connect_attempt_interval: int = 200
     connect_max_attempts: int = 10
+    where: Location | None = field(default=None, compare=False, repr=False)    # its <port>
 
 
 @dataclass

@@ -110,7 +110,7 @@ def _load_plain(portal: Portal, into: UMConfig) -> None:
 
 def _option_on_line(path: str | None, line: int | None) -> str | None:
     try:
-        text = Path(path).read_text().splitlines()[line - 1]
+        text = Path(path).read_bytes().splitlines()[line - 1].decode(errors="replace")
     except (OSError, TypeError, IndexError):
         return None
     parts = text.split("#", 1)[0].split()

@@ -8,6 +8,7 @@ configuration file a portal names. Each failure is a ConfigError naming file, li
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 from pathlib import Path
 
@@ -28,6 +29,7 @@ def validate_gateway(config: GatewayConfig) -> None:
     _check_worker_groups(config)
     for peer in config.peers:
         _check_link(peer)
+    _check_listening_ports(config.peers)
     _check_xml_config(config.daemon)
     for portal in config.portals:
         portal.source_um, portal.receiver_um = portal_um_configs(portal, config.daemon)
@@ -106,6 +108,35 @@ def _check_udp(peer: PeerConfig) -> None:
     if link.dual:
         raise ConfigError(f"peer '{peer.name}': <udp> needs a <single-tcp> link (the eliminated <tcp> form has "
                           f"two connections; the UDP path belongs to one)", *where, "udp")
+
+
+def _check_listening_ports(peers: list[PeerConfig]) -> None:
+    """Two peers binding one port (TCP listen-port, or UDP port) on addresses that can be the same:
+    the second could never open its socket and would fail again at every retry."""
+    bound: list[tuple[str, int, str | None, PeerConfig, tuple]] = []
+    for peer in peers:
+        link, wanted = peer.link, []
+        if link.acceptor is not None:
+            wanted.append(("TCP", link.acceptor.listen_port, "listen-port", link.acceptor.where))
+        if peer.udp is not None:
+            wanted.append(("UDP", peer.udp.port, "port", peer.udp.where))
+        for protocol, port, element, where in wanted:
+            where = where or peer.where(peer.kind)
+            for other_protocol, other_port, other_interface, other, other_where in bound:
+                if (other_protocol, other_port) == (protocol, port) \
+                        and _may_share_address(other_interface, link.interface):
+                    place = f"line {other_where[1]}" if other_where[0] == where[0] else f"{other_where[0]}:{other_where[1]}"
+                    raise ConfigError(f"peer '{peer.name}': {protocol} port {port} is already bound by peer "
+                                      f"'{other.name}' ({place}) on the same address; each needs a port of its own",
+                                      *where, element)
+            bound.append((protocol, port, link.interface, peer, where))
+
+
+def _may_share_address(a: str | None, b: str | None) -> bool:
+    """No <interface> is every address; two interfaces are one address when their networks overlap."""
+    if a is None or b is None:
+        return True
+    return ipaddress.IPv4Network(a, strict=False).overlaps(ipaddress.IPv4Network(b, strict=False))
 
 
 def _check_xml_config(daemon: DaemonConfig) -> None:

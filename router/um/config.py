@@ -122,10 +122,28 @@ def load_file(path: str | Path, into: UMConfig | None = None) -> UMConfig:
     """Read a UM plain-text configuration file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as err:
         raise ConfigError(f"cannot read configuration file: {err.strerror}", str(path)) from None
-    return parse_lines(text.splitlines(), str(path), into)
+    return parse_lines(decode_lines(data, str(path)), str(path), into)
+
+
+def decode_lines(data: bytes, path: str | None = None) -> list[str]:
+    """The lines of a plain-text file, comments cut off. UM reads these files as bytes, so a
+    comment may be in any encoding (an editor's Latin-1 "réseau"); what is parsed, scope, option
+    and value, must be UTF-8, else the error names the line. A leading byte-order mark is the
+    editor's, not part of the first scope."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    lines = []
+    for number, raw in enumerate(data.splitlines(), start=1):
+        content = raw.split(b"#", 1)[0]
+        try:
+            lines.append(content.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"not UTF-8 text (byte {content[err.start]:#04x} at column {err.start + 1}); "
+                              "only comments may use another encoding", path, number) from None
+    return lines
 
 
 def from_overrides(overrides: dict[str, Any], into: UMConfig | None = None) -> UMConfig:

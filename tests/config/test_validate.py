@@ -53,7 +53,8 @@ def test_lbm_attributes_can_move_an_endpoint_to_another_domain(write_gateway):
 
 
 def test_peers_have_no_domain(write_gateway):
-    config = load_gateway_config(write_gateway(endpoint("A", 1) + peer("P1") + peer("P2")))
+    config = load_gateway_config(write_gateway(endpoint("A", 1) + peer("P1") + peer(
+        "P2", "<acceptor><listen-port>26124</listen-port></acceptor>")))
     assert [p.kind for p in config.portals] == ["endpoint", "peer", "peer"]
 
 

@@ -581,3 +581,29 @@ def test_removing_a_hung_worker_by_reload_does_not_hold_the_supervisor(routers, 
         if alive(hung):
             os.kill(hung, signal.SIGKILL)
     assert "Traceback" not in router.log()
+
+
+def test_sighup_after_an_lbm_config_edit_in_another_encoding_keeps_the_router_running(routers, tools, make_domain):
+    """An operator's editor saves LAN2's lbm-config in Latin-1 (a comment "réseau"), and later a value that is
+    not UTF-8: the first is only a comment and changes nothing; the second is refused with file and line.
+    Neither stops the router, and both portals keep their workers."""
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(lans([lan1, lan2])).wait_ready()
+    pids = pids_of(router)
+    options = lan2.config_path.read_bytes()
+    lan2.config_path.write_bytes(b"# r\xe9seau de Montr\xe9al\n" + options)
+    reply = reload_ok(router)
+    assert (reply["changed"], reply["kept"]) == ([], ["LAN1", "LAN2"]), reply
+
+    before = router.log().count("UMR-1002-2")
+    lan2.config_path.write_bytes(options + b"context context_name Montr\xe9al\n")
+    router.signal(signal.SIGHUP)
+    wait_for(lambda: router.log().count("UMR-1002-2") > before or router.tool.proc.poll() is not None, 10,
+             message="the rejection is logged")
+    assert router.tool.proc.poll() is None, router.log()[-3000:]
+    line = [entry for entry in router.log().splitlines() if "UMR-1002-2" in entry][-1]
+    assert f"{lan2.config_path}:{len(options.splitlines()) + 1}" in line and "UTF-8" in line, line
+    assert pids_of(router) == pids
+    lan2.config_path.write_bytes(options)
+    delivers(tools, lan1, lan2, "encoding.after")
+    stop_cleanly(router, pids.values())
