@@ -4,12 +4,16 @@ Each side listens on `<listen-port>` and connects to its companion; data and con
 the connection this side opened and come in on the one it accepted. It is two ordinary peer links
 (router.portals.peer_link) — an initiator and an acceptor, each with its own handshake and
 keepalive — presented to the peer portal as one: up when both are up to the same companion,
-down when either goes down. Two connections that reach different routers (the companion address
-leads to one, another connected to our listen port) are not a link: it stays down, counted in
-``link_handshakes_rejected`` and said, and the accepted connection is closed: the listen port serves
-one connection at a time, and the companion's own must be able to take it. It never has a <udp> data
-path (the configuration loader refuses one). The DRO eliminated this form in UM 6.10; the
-configuration loader warns, and this keeps old configurations working.
+down when either goes down, and then the other is closed too. A connection lost on one side only
+(a path that vanished, no FIN) leaves the companion holding its end, alive to it, in its listen
+port's one slot: each new connection of ours would be refused until its keepalive timeout (for
+ever with keepalives off). Closing the other ends the companion's, which then closes that one.
+Two connections that reach different routers (the companion address leads to one, another
+connected to our listen port) are not a link: it stays down, counted in ``link_handshakes_rejected``
+and said, and the accepted connection is closed: the listen port serves one connection at a time,
+and the companion's own must be able to take it. It never has a <udp> data path (the configuration
+loader refuses one). The DRO eliminated this form in UM 6.10; the configuration loader warns, and
+this keeps old configurations working.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ class DualPeerLink:
         self.on_up, self.on_down = on_up, on_down
         self.counters, self.log_event = counters, log_event
         self.peer: tuple[str, int] | None = None
+        self._stopping = False
         # Sends go out on the connection we opened; what the companion sends arrives on the one
         # we accepted (it may also answer keepalives on ours: each link handles its own).
         self.outbound = PeerLink(outbound, loop, own_name, node_id, self._half_up, self._half_down, on_message,
@@ -51,8 +56,12 @@ class DualPeerLink:
         self.outbound.start()
 
     def stop(self) -> None:
-        self.outbound.stop()
-        self.inbound.stop()
+        self._stopping = True
+        try:
+            self.outbound.stop()
+            self.inbound.stop()
+        finally:
+            self._stopping = False
 
     def _half_up(self, name: str, node_id: int) -> None:
         if not self.is_up or self.peer is not None:
@@ -70,9 +79,15 @@ class DualPeerLink:
         self.on_up(name, node_id)
 
     def _half_down(self, reason: str) -> None:
-        if self.peer is not None:
-            self.peer = None
-            self.on_down(reason)
+        if self.peer is None:           # not a link yet (or two routers': the accepted one is closed)
+            return
+        self.peer = None
+        self.on_down(reason)
+        if self._stopping:
+            return
+        for half in (self.outbound, self.inbound):
+            if half.is_up:
+                half.drop(f"the other connection of the dual link went down: {reason}")
 
     def send_control(self, message) -> bool:
         return self.outbound.send_control(message)

@@ -3,7 +3,8 @@
 One side is the initiator (connects to ``<initiator><address>:<port>``, and again every
 ``reconnect-interval`` after a failure or a loss, each failure logged with its attempt number),
 the other the acceptor (listens on ``<listen-port>`` and serves one companion at a time: a
-second concurrent connection is accepted only to be closed, and logged). On connect both sides
+second concurrent connection is accepted only to be closed, and logged, and the current one is
+sent a keepalive query at once, so one its host no longer knows is found). On connect both sides
 send the handshake (peer_handshake.py) and check the companion's; then the link is up: LBMC
 messages both ways, DRO keepalives with RTT (peer_keepalive.py), batching and a bounded queue
 (peer_outbound.py). A link that hears nothing for the keepalive timeout, a malformed byte stream
@@ -333,6 +334,11 @@ class PeerLink:
         self._log_event("peer-connection-refused",
                         f"refused a second connection from {address[0]}:{address[1]}: companion "
                         f"{self._peer_text()} is already connected (one companion per peer portal)")
+        # A companion whose host restarted comes back while its old connection, gone without a
+        # FIN, still looks up here (for ever with keepalives off, when nothing goes on it). Ask
+        # the old one now: a restarted host answers with a reset, the link goes down, and the
+        # companion's next attempt is taken; a live companion just answers the keepalive.
+        self._queue_own_control(self.keepalive.make_query())
 
     def _replace_handshaking(self, accepted) -> None:
         """A connection while another has not completed its handshake: the newer one is heard.
@@ -480,6 +486,10 @@ class PeerLink:
     def _on_readable(self) -> None:
         try:
             data = self._stream.recv(RECV_CHUNK)
+        except peer_stream.Incomplete:
+            self.keepalive.note_received()  # part of a frame: the companion is alive and sending
+            self._want_writable()           # TLS negotiation may have something to send
+            return
         except (BlockingIOError, InterruptedError):
             self._want_writable()       # TLS negotiation may have something to send
             return

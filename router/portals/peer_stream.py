@@ -36,6 +36,12 @@ _FRAME = struct.Struct(">I")
 MAX_FRAME = 16 * 1024 * 1024
 
 
+class Incomplete(BlockingIOError):
+    """Bytes came from the companion, but not yet a whole TLS record or LZ4 frame: nothing to hand
+    on, yet the companion is alive (on a slow link one frame may take longer than the keepalive
+    timeout to arrive)."""
+
+
 class PlainStream:
     """The socket as it is."""
 
@@ -130,7 +136,7 @@ class TransformedStream:
 
     # -- receiving ----------------------------------------------------------------------------------
     def recv(self, size: int) -> bytes:
-        """Plain bytes from the companion; b"" when it closed; BlockingIOError when the bytes that
+        """Plain bytes from the companion; b"" when it closed; Incomplete when the bytes that
         came were not yet enough (a partial TLS record or LZ4 frame, or TLS negotiation)."""
         raw = self.sock.recv(size)
         if not raw:
@@ -139,7 +145,7 @@ class TransformedStream:
         if self.compress and data:
             data = self._inflate(data)
         if not data:
-            raise BlockingIOError("nothing whole yet")
+            raise Incomplete("nothing whole yet")
         return data
 
     def _decrypt(self, raw: bytes) -> bytes:

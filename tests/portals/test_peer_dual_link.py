@@ -32,6 +32,7 @@ class Relay:
 
     def __init__(self, target_port: int):
         self.target_port = target_port
+        self._vanishing = threading.Event()
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.holding = threading.Event()
@@ -44,6 +45,16 @@ class Relay:
 
     def release(self) -> None:
         self.holding.clear()
+
+    def vanish(self) -> None:
+        """The connections carried so far end as a lost path ends them: each client sees its
+        connection close, while the target hears nothing more on its end (no FIN, no RST)."""
+        self._vanishing.set()
+        deadline = time.monotonic() + 5
+        while self._vanishing.is_set():
+            if time.monotonic() > deadline:
+                raise AssertionError("the relay did not drop its connections")
+            time.sleep(0.001)
 
     def close(self) -> None:
         self._stop.set()
@@ -58,6 +69,16 @@ class Relay:
         held = bytearray()
         client = None
         while not self._stop.is_set():
+            if self._vanishing.is_set():
+                for source, (_, answer) in pairs.items():
+                    if source.fileno() in selector.get_map():
+                        selector.unregister(source)
+                    if not answer:
+                        source.close()      # the client's end closes; the target's stays open, unread
+                pairs.clear()
+                held.clear()
+                client = None
+                self._vanishing.clear()
             for key, _ in selector.select(0.01):
                 if key.fileobj is self.listener:
                     client, _ = self.listener.accept()
@@ -116,22 +137,24 @@ class Datapath:
         pass
 
 
-def dual_config(name: str, listen_port: int, companion_port: int) -> PeerConfig:
+def dual_config(name: str, listen_port: int, companion_port: int,
+                keepalive: GatewayKeepalive | None = None) -> PeerConfig:
     link = SingleTcpLink(initiator=Initiator("127.0.0.1", companion_port, 200), acceptor=Acceptor(listen_port),
                          nodelay=True, dual=True)
-    return PeerConfig(name=name, link=link, gateway_keepalive=GatewayKeepalive(200, 5000, True))
+    return PeerConfig(name=name, link=link, gateway_keepalive=keepalive or GatewayKeepalive(200, 5000, True))
 
 
 class Router:
     """One router's dual peer portal on an event loop of its own, with the bus it speaks on."""
 
-    def __init__(self, net: Net, router: str, portal: str, listen_port: int, companion_port: int):
+    def __init__(self, net: Net, router: str, portal: str, listen_port: int, companion_port: int,
+                 keepalive: GatewayKeepalive | None = None):
         self.loop = EventLoop(router)
         self.stopped = False
         self.bus = Bus()
         adjacent = sorted(a.portal for a in net.adjacencies[router])
         self.events: list[tuple[str, str]] = []
-        self.portal = PeerPortal(dual_config(portal, listen_port, companion_port), adjacent.index(portal),
+        self.portal = PeerPortal(dual_config(portal, listen_port, companion_port, keepalive), adjacent.index(portal),
                                  {p: i for i, p in enumerate(adjacent)}, self.loop, net.ids[router], router,
                                  Datapath(), PortalCounters(), lambda name, text: self.events.append((name, text)))
         self.portal.bus = self.bus
@@ -265,3 +288,28 @@ def test_a_stray_router_holding_the_listen_port_gives_way_to_the_companion(harne
     assert (a.portal.peer_name, b.portal.peer_name) == ("B", "A")
     assert a.portal.counters.get("link_handshakes_rejected") >= 1
     assert stray.downs, "S's connection was closed"
+
+
+def test_a_connection_lost_on_one_side_only_does_not_keep_the_link_down(cleanup):
+    """A's connection to B is lost on A's side while B hears nothing (a path that vanished: no FIN
+    reaches B). A's link goes down, and A closes the connection B opened too, so B sees its link go
+    down and takes A's next connection. Before, A kept B's connection and B its dead one, which held
+    B's listen port: A's every new attempt was refused until B's keepalive timeout (a minute here,
+    for ever with keepalives off), while B, its link up, sent into a link A held down."""
+    net = Net().router("A", 1).router("B", 2).endpoint("A", 1).endpoint("B", 2).peer("A", "B")
+    port_a, port_b = free_port(), free_port()
+    relay = Relay(port_b)                   # A's outbound connection to B goes through it
+    relay.release()
+    cleanup.append(relay.close)
+    keepalive = GatewayKeepalive(200, 60_000, True)
+    b = Router(net, "B", "B->A", port_b, port_a, keepalive)
+    cleanup.append(lambda: stop(b))
+    a = Router(net, "A", "A->B", port_a, relay.port, keepalive)
+    cleanup.append(lambda: stop(a))
+    run_until([a, b], lambda: a.portal.link.is_up and b.portal.link.is_up, "the link comes up")
+
+    relay.vanish()
+    run_until([a, b], lambda: not a.portal.link.is_up, "A sees its connection to B close")
+    run_until([a, b], lambda: a.portal.link.is_up and b.portal.link.is_up, "the link is back")
+    assert [m.up for m in b.bus.sent if isinstance(m, bm.PeerState)] == [1, 0, 1], "B saw the link go down"
+    assert [m.up for m in a.bus.sent if isinstance(m, bm.PeerState)] == [1, 0, 1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -182,6 +183,45 @@ def test_a_second_concurrent_connection_is_refused(harness, caplog):
     assert closed == [True] and acceptor.link.refused_connections == 1
     assert "refused a second connection" in caplog.text and "router-A (node id 161) is already connected" in caplog.text
     assert acceptor.link.is_up and initiator.link.is_up
+
+
+def test_a_companion_whose_host_restarted_unseen_is_let_back_in(harness):
+    """The companion's host restarted: its connection vanished without a FIN, and with keepalives
+    off nothing goes on it to find out. Its new connection is refused (one companion at a time),
+    and the acceptor tries the old one: the restarted host answers that with a reset, the old
+    connection goes, and the companion's next attempt brings the link up. Before, every attempt
+    was refused for as long as the acceptor ran."""
+    acceptor = harness.side(config("PB", interval=0), "router-B", 0xB0B)
+    acceptor.link.start()
+    port = acceptor.link.listening_port
+    vanished = socket.create_connection(("127.0.0.1", port))
+    try:
+        vanished.sendall(encode_lbmc(build_handshake("router-A", 0xA1)))
+        harness.run_until(lambda: acceptor.link.is_up, 5, "the companion's first connection")
+        handshake = len(encode_lbmc(build_handshake("router-B", 0xB0B)))
+        vanished.settimeout(5)
+        assert len(vanished.recv(handshake, socket.MSG_WAITALL)) == handshake   # read before the host went
+        vanished.setblocking(False)
+
+        def restarted_host_resets_what_comes() -> bool:
+            """What reaches a connection its host no longer knows is answered with a reset."""
+            if vanished.fileno() >= 0:
+                try:
+                    vanished.recv(65536)
+                except BlockingIOError:
+                    return False
+                vanished.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                vanished.close()
+            return True
+
+        initiator = harness.side(config("PA", connect_to=port, interval=0, reconnect=100), "router-A", 0xA1)
+        initiator.link.start()
+        harness.run_until(lambda: acceptor.link.refused_connections, 5, "the new connection refused")
+        harness.run_until(lambda: (restarted_host_resets_what_comes() and initiator.link.is_up
+                                   and acceptor.link.is_up), 10, "the link with the restarted companion")
+        assert acceptor.downs and acceptor.counter("link_connects") == 2
+    finally:
+        vanished.close()
 
 
 def data_message(n: int, size: int) -> LbmcMessage:

@@ -143,3 +143,41 @@ def test_control_messages_sent_are_never_more_than_those_generated(harness):
     harness.run_until(lambda: min(s.counter("rtt_samples") for s in (acceptor, initiator)) >= 3, 5, "keepalives")
     for side in (acceptor, initiator):
         assert 0 < side.counter("gateway_cntl_msgs_sent") <= side.counter("gateway_cntl_msgs")
+
+
+def test_a_compressed_frame_slower_to_arrive_than_the_keepalive_timeout_keeps_the_link(harness):
+    """On a slow WAN one LZ4 frame (up to a megabyte of the link's queue) can take longer to arrive
+    than <gateway-keepalive timeout>: nothing whole comes meanwhile, yet bytes do, so the companion
+    is alive. The link must not be dropped (and its queue with it, again at every backlog)."""
+    import socket
+    import time
+
+    import lz4.block
+
+    from router.portals.peer_handshake import build_handshake
+    from router.um.wire.lbmc import encode_lbmc
+
+    def frame(data: bytes) -> bytes:
+        block = lz4.block.compress(data, store_size=True)
+        return len(block).to_bytes(4, "big") + block
+
+    arrived = []
+    acceptor = harness.side(compressed(config("PB", interval=100, timeout=1000)), "router-B", 0xB0B,
+                            on_data=lambda tidx, data, count, longest: arrived.append(count))
+    acceptor.link.start()
+    with socket.create_connection(("127.0.0.1", acceptor.link.listening_port)) as companion:
+        companion.sendall(frame(encode_lbmc(build_handshake("router-A", 0xA1))))
+        harness.run_until(lambda: acceptor.link.is_up, 5, "the handshake")
+        backlog = frame(piece(0, frames=5))                   # 300 kB that LZ4 cannot shrink
+        pieces = [backlog[n:n + len(backlog) // 30 + 1] for n in range(0, len(backlog), len(backlog) // 30 + 1)]
+        last = time.monotonic()
+
+        def trickle() -> bool:
+            """The next piece every 100 ms: the frame takes three seconds to arrive."""
+            nonlocal last
+            if pieces and time.monotonic() - last >= 0.1:
+                companion.sendall(pieces.pop(0))
+                last = time.monotonic()
+            return (not pieces and sum(arrived) == 5) or bool(acceptor.downs)
+        harness.run_until(trickle, 15, "the frame")
+        assert acceptor.downs == [] and sum(arrived) == 5
