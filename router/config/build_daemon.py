@@ -17,6 +17,9 @@ from router.um.xml_config import children
 from router.worker.scheduling import MODES as SCHEDULING_MODES
 
 MAX_NAME_LENGTH = 256                   # TNWG_DSTAT_MAX_GATEWAY_NAME_LEN
+# A router's name is in its socket paths, RUNTIME_DIR/NAME.PID.bus-pub, and a Unix socket's path is
+# at most 107 bytes: with /run/user/UID/umrouter, a 7-digit pid and the suffix, 64 is what fits.
+MAX_ROUTER_NAME_LENGTH = 64
 MAX_LOG_SIZE = 4000                     # millions of bytes (spec/dro.md §1.3)
 TRANSPORT_MODULES = ("lbm", "lbmsnmp", "udp")
 FORMAT_MODULES = ("csv", "pb", "parquet")   # parquet: umrouter's Parquet sink (DESIGN.md §5)
@@ -98,13 +101,18 @@ def _router_name(reader: ElementReader, element: etree._Element) -> str:
     except ValueError:
         reader.fail(element, f"the router name {name!r} also names its shared memory and sockets: use "
                              "letters, digits, '_' and '-' only")
+    if len(name) > MAX_ROUTER_NAME_LENGTH:
+        reader.fail(element, f"the router name is {len(name)} characters long; it also names the router's "
+                             f"sockets (RUNTIME_DIR/NAME.PID.bus), whose paths are at most 107 bytes: use at "
+                             f"most {MAX_ROUTER_NAME_LENGTH} characters")
     return name
 
 
 def _name_of_file(config_path: Path) -> str:
     """The default name, the file's stem, in the characters a router name may use
-    ("nyc.dro.xml" names the router "nyc-dro")."""
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", config_path.stem).strip("-") or "tnwgd"
+    ("nyc.dro.xml" names the router "nyc-dro"), and no longer than a router name may be."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", config_path.stem).strip("-")[:MAX_ROUTER_NAME_LENGTH]
+    return name.rstrip("-") or "tnwgd"
 
 
 def _log(reader: ElementReader, element: etree._Element | None) -> LogConfig:

@@ -34,6 +34,21 @@ def test_a_router_named_after_a_dotted_file_gets_a_name_its_shared_memory_can_us
     assert segment_name(config.daemon.name, "counters0", 1) == "/umr.nyc-dro.1.counters0"
 
 
+def test_a_router_name_too_long_for_its_socket_paths_is_refused_at_its_element(write_gateway):
+    """The name is in the bus sockets' paths (at most 107 bytes): a longer one made the router
+    stop at start with ZeroMQ's error."""
+    path = write_gateway(TWO_LANS, daemon=f"<name>{'r' * 65}</name>")
+    err = error_of(path)
+    assert (err.path, err.line, err.element) == (str(path), 2, "name")
+    assert "65 characters long" in err.reason and "at most 64 characters" in err.reason
+    assert load_gateway_config(write_gateway(TWO_LANS, daemon=f"<name>{'r' * 64}</name>")).daemon.name == "r" * 64
+
+
+def test_a_router_named_after_a_long_file_gets_a_name_its_sockets_can_carry(write_gateway):
+    config = load_gateway_config(write_gateway(TWO_LANS, name="a-" + "b" * 62 + ".c.xml"))
+    assert config.daemon.name == "a-" + "b" * 62
+
+
 def test_router_names_of_letters_digits_dash_and_underscore_are_kept(write_gateway):
     config = load_gateway_config(write_gateway(TWO_LANS, daemon="<name>NYC_dro-2</name>"))
     assert config.daemon.name == "NYC_dro-2"
