@@ -4,8 +4,15 @@ A context opens its request port on first use only: a context that never sends a
 port (UM's default range, request_tcp_port_low..high, has five ports, and many contexts share a
 host). Each responder's context connects once and sends its responses as LBMC MESSAGE frames whose
 topic index is the request index (router.um.requests); fragments are reassembled per connection by
-(qidx, first_sqn). A whole response goes to `on_response(qidx, data, source)`. A connection that
+(qidx, first_sqn), each set aside in full on its first piece: at most MAX_PARTIAL_BYTES a
+connection and PORT_MAX_PARTIAL_BYTES the whole port, whatever size first pieces claim on however
+many connections. A whole response goes to `on_response(qidx, data, source)`. A connection that
 breaks the framing is counted, logged and closed; the port and the other connections go on.
+A requester never sends on these connections, so it cannot tell one whose responder vanished
+without a word (a crashed host, a dropped NAT entry) from one that is merely quiet, and a client
+may connect again and again and never send: the port holds at most MAX_CONNECTIONS; beyond that
+the one silent the longest is closed (counted, response_connections_evicted), so over months the
+descriptors held stay bounded. A live responder reconnects with its next response.
 Frames that are not responses (late join's CONTROL requests and answers, its RETRANS messages:
 router.um.late_join) go whole to `on_other(frame, connection)`; without it they are counted.
 """
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from typing import Callable
 
 from router.um.accepting import accept_pending, listen_in_range
@@ -30,6 +38,13 @@ _READ_SIZE = 256 * 1024
 _RECEIVE_BUFFER = 4 * 1024 * 1024
 # What one connection may hold in responses not yet whole: a responder cannot make us keep more.
 MAX_PARTIAL_BYTES = 64 * 1024 * 1024
+# What all of a port's connections may hold: a few of the largest responses at once, however many
+# clients each send a small first piece claiming one (every claim is set aside in full).
+PORT_MAX_PARTIAL_BYTES = 4 * MAX_PARTIAL_BYTES
+# Far more responders than a requester (or a router's portal) answers to at once; well below the
+# descriptors a process has.
+MAX_CONNECTIONS = 1024
+_EVICTION_LOG_INTERVAL = 10.0   # s: a client connecting in a loop gets one log line per interval
 _MESSAGE_SIZE = MESSAGE_HEADER.size
 _FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
 _unpack_message = MESSAGE_HEADER.unpack_from
@@ -40,11 +55,21 @@ class MalformedResponse(ValueError):
     """A frame that breaks the stream (bad length, impossible fragment): the connection goes."""
 
 
+class PartialBytes:
+    """The bytes a request port's connections hold in responses not yet whole, and their bound."""
+
+    __slots__ = ("held", "limit")
+
+    def __init__(self, limit: int = PORT_MAX_PARTIAL_BYTES):
+        self.held = 0
+        self.limit = limit
+
+
 class UimConnection:
     """One responder context's connection: a byte stream of response frames."""
 
     def __init__(self, sock: socket.socket, peer: tuple, on_response: OnResponse, counters: dict[str, int],
-                 on_other: OnOther | None = None):
+                 on_other: OnOther | None = None, shared: PartialBytes | None = None):
         self.sock = sock
         self.source = f"TCP:{peer[0]}:{peer[1]}"
         self.on_response = on_response
@@ -54,6 +79,7 @@ class UimConnection:
         self.buffer = bytearray()
         self.partial: dict[tuple[int, int], list] = {}     # (qidx, first_sqn) -> [bytearray, ReceivedRanges]
         self.partial_bytes = 0
+        self.shared = shared if shared is not None else PartialBytes()     # the whole port's
 
     def take(self, data: bytes) -> None:
         """Add what the socket gave; deliver every whole response. MalformedResponse on bad framing."""
@@ -90,6 +116,12 @@ class UimConnection:
         else:
             self.counters["response_frames_unknown"] += 1
 
+    def release(self) -> None:
+        """The connection is gone: what it held goes back to the port."""
+        self.shared.held -= self.partial_bytes
+        self.partial.clear()
+        self.partial_bytes = 0
+
     def _fragment(self, buffer: bytes, offset: int, msglen: int, qidx: int) -> None:
         if msglen < _FRAGMENT_OVERHEAD:
             raise MalformedResponse("fragment shorter than its headers")
@@ -104,8 +136,12 @@ class UimConnection:
             if self.partial_bytes + total > MAX_PARTIAL_BYTES:
                 raise MalformedResponse(f"fragmented response of {total} bytes, with {self.partial_bytes} "
                                         f"bytes of others pending (at most {MAX_PARTIAL_BYTES})")
+            if self.shared.held + total > self.shared.limit:
+                raise MalformedResponse(f"fragmented response of {total} bytes, with {self.shared.held} bytes "
+                                        f"pending on the port's connections (at most {self.shared.limit})")
             entry = self.partial[key] = [bytearray(total), ReceivedRanges()]
             self.partial_bytes += total
+            self.shared.held += total
         if total != len(entry[0]):
             raise MalformedResponse(f"fragment of a {total}-byte response where one of {len(entry[0])} bytes "
                                     f"has the same index and first sequence number")
@@ -116,6 +152,7 @@ class UimConnection:
         if entry[1].covered >= total:
             del self.partial[key]
             self.partial_bytes -= len(entry[0])
+            self.shared.held -= len(entry[0])
             self.on_response(qidx, bytes(entry[0]), self.source)
 
 
@@ -123,8 +160,11 @@ class RequestPort:
     """The listening request port and its connections; on the context's loop thread."""
 
     def __init__(self, loop, interface: str, port_low: int, port_high: int, on_response: OnResponse,
-                 on_other: OnOther | None = None):
+                 on_other: OnOther | None = None, max_connections: int = MAX_CONNECTIONS,
+                 max_partial_bytes: int = PORT_MAX_PARTIAL_BYTES):
         self.loop = loop
+        self.max_connections = max(1, max_connections)
+        self.partial = PartialBytes(max_partial_bytes)
         self.on_response = on_response
         self.on_other = on_other
         errors: list[OSError] = []
@@ -136,14 +176,19 @@ class RequestPort:
                 f"no free request port in request_tcp_port_low..high = {port_low}..{port_high} on {interface} "
                 f"({max(port_high - port_low + 1, 0)} ports; widen the range, or close contexts that hold one{last})")
         self.address = (interface, self.listener.getsockname()[1])
+        # By fd, the connection silent the longest first: each one heard from moves to the end.
         self.connections: dict[int, tuple[socket.socket, UimConnection]] = {}
-        self.counters = {"response_connections": 0, "responses_malformed": 0, "response_frames_unknown": 0}
+        self.counters = {"response_connections": 0, "responses_malformed": 0, "response_frames_unknown": 0,
+                         "response_connections_evicted": 0}
+        self._evictions_logged = -_EVICTION_LOG_INTERVAL
         self.closed = False
         loop.add_reader(self.listener.fileno(), self._accept)
 
     def _accept(self) -> None:
         for sock, peer in accept_pending(self.listener, f"request port {self.address[1]}", self.loop, self._accept):
-            connection = UimConnection(sock, peer, self._deliver, self.counters, self._other)
+            if len(self.connections) >= self.max_connections:
+                self._evict_silent()
+            connection = UimConnection(sock, peer, self._deliver, self.counters, self._other, self.partial)
             self.connections[sock.fileno()] = (sock, connection)
             self.counters["response_connections"] += 1
             self.loop.add_reader(sock.fileno(), lambda fd=sock.fileno(): self._readable(fd))
@@ -161,6 +206,7 @@ class RequestPort:
         if not data:
             self._drop(fd)
             return
+        self.connections[fd] = self.connections.pop(fd)       # heard from: the last to evict
         try:
             connection.take(data)
         except MalformedResponse as err:
@@ -168,6 +214,21 @@ class RequestPort:
             log.warning("request port %d: malformed response stream from %s (%s); connection closed",
                         self.address[1], connection.source, err)
             self._drop(fd)
+
+    def _evict_silent(self) -> None:
+        fd = next(iter(self.connections))
+        _, connection = self.connections[fd]
+        self.counters["response_connections_evicted"] += 1
+        now = time.monotonic()
+        if now - self._evictions_logged < _EVICTION_LOG_INTERVAL:
+            log.debug("request port %d: the connection from %s, silent the longest, closed", self.address[1],
+                      connection.source)
+        else:
+            self._evictions_logged = now
+            log.warning("request port %d: %d connections held; the one from %s, silent the longest, closed "
+                        "(%d so far)", self.address[1], len(self.connections), connection.source,
+                        self.counters["response_connections_evicted"])
+        self._drop(fd)
 
     def _other(self, frame: bytes, connection: UimConnection) -> None:
         try:
@@ -182,10 +243,11 @@ class RequestPort:
             log.exception("response callback failed for request %d from %s", qidx, source)
 
     def _drop(self, fd: int) -> None:
-        sock, _ = self.connections.pop(fd, (None, None))
+        sock, connection = self.connections.pop(fd, (None, None))
         if sock is not None:
             self.loop.remove_reader(fd)
             sock.close()
+            connection.release()
 
     def close(self) -> None:
         if self.closed:
