@@ -8,7 +8,10 @@ endpoint that hears another router's CTXINFO connects to that address over TCP a
 route-info messages the supervisor floods (LBMC CONTROL, the same bytes a peer link carries, so
 tshark decodes them with ``-d tcp.port==PORT,lbttcp``). Each direction has its own connection:
 a router reads what it accepted and writes what it opened, which keeps the two sides symmetric.
-A router not heard for the route-info timeout is forgotten and its connection closed.
+A router not heard for the route-info timeout is forgotten and its connection closed; so is a
+connection it opened to us on which nothing came for that long (a live router writes its own
+route-info to us every propagation interval; a host that died or was cut off never closes its end,
+and since we only read that connection we would never learn it is gone).
 
 Nothing here raises into the loop: refused connections, resets and malformed streams are
 counted and logged once per episode; the next announcement retries.
@@ -77,6 +80,7 @@ class DomainRouteChannel:
         loop.add_reader(self.listener, self._accept)
         self.neighbors: dict[int, _Neighbor] = {}
         self.inbound: dict[socket.socket, bytearray] = {}
+        self.inbound_heard: dict[socket.socket, float] = {}     # when each last brought bytes
 
     # -- discovery -----------------------------------------------------------------------------
     def announce(self) -> None:
@@ -108,6 +112,11 @@ class DomainRouteChannel:
         now = time.monotonic()
         for neighbor in [n for n in self.neighbors.values() if now - n.last_heard > self.timeout]:
             self._forget(neighbor, f"not heard for {now - neighbor.last_heard:.1f} s")
+        for sock, heard in list(self.inbound_heard.items()):
+            if now - heard > self.timeout:
+                log.info("portal %s: route-info connection from %s closed: nothing came for %.1f s", self.portal,
+                         _peer_text(sock), now - heard)
+                self._drop_inbound(sock)
 
     def _forget(self, neighbor: _Neighbor, why: str) -> None:
         self._close(neighbor)
@@ -199,6 +208,7 @@ class DomainRouteChannel:
         for sock, _ in accept_pending(self.listener, f"portal {self.portal} route-info", self.loop,
                                       self._accept):
             self.inbound[sock] = bytearray()
+            self.inbound_heard[sock] = time.monotonic()
             self.loop.add_reader(sock, lambda s=sock: self._readable(s))
 
     def _readable(self, sock: socket.socket) -> None:
@@ -211,6 +221,7 @@ class DomainRouteChannel:
         if not data:
             self._drop_inbound(sock)
             return
+        self.inbound_heard[sock] = time.monotonic()
         buffer = self.inbound[sock]
         buffer += data
         try:
@@ -232,6 +243,7 @@ class DomainRouteChannel:
     def _drop_inbound(self, sock: socket.socket) -> None:
         self.loop.remove_reader(sock)
         self.inbound.pop(sock, None)
+        self.inbound_heard.pop(sock, None)
         sock.close()
 
     def close(self) -> None:
@@ -242,3 +254,11 @@ class DomainRouteChannel:
         self.neighbors.clear()
         for sock in list(self.inbound):
             self._drop_inbound(sock)
+
+
+def _peer_text(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return "a router"
+    return f"{host}:{port}"

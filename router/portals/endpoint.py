@@ -30,6 +30,7 @@ from router.portals.queue_episodes import QueueEpisodes
 from router.portals.remote_interest import CheckPace, InterestAnnouncer, RemoteInterest
 from router.portals.streams import StreamTable
 from router.portals.unicast_routing import DomainRouteAnnouncements, UnicastRouting, reached_domains
+from router.routing.topology import DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS
 from router.um.context import Context
 from router.um.immediate import ImmediateMessage
 from router.um.unicast_immediate import Uim, destination_of
@@ -197,7 +198,7 @@ class EndpointPortal(EgressRecords):
 
     def _domain_conflict(self, heard: int, sender: str) -> None:
         now = time.monotonic()
-        if now - self._conflicts_logged.get(heard, -1e9) >= 5.0:
+        if now - self._conflicts_logged.get(heard, -1e9) >= DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS / 1000:
             self._conflicts_logged[heard] = now
             self.bus.send(bm.DomainConflict(self.name, self.domain_id, heard, sender))
 

@@ -6,9 +6,14 @@ other route-carrying portal, times out silent routers, recalculates paths once t
 (recalculation.py) and hands the result to the workers as a route table: the map's records, from
 which every worker builds the same :class:`router.routing.paths.Routes` and asks it its questions.
 
-The first calculation runs at once (a lone router routes between its own domains from the
-start); later ones wait ``backoff-interval`` after the last change, as the DRO does. Forbidden
-topologies are logged once when they appear and listed by ``routerctl topology``.
+The first calculation waits until the other routers have had the time to be heard: the
+route-info ``timeout`` from the first adjacency. A router that started next to routers already
+forwarding between its domains would otherwise forward from the start while they, not knowing it
+yet, go on forwarding until their own recalculation (``backoff-interval`` after they hear it):
+every message twice, for seconds. A router still alone then routes at once; once it hears another
+it waits ``backoff-interval`` after the last change, as every later calculation does (and as the
+others do after hearing it, so the two recalculate together).
+Forbidden topologies are logged once when they appear and listed by ``routerctl topology``.
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ from router.routing.topology import DOMAIN, Adjacency, RouterRecord, Topology, T
 from router.um.wire.lbmc import WireError, decode_lbmc, encode_lbmc
 
 log = logging.getLogger(__name__)
+
+MALFORMED_LOG_INTERVAL_MS = 10_000
 
 
 def now_ms() -> float:
@@ -66,7 +73,9 @@ class RoutingService:
         self.route_portals: set[str] = set()              # portals that carry route-info
         self.routes = Routes(self.topology.snapshot())
         self.table_version = 0
-        self.forbidden_reported: set[str] = set()
+        self._first_adjacency_ms: float | None = None     # start of the start-up listening
+        self.forbidden_reported: set[tuple] = set()      # ForbiddenTopology.identity of those logged
+        self._malformed_said: dict[str, tuple[float, int]] = {}  # portal -> (last line, dropped since)
         self.counters = {"route_info_sent": 0, "route_info_rcvd": 0, "route_info_forwarded": 0,
                          "route_info_malformed": 0, "route_info_duplicates": 0}
 
@@ -92,8 +101,8 @@ class RoutingService:
         else:
             trigger = RecalcTrigger.LINK_CAME_UP
         self.scheduler.note(trigger, f"portal {portal}", now)
-        if not self.scheduler.has_calculated:
-            self.scheduler.force(now, "start-up")
+        if self._first_adjacency_ms is None:
+            self._first_adjacency_ms = now
         self._announce()             # tell the others now rather than at the next interval
 
     def set_route_portal(self, portal: str, carries_route_info: bool) -> None:
@@ -101,11 +110,14 @@ class RoutingService:
             self.route_portals.add(portal)
         else:
             self.route_portals.discard(portal)
+            self._malformed_said.pop(portal, None)
 
-    def note_domain_id_conflict(self, portal: str, our_domain_id: int, heard_domain_id: int, heard_from: str) -> None:
+    def note_domain_id_conflict(self, portal: str, our_domain_id: int, heard_domain_id: int, heard_from: str,
+                                now: float | None = None) -> None:
         self.topology.note_domain_id_conflict(
             our_domain_id, heard_domain_id,
-            f"portal {portal} of {self.name} heard router {heard_from} say LOCAL_DOMAIN {heard_domain_id}", now_ms())
+            f"portal {portal} of {self.name} heard router {heard_from} say LOCAL_DOMAIN {heard_domain_id}",
+            now_ms() if now is None else now)
         self._report_forbidden()
 
     def on_route_info(self, portal: str, data: bytes, now: float | None = None) -> None:
@@ -116,24 +128,35 @@ class RoutingService:
             announcement = parse_route_info(message)
         except (WireError, RouteInfoError) as err:
             self.counters["route_info_malformed"] += 1
-            log.warning("route-info from portal %s dropped: %s", portal, err)
+            self._say_malformed(portal, err, now)
             return
         self.counters["route_info_rcvd"] += 1
         result = self.topology.apply(announcement, now)
         if result.outcome in (UpdateOutcome.DUPLICATE, UpdateOutcome.STALE, UpdateOutcome.OWN):
             self.counters["route_info_duplicates"] += 1
-            return
-        if result.changes_topology:
+            # Not applied again; flooded on only if it may go further than the copy that was.
+        elif result.changes_topology:
             trigger = (RecalcTrigger.NEW_DRO_DISCOVERED if result.outcome is UpdateOutcome.NEW_ROUTER
                        else RecalcTrigger.NODE_UPDATED)
             self.scheduler.note(trigger, result.record.label(), now)
             self._report_forbidden()
-        if result.forward_ttl is None:       # applied here, on its last allowed hop: not flooded on
+        if result.forward_ttl is None:       # its last allowed hop, or no further than a copy before it
             return
         forwarded = encode_lbmc(with_ttl(message, result.forward_ttl))
         for other in sorted(self.route_portals - {portal}):
             self._send(other, forwarded)
             self.counters["route_info_forwarded"] += 1
+
+    def _say_malformed(self, portal: str, err: Exception, now: float) -> None:
+        """One line per portal every MALFORMED_LOG_INTERVAL_MS: a router of another version floods
+        its route-info, as do all behind it, for as long as it runs (the counter has them all)."""
+        last, since = self._malformed_said.get(portal, (None, 0))
+        if last is not None and now - last < MALFORMED_LOG_INTERVAL_MS:
+            self._malformed_said[portal] = (last, since + 1)
+            return
+        more = f" ({since} more since the last such line)" if since else ""
+        log.warning("route-info from portal %s dropped: %s%s", portal, err, more)
+        self._malformed_said[portal] = (now, 0)
 
     # -- timers ----------------------------------------------------------------------------------
     def propagate(self) -> None:
@@ -153,6 +176,11 @@ class RoutingService:
         now = now_ms() if now is None else now
         for record in self.topology.expire(now):
             self.scheduler.note(RecalcTrigger.DRO_TIMED_OUT, record.label(), now)
+        if not self.scheduler.has_calculated and self._first_adjacency_ms is not None \
+                and len(self.topology.routers()) == 1:
+            if now - self._first_adjacency_ms < self.topology.timeout_ms:
+                return              # alone so far: still listening for routers already there
+            self.scheduler.force(now, "start-up")
         self.scheduler.poll(now)
 
     def force(self, detail: str = "operator request") -> None:
@@ -168,9 +196,9 @@ class RoutingService:
     def _report_forbidden(self) -> None:
         found = self.topology.forbidden()
         for item in found:
-            if item.message not in self.forbidden_reported:
+            if item.identity not in self.forbidden_reported:
                 self._log_event("forbidden-topology", item.message)
-        self.forbidden_reported = {item.message for item in found}
+        self.forbidden_reported = {item.identity for item in found}
 
     # -- what workers and operators read ----------------------------------------------------------
     def table(self) -> list:

@@ -8,7 +8,9 @@ down, a cost changed), which is what makes the others recalculate (spec/dro.md Â
 
 Route-info announcements are numbered per origin (u16 ``sqn``, serial-number arithmetic, RFC
 1982): an announcement not newer than the last one applied is a duplicate of a flood that already
-passed, or older news, and is neither applied nor forwarded. A router not heard from for
+passed, or older news, and is not applied. A duplicate is forwarded only when it has more ttl left
+than every copy before it (it came a shorter way), so the flood reaches every router within
+``max-hop-count`` of the origin whichever copy arrives first. A router not heard from for
 ``timeout`` ms leaves the map. Our own record never times out.
 
 The *topology signature* is a hash of the map's shape and costs (node ids, names, adjacencies;
@@ -31,6 +33,10 @@ ROUTER = "router"
 MAX_NODE_ID = (1 << 63) - 1
 SQN_MODULUS = 1 << 16
 VERSION_MODULUS = 1 << 16
+
+# An endpoint portal that keeps hearing another router say a different LOCAL_DOMAIN reports it
+# at most this often (router.portals.endpoint); a conflict is held from one report to the next.
+DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS = 5000
 
 TWO_PEER_LINKS = "two-peer-links"
 TWO_ENDPOINTS_ON_ONE_DOMAIN = "two-endpoints-on-one-domain"
@@ -107,6 +113,7 @@ class RouterRecord:
     last_heard_ms: float = 0.0
     topology_signature: int = 0
     is_local: bool = False
+    best_ttl: int = field(default=0, compare=False)   # most ttl any copy of announcement ``sqn`` had here
 
     def label(self) -> str:
         return f"{self.name or '?'} (node {self.node_id:#x})"
@@ -141,6 +148,14 @@ class ForbiddenTopology:
     kind: str                       # TWO_PEER_LINKS, TWO_ENDPOINTS_ON_ONE_DOMAIN, TWO_DOMAIN_IDS_FOR_ONE_DOMAIN
     message: str
     routers: tuple[int, ...]
+    # What the finding is about when its message also says how it was seen (evidence that changes
+    # from one report to the next); "" when the message itself names it.
+    subject: str = ""
+
+    @property
+    def identity(self) -> tuple:
+        """The same finding has the same identity however it was last seen: logged once."""
+        return (self.kind, self.routers, self.subject or self.message)
 
 
 @dataclass(frozen=True)
@@ -198,12 +213,20 @@ class Topology:
         if announcement.node_id == self.node_id:
             return UpdateResult(UpdateOutcome.OWN, self.local, None)
         existing = self._records.get(announcement.node_id)
+        # This router is one hop; an announcement may traverse at most max-hop-count of them.
+        ttl = min(announcement.ttl, self.max_hop_count)
         if existing is not None and not sqn_newer(announcement.sqn, existing.sqn):
-            outcome = UpdateOutcome.DUPLICATE if announcement.sqn == existing.sqn else UpdateOutcome.STALE
-            return UpdateResult(outcome, existing, None)
+            if announcement.sqn != existing.sqn:
+                return UpdateResult(UpdateOutcome.STALE, existing, None)
+            if ttl <= existing.best_ttl:
+                return UpdateResult(UpdateOutcome.DUPLICATE, existing, None)
+            # A copy that came a shorter way than the one applied may travel further: routers that
+            # are within max-hop-count of the origin only by this way hear it only if it goes on.
+            self._records[existing.node_id] = replace(existing, best_ttl=ttl)
+            return UpdateResult(UpdateOutcome.DUPLICATE, existing, ttl - 1 if ttl > 1 else None)
         record = RouterRecord(announcement.node_id, announcement.name, announcement.version,
                               tuple(sorted(announcement.adjacencies, key=Adjacency.sort_key)),
-                              announcement.sqn, now_ms, announcement.topology_signature)
+                              announcement.sqn, now_ms, announcement.topology_signature, best_ttl=ttl)
         self._records[record.node_id] = record
         if existing is None:
             outcome = UpdateOutcome.NEW_ROUTER
@@ -211,9 +234,7 @@ class Topology:
             outcome = UpdateOutcome.NODE_UPDATED
         else:
             outcome = UpdateOutcome.REFRESHED
-        # This router is one hop; an announcement may traverse at most max-hop-count of them.
-        remaining = min(announcement.ttl, self.max_hop_count) - 1
-        return UpdateResult(outcome, record, remaining if remaining > 0 else None)
+        return UpdateResult(outcome, record, ttl - 1 if ttl > 1 else None)
 
     def expire(self, now_ms: float) -> list[RouterRecord]:
         """Remove routers silent for ``timeout`` ms (each is a DRO TIMED OUT trigger)."""
@@ -221,8 +242,11 @@ class Topology:
                 if not r.is_local and now_ms - r.last_heard_ms >= self.timeout_ms]
         for record in gone:
             del self._records[record.node_id]
+        # Reports come every DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS, not every propagation interval:
+        # holding a conflict only ``timeout`` ms would drop it between two reports.
+        hold_ms = self.timeout_ms + DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS
         for key, (_, seen) in list(self._domain_id_conflicts.items()):
-            if now_ms - seen >= self.timeout_ms:
+            if now_ms - seen >= hold_ms:
                 del self._domain_id_conflicts[key]
         return sorted(gone, key=lambda r: r.node_id)
 
@@ -259,7 +283,7 @@ class Topology:
         """A portal heard another router in its domain announce a different domain id.
 
         ``evidence`` says where (e.g. "portal LAN1 heard router 10.0.0.7 say LOCAL_DOMAIN 9").
-        Kept until not seen again for ``timeout`` ms.
+        Kept until not reported again for ``timeout`` ms past the portals' report interval.
         """
         if our_domain_id != heard_domain_id:
             key = (min(our_domain_id, heard_domain_id), max(our_domain_id, heard_domain_id))
@@ -281,7 +305,7 @@ class Topology:
                 TWO_DOMAIN_IDS_FOR_ONE_DOMAIN,
                 f"forbidden topology: one domain is configured with two domain ids, {low} and {high} "
                 f"({evidence}); give every router's endpoint on a domain the same domain id",
-                (self.node_id,)))
+                (self.node_id,), f"domain ids {low} and {high} heard in one domain"))
         return found
 
 

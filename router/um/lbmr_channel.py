@@ -211,15 +211,18 @@ class LbmrChannel:
 
 
 def domain_identity(config: UMConfig) -> str:
-    """What makes two contexts share a topic resolution domain: the resolver group (or the
-    resolver daemons), as text. Routers compare it to find one domain given two domain ids."""
+    """What makes two contexts share a topic resolution domain: the resolver group and the
+    interface it is used on (or the resolver daemons), as text. Routers compare it to find one
+    domain given two domain ids. One group on two interfaces is two domains, as the configuration
+    check has it (router.config.portal_um.same_domain): two LANs that both keep the default group."""
     daemons = config.get("context", "resolver_unicast_daemon")
     if daemons:
         return "unicast:" + ",".join(f"{host}:{port}" for host, port in sorted((d.host, d.port) for d in daemons))
     group = (config.get("context", "resolver_multicast_incoming_address")
              or config.get("context", "resolver_multicast_address"))
     port = config.get("context", "resolver_multicast_incoming_port") or config.get("context", "resolver_multicast_port")
-    return f"{group}:{port}"
+    interface = config.get("context", "resolver_multicast_interface")
+    return f"{group}:{port} on {interface}" if interface else f"{group}:{port}"
 
 
 def _unicast_socket(config: UMConfig, interface: str, source_port: int | None) -> socket.socket:

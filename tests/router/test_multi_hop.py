@@ -291,6 +291,30 @@ def test_parallel_paths_fail_over_to_the_costlier_one(routers, tools, make_domai
     print(f"failover: traffic moved {moved_after:.2f} s after the router died; {got['gaps']} messages lost")
 
 
+def test_a_router_back_after_a_crash_takes_its_cheaper_path_back_without_duplicates(routers, tools, make_domain):
+    """X dies, traffic moves to Y; X starts again. Y forwards until it recalculates, backoff-interval
+    after it hears the new X: the new X must not forward from its start meanwhile (it did, as a
+    router that thought itself alone: every message twice until Y let go)."""
+    lan1, lan2 = make_domain(), make_domain()
+    x, y = parallel_pair(routers, lan1, lan2, "rb")
+    source, receiver = paced_stream(tools, lan1, lan2, "back.topic", 40000, 2000)
+    wait_for(lambda: sent_by(x, 1) > 2000, 20, message="traffic on the cheaper path")
+    kill_router(x)
+    wait_for(lambda: sent_by(y, 1) > 1000, 20, message="traffic moved to the other path")
+    back = start(routers, endpoint_xml("D1", 1, lan1.config_path) + endpoint_xml("D2", 2, lan2.config_path, cost=2),
+                 "rbz")
+    back.wait_ready()
+    wait_for(lambda: sent_by(back, 1) > 1000, 20, message="traffic back on the cheaper path")
+    wait_for(lambda: counter(y, 0, "proxy_receivers") == 0, 20, message="Y no longer pulls the topic")
+    left_by_y, before = sent_by(y, 1), sent_by(back, 1)
+    wait_for(lambda: sent_by(back, 1) > before + 1000, 20, message="traffic goes on by the router that is back")
+    assert sent_by(y, 1) == left_by_y, "one path only"
+    assert source.result(120)["sent"] == 40000
+    got = receiver.result(120)
+    assert got["duplicates"] == 0 and got["unique"] + got["gaps"] == 40000, got
+    wait_for(lambda: routerctl(y, "topology")["router_count"] == 2, 10, message="the dead router forgotten")
+
+
 def test_parallel_paths_follow_a_reloaded_cost(routers, tools, make_domain):
     lan1, lan2 = make_domain(), make_domain()
     x, y = parallel_pair(routers, lan1, lan2, "pc")

@@ -351,9 +351,12 @@ def test_a_message_for_a_target_that_is_gone_counts_as_dropped_not_sent(routers,
     lan1, lan2, router = _two_lans(routers, make_domain)
     sender, target = Context(**lan1.overrides()), Context(**lan2.overrides())
     try:
+        # Once the router's portals have said which domains they reach, their request ports are
+        # open: the port the target gives up is not taken again by the router's own LAN2 context.
+        wait_for(lambda: _routes_heard(sender, 2) and _routes_heard(target, 1), 20,
+                 message="LAN1's portal says it reaches domain 2, LAN2's domain 1")
         target_ip, target_port = target.request_address()
         target.close()                                  # its request port with it
-        wait_for(lambda: _routes_heard(sender, 2), 20, message="LAN1's portal says it reaches domain 2")
         sender.send_unicast_immediate(f"TCP:2:{target_ip}:{target_port}", None, b"anyone home?")
         wait_for(lambda: router.counters()[0]["unicast_data_msgs_forwarded"] == 1, 10,
                  message="the message is forwarded to the target's domain")

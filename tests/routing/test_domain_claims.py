@@ -24,15 +24,14 @@ def test_route_info_on_its_last_hop_is_applied_and_recalculated_not_counted_as_a
     routing.set_route_portal("P7", True)
     routing.set_adjacency("E1", Adjacency.domain(1, 1, "E1"), now=0)
     routing.set_adjacency("P7", Adjacency.router(7, 1, "P7"), now=0)
-    routing.check(now=0)                                # the start-up calculation
-    routing.check(now=600)                              # the link's backoff passes
+    routing.check(now=4000)                             # the start-up calculation (still alone)
     first = len(published)
 
     r7 = RouterAnnouncement(7, "r7", 1, 1, (Adjacency.router(1, 1), Adjacency.domain(9, 1)), ttl=1)
-    routing.on_route_info("P7", encode_route_info(r7), now=1000)
+    routing.on_route_info("P7", encode_route_info(r7), now=5000)
     assert routing.topology.get(7) is not None, "applied to the map"
     assert routing.counters["route_info_duplicates"] == 0, "a last-hop announcement is not a duplicate"
-    routing.check(now=1600)
+    routing.check(now=5600)
     assert len(published) == first + 1, "a new router heard on its last hop must trigger a recalculation"
     _, local_id, records = published[-1]
     assert routing.path(1, 9) is not None
@@ -40,8 +39,8 @@ def test_route_info_on_its_last_hop_is_applied_and_recalculated_not_counted_as_a
 
     # A change in that router, again heard with ttl 1, must reroute too.
     r7_down = RouterAnnouncement(7, "r7", 2, 2, (Adjacency.router(1, 1),), ttl=1)
-    routing.on_route_info("P7", encode_route_info(r7_down), now=2000)
-    routing.check(now=2600)
+    routing.on_route_info("P7", encode_route_info(r7_down), now=6000)
+    routing.check(now=6600)
     assert len(published) == first + 2
     assert routing.path(1, 9) is None, "a stale route to a domain that is gone"
 

@@ -1,6 +1,10 @@
 """Forbidden topologies (spec/dro.md §2.5) are detected and say clearly what is wrong."""
-from router.routing.topology import (TWO_DOMAIN_IDS_FOR_ONE_DOMAIN, TWO_ENDPOINTS_ON_ONE_DOMAIN, TWO_PEER_LINKS,
+from router.config.portal_um import same_domain
+from router.routing.topology import (DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS, TWO_DOMAIN_IDS_FOR_ONE_DOMAIN,
+                                     TWO_ENDPOINTS_ON_ONE_DOMAIN, TWO_PEER_LINKS, Adjacency, RouterAnnouncement,
                                      Topology)
+from router.um.config import UMConfig
+from router.um.lbmr_channel import domain_identity
 
 from tests.routing.net import Net
 
@@ -60,5 +64,30 @@ def test_domain_id_conflict_heard_in_a_domain_expires():
     findings = topology.forbidden()
     assert [f.kind for f in findings] == [TWO_DOMAIN_IDS_FOR_ONE_DOMAIN]
     assert "two domain ids, 5 and 9 (portal LAN1 heard" in findings[0].message
-    topology.expire(4000)
+    # Portals report a conflict they keep hearing every DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS.
+    topology.expire(4000 + DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS - 1)
+    assert len(topology.forbidden()) == 1
+    topology.expire(4000 + DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS)
     assert topology.forbidden() == []
+
+
+def _lan(interface: str) -> UMConfig:
+    """A domain's UM options: the default resolver group, used on `interface`."""
+    config = UMConfig()
+    config.set("context", "resolver_multicast_interface", interface)
+    return config
+
+
+def test_one_resolver_group_on_two_separate_networks_is_two_domains_not_a_forbidden_topology():
+    """A router joining two LANs that both keep the default resolver group, each over its own
+    interface, has two domains: the configuration check accepts it, and the map must not report
+    it as two endpoints on one domain."""
+    lan1, lan2 = _lan("10.1.0.0/16"), _lan("10.2.0.0/16")
+    assert not same_domain(lan1, lan2)
+    topology = Topology(1, "A")
+    topology.set_local_adjacencies([Adjacency.domain(1, 1, "LAN1", domain_identity(lan1)),
+                                    Adjacency.domain(2, 1, "LAN2", domain_identity(lan2))])
+    assert topology.forbidden() == []
+    # The group on one network reported by another router under another id is one domain, two ids.
+    topology.apply(RouterAnnouncement(2, "B", 1, 1, (Adjacency.domain(7, 1, identity=domain_identity(lan1)),), 100), 0)
+    assert [f.kind for f in topology.forbidden()] == [TWO_DOMAIN_IDS_FOR_ONE_DOMAIN]

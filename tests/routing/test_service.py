@@ -18,16 +18,18 @@ def announcement_of(data: bytes):
     return parse_route_info(decode_lbmc(data)[0])
 
 
-def test_first_calculation_is_immediate_and_later_ones_wait_for_the_backoff():
+def test_first_calculation_waits_to_hear_the_others_and_later_ones_wait_for_the_backoff():
     routing, sent, published, _ = service()
     routing.set_route_portal("E1", True)
     routing.set_adjacency("E1", Adjacency.domain(1, 1, "E1"), now=0)
-    routing.check(now=0)
-    assert len(published) == 1, "a lone router routes at once"
-    routing.set_adjacency("E2", Adjacency.domain(2, 1, "E2"), now=10)
-    routing.check(now=100)
+    routing.check(now=3999)
+    assert published == [], "the routers already there have the route-info timeout to be heard"
+    routing.check(now=4000)
+    assert len(published) == 1, "a router still alone then routes at once"
+    routing.set_adjacency("E2", Adjacency.domain(2, 1, "E2"), now=4010)
+    routing.check(now=4100)
     assert len(published) == 1
-    routing.check(now=510)
+    routing.check(now=4510)
     assert len(published) == 2
     version, local_id, records = published[-1]
     snapshot = snapshot_from_plain(local_id, records)
@@ -68,8 +70,8 @@ def test_forbidden_topologies_are_logged_once_and_described():
     routing, sent, published, events = service()
     routing.set_adjacency("P1", Adjacency.router(7, 1, "P1"), now=0)
     routing.set_adjacency("P2", Adjacency.router(7, 2, "P2"), now=0)
-    routing.check(now=0)
-    routing.check(now=10)
+    routing.check(now=4000)
+    routing.check(now=4010)
     logged = [text for event, text in events if event == "forbidden-topology"]
     assert len(logged) == 1 and "P1" in logged[0] and "P2" in logged[0]
     described = routing.describe(now=20)
@@ -86,3 +88,21 @@ def test_own_announcements_go_out_on_every_route_portal_with_a_new_sqn():
     routing.propagate()
     first, second = (announcement_of(data) for _, data in sent)
     assert second.sqn == first.sqn + 1 and first.adjacencies[0].cost == 3 and first.adjacencies[0].identity
+
+
+def test_a_starting_router_that_hears_another_recalculates_with_it_after_the_backoff():
+    """Routers already forwarding between our domains recalculate backoff-interval after they
+    hear us; we must not forward before then (both would: every message twice)."""
+    routing, _, published, events = service(backoff=500, timeout=4000)
+    routing.set_route_portal("E1", True)
+    routing.set_adjacency("E1", Adjacency.domain(1, 1, "E1"), now=0)
+    routing.set_adjacency("E2", Adjacency.domain(2, 1, "E2"), now=0)
+    routing.check(now=900)
+    other = Topology(7, "r7")
+    other.set_local_adjacencies([Adjacency.domain(1, 1), Adjacency.domain(2, 1)])
+    routing.on_route_info("E1", encode_route_info(other.next_announcement()), now=1000)
+    routing.check(now=1499)
+    assert published == []
+    routing.check(now=1500)
+    assert len(published) == 1 and routing.path(1, 2) is not None
+    assert not any("FORCED RECALC" in text for _, text in events), "a normal recalculation, not a forced one"
