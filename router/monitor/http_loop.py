@@ -8,12 +8,14 @@ race. Serving on the loop reads it where it lives, and a page that needs the wor
 
 Each connection: read the request head (bounded), call `handler(request, respond)`, write the
 response without blocking, close. No keep-alive, no bodies: a monitoring page needs neither.
-Slow or silent clients are cut off after IDLE_TIMEOUT; at most MAX_CONNECTIONS at once.
+Slow or silent clients are cut off after IDLE_TIMEOUT; at most MAX_CONNECTIONS at once, and when
+all are taken a new client takes the place of the oldest that has not sent its request yet.
 """
 from __future__ import annotations
 
 import logging
 import socket
+import time
 from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
@@ -55,14 +57,32 @@ class HttpServer:
         self.socket.setblocking(False)
         self.address = self.socket.getsockname()[:2]
         self.connections: set[_Connection] = set()
+        self.silent_evicted = 0     # connections closed for a newer one while still without a request
         loop.add_reader(self.socket.fileno(), self._accept)
 
     def _accept(self) -> None:
         for sock, _ in accept_pending(self.socket, "web monitor", self.loop, self._accept):
-            if len(self.connections) >= MAX_CONNECTIONS:
+            if len(self.connections) >= MAX_CONNECTIONS and not self._evict_a_silent_client():
                 sock.close()
                 continue
             self.connections.add(_Connection(self, sock))
+
+    def _evict_a_silent_client(self) -> bool:
+        """Make room for a new connection by closing the oldest one still waiting for its request.
+        Refusing the newcomer instead would let a client that opens connections and never finishes
+        a request (a leaking scraper, a slowloris) hold every slot, again and again, so that nobody
+        else is ever served; a real client sends its request at once and is answered before it
+        could become the oldest. Connections already answering are never cut off."""
+        waiting = [connection for connection in self.connections if connection.reading]
+        if not waiting:
+            return False
+        oldest = min(waiting, key=lambda connection: connection.opened)
+        self.silent_evicted += 1
+        if self.silent_evicted % 100 == 1:          # said, but not once per connection of a flood
+            log.warning("web monitor: all %d connections taken; closed one that sent no request in %.1f s "
+                        "(%d so far)", MAX_CONNECTIONS, time.monotonic() - oldest.opened, self.silent_evicted)
+        oldest.close()
+        return True
 
     def close(self) -> None:
         self.loop.remove_reader(self.socket.fileno())
@@ -80,6 +100,8 @@ class _Connection:
         self.out = b""
         self.answered = False
         self.closed = False
+        self.reading = True                     # until its request head is complete (or too large)
+        self.opened = time.monotonic()
         self.timer = self.loop.call_later(IDLE_TIMEOUT, self.close)
         self.loop.add_reader(self.fd, self._readable)
 
@@ -97,9 +119,11 @@ class _Connection:
         self.head += chunk
         if b"\r\n\r\n" in self.head or b"\n\n" in self.head:
             self.loop.remove_reader(self.fd)      # one request per connection
+            self.reading = False
             self._dispatch()
         elif len(self.head) > MAX_HEAD_BYTES:
             self.loop.remove_reader(self.fd)
+            self.reading = False
             self.respond(431, "text/plain", b"request header too large\n")
 
     def _dispatch(self) -> None:

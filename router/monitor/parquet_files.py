@@ -41,6 +41,11 @@ PART = re.compile(r"^\.?part-(\d+)\.parquet(\.open)?$")
 EXPIRED_FILE = re.compile(r"^(part-\d+\.parquet|\.part-\d+\.parquet\.tmp)$")
 DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 COMPRESSION = "zstd"
+# Rotated part files whose writes keep failing (a full or broken disk) wait in the supervisor's
+# memory for the disk to come back: at most this much of them (some 20 000 rows, hours of a
+# router's statistics), the oldest given up first, or a disk broken for days would grow the
+# supervisor until the kernel killed it, and the router with it.
+MAX_UNWRITTEN_BYTES = 64 << 20
 
 
 def partition_dir(root: Path, router: str, when: dt.datetime) -> Path:
@@ -127,6 +132,7 @@ class Snapshot:
     batches: list
     rows: int
     publish: bool = False
+    nbytes: int = 0               # the batches' size in memory
 
 
 class BackgroundWriter:
@@ -139,6 +145,7 @@ class BackgroundWriter:
         self.written: dict[Path, int] = {}        # rows in each open file as last written
         self.sizes: dict[Path, int] = {}          # its bytes on disk
         self.writes = self.errors = 0
+        self.rows_dropped = 0                     # rows of rotated files given up while the disk failed
         self.last_error: str | None = None
         self.busy = self.stopping = False
         self.jobs: list = []                      # other disk work (pruning), in order, after the writes
@@ -148,11 +155,31 @@ class BackgroundWriter:
 
     def submit(self, path: Path, snapshot: Snapshot) -> None:
         with self.condition:
-            if self.failed:                       # a published file's last rows are not given up on
+            if self.failed:                       # a published file's last rows are retried
                 self.pending = {**self.failed, **self.pending}
                 self.failed = {}
             self.pending[path] = snapshot         # replacing keeps the file's place in the queue
+            self._give_up_the_oldest_unwritten()
             self.condition.notify()
+
+    def _give_up_the_oldest_unwritten(self) -> None:
+        """Bound what rotated files waiting for the disk hold (MAX_UNWRITTEN_BYTES): the oldest
+        go first, the newest always stays. Called with the condition held, after `failed` was
+        merged into `pending` (oldest first), so every file still waiting is in `pending`."""
+        waiting = [(path, snapshot) for path, snapshot in self.pending.items() if snapshot.publish]
+        held = sum(snapshot.nbytes for _, snapshot in waiting)
+        given_up = []
+        for path, snapshot in waiting[:-1]:
+            if held <= MAX_UNWRITTEN_BYTES:
+                break
+            del self.pending[path]
+            held -= snapshot.nbytes
+            self.rows_dropped += snapshot.rows
+            given_up.append(path)
+        if given_up:
+            event("statistics-write-failed",
+                  f"statistics: {len(given_up)} part file(s) given up after their writes kept failing "
+                  f"(the oldest first; {self.rows_dropped} rows given up so far): {', '.join(map(str, given_up))}")
 
     def call(self, job) -> None:
         """Run `job()` on the writer's thread (disk work that must not hold up the loop either)."""
@@ -260,6 +287,7 @@ class RollingParquetFile:
         self.period: dt.datetime | None = None
         self.batches: list = []
         self.rows = 0
+        self.nbytes = 0
         self.last_part: tuple[Path, int] | None = None
 
     def append(self, batch, when: dt.datetime) -> Path:
@@ -270,14 +298,15 @@ class RollingParquetFile:
             self._open(when)
         self.batches.append(batch)
         self.rows += batch.num_rows
+        self.nbytes += batch.nbytes
         self.writer.submit(self.path, Snapshot(list(self.batches), self.rows))
         return self.path
 
     def rotate(self) -> None:
         """Publish the current file (after its last snapshot is written) and start afresh."""
         if self.path is not None:
-            self.writer.submit(self.path, Snapshot(list(self.batches), self.rows, publish=True))
-        self.path, self.period, self.batches, self.rows = None, None, [], 0
+            self.writer.submit(self.path, Snapshot(list(self.batches), self.rows, publish=True, nbytes=self.nbytes))
+        self.path, self.period, self.batches, self.rows, self.nbytes = None, None, [], 0, 0
 
     def _full(self, adding: int, when: dt.datetime) -> bool:
         return (self._period_of(when) != self.period or self.rows + adding > self.max_rows

@@ -108,6 +108,7 @@ class ParquetSink:
         self.file = RollingParquetFile(self.root, router, self.writer, max_rows, max_bytes, period_minutes)
         self.epochs: dict[str, tuple[object, dt.datetime]] = {}   # portal -> (segment, first seen)
         self.writers: dict[str, tuple[int | None, int]] = {}      # portal -> (worker pid, restarts then)
+        self.seen: dict[str, object] = {}                         # portal -> its worker, as of the last row
         self.timer = None
         self.tick_errors = 0
 
@@ -169,13 +170,30 @@ class ParquetSink:
                                         f"{self.retain_days} day(s) (<format-module> retain_days)")
 
     def read_batch(self, now: dt.datetime):
-        """One row per portal, as of `now`."""
+        """One row per portal, as of `now`, after a last row for each portal a reload removed."""
         import pyarrow as pa
-        rows = [self._row(name, worker, now) for name, worker in list(self.workers().items())
-                if worker.counters is not None]
+        current = dict(self.workers())
+        rows = self._last_rows_of_removed(current, now)
+        rows += [self._row(name, worker, now) for name, worker in current.items() if worker.counters is not None]
+        self.seen = {name: worker for name, worker in current.items() if worker.counters is not None}
         self._forget_removed_portals()
         columns = {name: [row[name] for row in rows] for name in stats_schema.COLUMN_NAMES}
         return pa.RecordBatch.from_pydict(columns, schema=self.schema)
+
+    def _last_rows_of_removed(self, current: dict, now: dt.datetime) -> list[dict]:
+        """A portal removed since the last row still counted until it went: the supervisor keeps
+        the final figures in the removed worker's counters, so they are recorded once, or that last
+        interval's traffic and drops would be missing from every total. One removed and added back
+        within the interval has its old segment's row a microsecond before the new one's first,
+        so (portal, ts) stays unique and the old row sorts first."""
+        rows = []
+        for name, worker in self.seen.items():
+            now_there = current.get(name)
+            if now_there is worker or worker.counters is None:
+                continue
+            when = now if now_there is None else now - dt.timedelta(microseconds=1)
+            rows.append(self._row(name, worker, when))
+        return rows
 
     def _row(self, name: str, worker, now: dt.datetime) -> dict:
         counters = worker.counters.snapshot()
@@ -226,5 +244,6 @@ class ParquetSink:
         return {"dir": str(self.root), "file": str(self.file.path) if self.file.path else None,
                 "rows_in_file": self.file.rows, "writes": self.writer.writes,
                 "write_errors": self.writer.errors, "last_error": self.writer.last_error,
+                "rows_dropped": self.writer.rows_dropped,
                 "tick_errors": self.tick_errors, "retain_days": self.retain_days,
                 "dates_removed": self.dates_removed}

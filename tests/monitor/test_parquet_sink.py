@@ -134,6 +134,49 @@ def test_epoch_stays_across_a_worker_restart_and_changes_with_a_new_counter_segm
     assert epochs[("EAST", T0 + dt.timedelta(seconds=2))] == T0 + dt.timedelta(seconds=2)
 
 
+def _retire(workers: dict, name: str) -> Worker:
+    """What the supervisor's reload does to a removed portal: its worker leaves the table and keeps
+    a copy of its counters' last values (the shared segment is unlinked)."""
+    worker = workers.pop(name)
+    last = PortalCounters()
+    last.values[:] = worker.counters.values
+    worker.counters = last
+    return worker
+
+
+def test_a_portal_removed_by_a_reload_records_what_it_counted_in_its_last_interval(make_sink, workers):
+    clock = Clock()
+    sink = make_sink(clock=clock)
+    lan1 = workers["LAN1"]
+    lan1.counters.add_pair("transport_topic_fragments_sent", "transport_topic_fragment_bytes_sent", 5, 500)
+    sink.tick()
+    clock.advance(5)
+    lan1.counters.add_pair("transport_topic_fragments_sent", "transport_topic_fragment_bytes_sent", 7, 700)
+    _retire(workers, "LAN1")                       # removed before the next interval's row
+    sink.tick()
+    clock.advance(5)
+    sink.tick()
+    # Removed and added back by the next reload, between two rows: the old segment's last
+    # figures and the new segment's first row are both recorded, the old one first.
+    workers["EAST"].counters.add("data_fragments_sent", 3)
+    _retire(workers, "EAST")
+    workers["EAST"] = Worker(Portal("EAST", "peer", None))
+    workers["EAST"].counters.add("data_fragments_sent", 1)
+    clock.advance(5)
+    sink.tick()
+    clock.advance(5)
+    sink.close()
+    rows = rows_of(published(sink.root)[0])
+    lan1_rows = [(r["ts"], r["transport_topic_fragments_sent"], r["transport_topic_fragment_bytes_sent"])
+                 for r in rows if r["portal"] == "LAN1"]
+    assert lan1_rows == [(T0, 5, 500), (T0 + dt.timedelta(seconds=5), 12, 1200)]     # once, not every interval
+    east = [(r["ts"], r["counters_epoch"], r["data_fragments_sent"]) for r in rows if r["portal"] == "EAST"]
+    replaced = T0 + dt.timedelta(seconds=15)
+    assert east[-3:] == [(replaced - dt.timedelta(microseconds=1), T0, 3), (replaced, replaced, 1),
+                         (replaced + dt.timedelta(seconds=5), replaced, 1)]
+    assert len({(r["portal"], r["ts"]) for r in rows}) == len(rows)     # one row per portal and time
+
+
 def test_a_worker_restart_changes_pid_and_restart_count_in_the_same_row(make_sink, workers):
     clock = Clock()
     sink = make_sink(clock=clock)
@@ -247,6 +290,38 @@ def test_a_failing_disk_is_reported_and_retried_and_never_raises(make_sink, capl
     sink.root.unlink()
     sink.close()
     assert pq.read_table(published(sink.root)[0]).num_rows == 4        # the failed interval's rows too
+
+
+def _unwritten_rows(writer: parquet_files.BackgroundWriter) -> int:
+    """Rows of rotated part files the writer still holds in memory, waiting for the disk."""
+    with writer.condition:
+        held = {**writer.failed, **{path: s for path, s in writer.pending.items() if s.publish}}
+    return sum(snapshot.rows for snapshot in held.values())
+
+
+def test_a_disk_that_stays_broken_does_not_grow_the_supervisor_s_memory_for_ever(make_sink, monkeypatch, caplog):
+    files_kept = 5
+    clock = Clock()
+    sink = make_sink(clock=clock, max_rows=2)                            # a part file per interval
+    sink.root.parent.mkdir(parents=True, exist_ok=True)
+    sink.root.write_text("a file where the directory should be")        # every write fails, for days
+    sink.tick()
+    one_file = sink.file.batches[0].nbytes
+    monkeypatch.setattr(parquet_files, "MAX_UNWRITTEN_BYTES", files_kept * one_file, raising=False)
+    assert sink.writer.flush(5)
+    clock.advance(5)
+    for _ in range(39):
+        sink.tick()
+        assert sink.writer.flush(5)
+        clock.advance(5)
+    assert _unwritten_rows(sink.writer) <= 2 * files_kept
+    status = sink.status()
+    assert status["rows_dropped"] == 2 * 39 - _unwritten_rows(sink.writer) > 0      # counted, and said
+    assert "given up" in caplog.text
+    sink.root.unlink()                                                   # the disk is back
+    sink.close()
+    rows = sum(pq.read_table(p).num_rows for p in published(sink.root))
+    assert rows + sink.status()["rows_dropped"] == 2 * 41                # the newest are kept, none lost unseen
 
 
 def test_a_slow_disk_does_not_hold_up_the_supervisor_loop(make_sink, monkeypatch):

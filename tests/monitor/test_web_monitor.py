@@ -8,6 +8,7 @@ import lxml.html
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from router.monitor.http_loop import MAX_CONNECTIONS
 from tests.support.chromium import render
 from tests.support.processes import wait_for
 from tests.support.routerctl import cross_traffic, routerctl, two_lan_router
@@ -161,6 +162,26 @@ def test_slow_clients_do_not_block_and_the_server_listens_where_configured(runti
         silent.close()
     with pytest.raises(OSError):                                # bound to 127.0.0.1 only
         socket.create_connection(("127.0.0.2", port), timeout=2).close()
+
+
+def test_connections_that_never_finish_a_request_do_not_lock_other_clients_out(runtime_dir, routers, make_domain):
+    """A client that opens connections and sends nothing more (a leaking scraper, a slowloris)
+    holds every connection slot for the idle timeout, over and over: /metrics must still answer."""
+    port = free_port()
+    two_lan_router(routers, make_domain(), make_domain(),
+                   daemon_extra=f"    <web-monitor>127.0.0.1:{port}</web-monitor>\n")
+    silent = []
+    try:
+        for _ in range(MAX_CONNECTIONS + 8):
+            connection = socket.create_connection(("127.0.0.1", port))
+            connection.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")     # never finishes its request
+            silent.append(connection)
+        for _ in range(3):
+            status, content_type, body = fetch(f"http://127.0.0.1:{port}/metrics")
+            assert status == 200 and b"umrouter_portal_up" in body, (status, body[:200])
+    finally:
+        for connection in silent:
+            connection.close()
 
 
 def test_star_means_every_interface(runtime_dir, routers, make_domain):
