@@ -41,6 +41,9 @@ from router.worker.scheduling import policy_of, slice_of
 log = logging.getLogger(__name__)
 
 HEARTBEAT_TIMEOUT = 5.0          # a worker whose loop has not beaten for this long is hung
+# The supervisor's own loop turns this late: it did not run (the router frozen whole: docker
+# pause, systemctl freeze, Ctrl-Z), and its workers, frozen with it, could not beat either.
+SUPERVISOR_PAUSED_AFTER = 1.0
 KILL_GRACE = 2.0                 # between TERM and KILL
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 STABLE_AFTER = 60.0              # a worker up this long has its backoff reset
@@ -119,6 +122,8 @@ class Supervisor:
         self.loop.call_every(info.check_interval / 1000, self.routing.check)
         self.extensions: list = []        # admin socket, web monitor, statistics sink (router/extensions.py)
         self.last_watchdog = 0.0
+        self._heartbeats_checked_ns: int | None = None
+        self._silence_counted_from_ns = 0      # silence before this (the supervisor paused) is no one's
         self._queries: dict[int, dict] = {}
         self._request_ids = 0
 
@@ -391,11 +396,16 @@ class Supervisor:
 
     def _check_heartbeats(self) -> None:
         now_ns = time.monotonic_ns()
+        last, self._heartbeats_checked_ns = self._heartbeats_checked_ns, now_ns
+        if last is not None and now_ns - last > SUPERVISOR_PAUSED_AFTER * 1e9:
+            # Frozen with the supervisor, the workers may continue after it, in any order: the
+            # silence that counts starts now, or every worker would be killed as hung.
+            self._silence_counted_from_ns = now_ns
         for name, worker in self.workers.items():
             process = worker.process
             if process is None or not process.is_alive():
                 continue
-            silent = (now_ns - worker.counters.get("heartbeat_ns")) / 1e9
+            silent = (now_ns - max(worker.counters.get("heartbeat_ns"), self._silence_counted_from_ns)) / 1e9
             if worker.term_sent is None and silent > HEARTBEAT_TIMEOUT:
                 event("portal-hung", f"worker pid {process.pid} missed heartbeats for {silent:.1f} s; "
                       "sending TERM", name)

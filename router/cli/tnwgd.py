@@ -3,12 +3,13 @@
     tnwgd [-d|--dump-dtd] [-v|--validate] [-f|--detach] [-u|--use-utc] [-h] CONFIG.xml
 
 Exit status: 0 success; 2 invalid configuration (the message names file, line and element), or a
-pidfile that cannot be written; 3 a portal could not start; 1 anything else. With -f the shell
-gets 0 once the detached daemon has written its pidfile, or 2 and the reason.
+pidfile that cannot be written or that a running tnwgd holds; 3 a portal could not start; 1 anything
+else. With -f the shell gets 0 once the detached daemon has written its pidfile, or 2 and the reason.
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
 import os
 import signal
@@ -79,10 +80,7 @@ def main(argv=None) -> int:
         return _run(args, config)
     finally:
         if config.daemon.pidfile:
-            try:
-                os.unlink(config.daemon.pidfile)
-            except OSError:
-                pass
+            _remove_pidfile(config.daemon.pidfile)
 
 
 def _run(args: argparse.Namespace, config) -> int:
@@ -151,9 +149,52 @@ def _pidfile_error(path: str, err: OSError) -> str:
     return f"cannot write the pidfile {path} (<daemon><pidfile>): {err.strerror}"
 
 
+class PidfileTaken(OSError):
+    """The pidfile is locked by a running daemon: it names that one, not this one."""
+
+
+# The open pidfile, locked for as long as this daemon runs (None: there is none).
+_pidfile_fd: int | None = None
+
+
 def _write_pidfile(path: str) -> None:
-    with open(path, "w") as handle:
-        handle.write(f"{os.getpid()}\n")
+    """Write this process's pid, holding a lock on the file while the daemon runs. A daemon
+    started a second time with the same <pidfile> finds it locked and stops: overwriting it
+    made an init script's stop end the second one only, and the second one's exit removed the
+    file of the one still running. A file left by a daemon that was killed is not locked, and is
+    taken over. The lock is a POSIX record lock: the workers forked later do not hold it."""
+    global _pidfile_fd
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise PidfileTaken(0, f"another tnwgd (pid {holder}) is running with it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        os.close(fd)
+        raise
+    _pidfile_fd = fd
+
+
+def _remove_pidfile(path: str) -> None:
+    """Remove the pidfile this daemon wrote, and only that file: not one it never wrote (it
+    could not), nor one put in its place since."""
+    global _pidfile_fd
+    fd, _pidfile_fd = _pidfile_fd, None
+    if fd is None:
+        return
+    try:
+        mine = os.fstat(fd)
+        found = os.stat(path)
+        if (found.st_dev, found.st_ino) == (mine.st_dev, mine.st_ino):
+            os.unlink(path)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":

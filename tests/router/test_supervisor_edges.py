@@ -272,3 +272,40 @@ def test_a_worker_that_cannot_be_forked_is_retried_without_stopping_the_router(r
         limit.open()
         router.stop()
         kill_all(workers + children(router.pid))
+
+
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+def test_a_router_frozen_whole_and_thawed_kills_no_worker_as_hung(runtime_dir, routers, make_domain):
+    """`docker pause`, `systemctl freeze`, Ctrl-Z in a terminal: every process of the router stops,
+    then all continue, in no particular order. No worker was hung: the supervisor did not run
+    either. Killing them all as hung restarted every portal (losing what was in flight) and
+    counted a restart for each."""
+    from router.supervisor import HEARTBEAT_TIMEOUT
+    from tests.support.routerctl import routerctl
+    router = routers.start(two_lans(make_domain(), make_domain())).wait_ready()
+    workers = router.worker_pids()
+    everyone = [router.pid, *workers.values()]
+    try:
+        for pid in everyone:
+            os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: all(stopped(pid) for pid in everyone), 10, message="every process stopped")
+        last_beat = max(counters["heartbeat_ns"] for counters in router.counters().values())
+        wait_for(lambda: time.monotonic_ns() - last_beat > (HEARTBEAT_TIMEOUT + 1) * 1e9, HEARTBEAT_TIMEOUT + 10,
+                 interval=0.1, message="longer than the heartbeat timeout to pass")
+        # The supervisor continues first and runs (it answers) before the workers continue.
+        os.kill(router.pid, signal.SIGCONT)
+        answered = routerctl("status", "--json", "--timeout", 20)
+        assert answered.code == 0, answered.explain()
+    finally:
+        for pid in everyone:
+            os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: all(time.monotonic_ns() - c["heartbeat_ns"] < 1e9 for c in router.counters().values()), 20,
+             message="the workers beating again")
+    status = routerctl("status", "--json").json()
+    assert "missed heartbeats" not in router.log(), router.log()[-3000:]
+    assert [(p["state"], p["restarts"]) for p in status["portals"]] == [("up", 0), ("up", 0)], status
+    assert router.worker_pids() == workers

@@ -94,3 +94,25 @@ def test_detach_returns_once_the_pidfile_is_written_and_reports_a_pidfile_it_can
                 raise
             for segment in glob.glob(f"/dev/shm/umr.{config.stem}.{daemon}.*"):
                 os.unlink(segment)
+
+
+@pytest.mark.usefixtures("runtime_dir")
+def test_a_second_daemon_with_a_running_ones_pidfile_refuses_to_start_and_leaves_that_pidfile(
+        tmp_path, make_domain, routers):
+    from tests.support.routers import endpoint_xml
+    pidfile = tmp_path / "tnwgd.pid"
+    lan1, lan2 = make_domain(), make_domain()
+    portals = endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path)
+    extra = f"    <pidfile>{pidfile}</pidfile>\n"
+    first = routers.start(portals, extra).wait_ready()
+    assert pidfile.read_text() == f"{first.pid}\n"
+    # `service tnwgd start` run once too often: an init script then stops whatever the pidfile names.
+    second = routers.start(portals, extra)
+    wait_for(lambda: second.tool.proc.poll() is not None or pidfile.read_text() not in ("", f"{first.pid}\n"), 30,
+             message="the second daemon to exit or to take the pidfile")
+    assert pidfile.read_text() == f"{first.pid}\n", second.log()
+    assert second.tool.proc.wait(30) == 2, second.log()
+    assert str(pidfile) in second.log() and str(first.pid) in second.log(), second.log()
+    assert "Traceback" not in second.log()
+    assert first.stop() == 0
+    assert not pidfile.exists()         # the first one's, removed by it at its stop
