@@ -12,6 +12,7 @@ waits `source-deletion-delay`, then sends final advertisements and goes away.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 
 FINAL_ADVERTISEMENTS = 3
 RETRY_INTERVAL = 1.0        # s between attempts at a proxy source that could not be created
+# s a session closed with its last proxy source stays listed for the portal's counters at most:
+# past every transport's closing drain (5 s), and a session whose close left bytes queued for
+# good (a rate-limited one whose socket closed) is not kept for ever.
+CLOSING_LISTED_LIMIT = 30.0
 
 
 @dataclass(slots=True)
@@ -60,6 +65,9 @@ class ProxySourceTable:
         self.failed: dict[tuple[int, int], StreamAdvert] = {}
         self.retry_advert: Callable[[int, StreamAdvert], None] | None = None   # default: advertise
         self._retry_timer = None
+        # Sessions closed with their last proxy source that still give their receivers time to
+        # take what is queued: what those do not take is counted as dropped only then.
+        self.closing: list[tuple[object, float]] = []       # (session, listed until)
 
     def advertise(self, ring: int, advert: StreamAdvert) -> ProxySource | None:
         """A stream was announced to this portal; returns its proxy source (None: not for us)."""
@@ -152,7 +160,10 @@ class ProxySourceTable:
             self.by_stream.pop(key, None)
         if proxy.deletion_timer is not None:
             proxy.deletion_timer.cancel()
+        session = proxy.source.session
         proxy.source.close()
+        if session.closed and all(session is not closing for closing, _ in self.closing):
+            self.closing.append((session, time.monotonic() + CLOSING_LISTED_LIMIT))
         self.counters.add("proxy_sources_deleted")
         self.counters.set("proxy_sources", len(self.by_otid))
         self.log_event("proxy-source-deleted", f"topic {proxy.advert.topic} for {proxy.advert.source}")
@@ -164,8 +175,17 @@ class ProxySourceTable:
             proxy.source.set_cost(proxy.advert.cost + cost, proxy.advert.hop_count + 1)
 
     def sessions(self) -> list:
-        """The transport sessions the proxy sources share (usually one per portal)."""
-        return list({id(p.source.session): p.source.session for p in self.by_otid.values()}.values())
+        """The transport sessions the proxy sources share (usually one per portal), and those
+        closed with their last proxy source while their receivers still had data queued: what
+        those never take is counted as dropped when the close gives up on it, and the portal's
+        counters must see that. A closed session is listed a last time once nothing is queued."""
+        listed = {id(p.source.session): p.source.session for p in self.by_otid.values()}
+        for session, _ in self.closing:
+            listed.setdefault(id(session), session)
+        now = time.monotonic()
+        self.closing = [(session, until) for session, until in self.closing
+                        if session.queued_for_receivers() and now < until]
+        return list(listed.values())
 
     def topics(self) -> set[str]:
         return {p.advert.topic for p in self.by_otid.values()}

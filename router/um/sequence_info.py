@@ -51,6 +51,9 @@ class SequenceInfo:
     def remove(self, tidx: int) -> None:
         self.topics.pop(tidx, None)
         self.changed.pop(tidx, None)
+        # The index may be given to a new source (a router's proxy source keeps its origin's, and a
+        # restarted origin starts again from 0): the tail dropped of this one is not its.
+        self.session.dropped_last.pop(tidx, None)
         if not self.topics and self.timer is not None:
             self.timer.cancel()
             self.timer = None

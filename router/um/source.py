@@ -120,6 +120,9 @@ class Source:
         return pending
 
     def send_many(self, messages) -> None:
+        """Send each of `messages` (bytes-like), batched, in order: `send` without its per-call cost."""
+        if self.closed:
+            raise RuntimeError(f"source for topic {self.topic!r} is closed")
         send = self.session.send
         index, sqn, sent = self.index, self.sequence_number, self.sent_any
         for data in messages:

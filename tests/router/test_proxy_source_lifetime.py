@@ -1,8 +1,10 @@
 """Proxy sources that other interest still needs, or that could not be made at first."""
+import signal
 import socket
 
 import pytest
 
+from router.um.tcp_source import CLOSE_DRAIN_TIMEOUT
 from tests.support.processes import wait_for
 from tests.support.routers import FAST_PURGE, endpoint_xml
 
@@ -61,3 +63,30 @@ def test_a_proxy_source_that_could_not_be_created_is_tried_again(routers, tools,
     assert got["received"] >= 100, got
     assert router.counters()[1]["proxy_sources"] == 1
     source.stop()
+
+
+def test_what_a_deleted_proxy_source_never_delivered_to_a_stuck_receiver_is_counted(routers, tools, make_domain):
+    """LAN2's receiver stops reading; its proxy source's queue fills and the rest is dropped. The
+    stream then ends and the proxy source goes: what the stuck receiver's connection still held
+    is given up once the session's close has waited for it, and must show in the portal's
+    would-block drop counters like every other drop, after the proxy source is gone."""
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
+                           endpoint_xml("LAN2", 2, lan2.config_path, before_config="      <max-queue>200000</max-queue>\n")
+                           ).wait_ready()
+    stuck = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 120, "stuck.topic")
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", 2_000, "-l", 8192, "--start-on-stdin",
+                         "stuck.topic")
+    stuck.wait_for_stderr("Beginning of Transport Session", 30)
+    stuck.proc.send_signal(signal.SIGSTOP)
+    try:
+        source.send_line()
+        source.result(60)                   # all sent; the source is gone: its stream ends
+        wait_for(lambda: router.counters()[1]["proxy_sources_deleted"] == 1, 30, message="the proxy source deleted")
+        counted = router.counters()[1]["transport_topic_fragment_bytes_dropped_would_block"]
+        assert counted > 0
+        wait_for(lambda: router.counters()[1]["transport_topic_fragment_bytes_dropped_would_block"] > counted,
+                 CLOSE_DRAIN_TIMEOUT + 10, message="what the stuck receiver never took counted as dropped")
+    finally:
+        stuck.proc.send_signal(signal.SIGCONT)
+        stuck.stop()

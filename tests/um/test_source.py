@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from router.um.batching_session import BatchingSession
 from router.um.frame_runs import frames_and_last_sequence_numbers
 from router.um.source import Source
@@ -73,3 +75,21 @@ def test_a_source_that_sent_nothing_says_what_it_retains_or_the_origin_said():
     source.sequence_number = 2**32 - 1          # a counter set, nothing sent through it
     source.upstream_last = 9                    # a router's proxy source: the origin's TSNIs told 9
     assert source.last_sequence_number() == 9
+
+
+def test_a_closed_source_refuses_a_run_of_messages_as_it_refuses_one():
+    """Its session may go on for the context's other sources: what a closed source sent would go
+    out under a topic index its receivers were told had ended, with nothing said to the sender."""
+    session = _Session()
+    closed_sources = []
+    context = SimpleNamespace(context_id=1, _close_source=lambda source, finals: closed_sources.append(source))
+    source = Source(context, "topic", session, TIDX, otid=bytes(32))
+    source.send(b"before")
+    source.close()
+    assert closed_sources == [source]
+    sent = bytes(session.sent)
+    with pytest.raises(RuntimeError, match="closed"):
+        source.send(b"after")
+    with pytest.raises(RuntimeError, match="closed"):
+        source.send_many([b"after", b"again"])
+    assert bytes(session.sent) == sent and source.last_sequence_number() == 0
