@@ -22,6 +22,7 @@ import errno
 import logging
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,6 +46,10 @@ class _Neighbor:
     sock: socket.socket | None = None
     connected: bool = False
     backlog: bytearray = field(default_factory=bytearray)
+    # The size of each message in the backlog, and how much of the first one is written: a
+    # message counts as sent once all of it is, as dropped if its connection fails before.
+    queued: deque = field(default_factory=deque)
+    head_written: int = 0
     failures: int = 0
     dropping: bool = False          # its backlog is full: route-info for it is dropped (said once)
 
@@ -120,6 +125,7 @@ class DomainRouteChannel:
 
     def _forget(self, neighbor: _Neighbor, why: str) -> None:
         self._close(neighbor)
+        self._drop_backlog(neighbor)
         self.neighbors.pop(neighbor.node_id, None)
         log.info("portal %s: router node %#x at %s:%d gone from the domain (%s)", self.portal,
                  neighbor.node_id, *neighbor.address, why)
@@ -142,7 +148,7 @@ class DomainRouteChannel:
                                    "read (a stopped router; it times this one out if it stays so)")
                 continue
             neighbor.backlog += data
-            self.counters.add("route_info_msgs_sent")
+            neighbor.queued.append(len(data))
             if neighbor.connected:
                 self._flush(neighbor)
 
@@ -182,15 +188,30 @@ class DomainRouteChannel:
             self._failed(neighbor, str(err))
             return
         del neighbor.backlog[:sent]
+        self._count_written(neighbor, sent)
         if not neighbor.backlog:
             neighbor.dropping = False
             self.loop.remove_writer(sock)
         else:
             self.loop.add_writer(sock, lambda n=neighbor: self._writable(n))
 
+    def _count_written(self, neighbor: _Neighbor, sent: int) -> None:
+        neighbor.head_written += sent
+        while neighbor.queued and neighbor.head_written >= neighbor.queued[0]:
+            neighbor.head_written -= neighbor.queued.popleft()
+            self.counters.add("route_info_msgs_sent")
+
+    def _drop_backlog(self, neighbor: _Neighbor) -> None:
+        """What waited for a connection that is gone will not reach that router: dropped."""
+        if neighbor.queued:
+            self.counters.add("route_info_msgs_dropped", len(neighbor.queued))
+        neighbor.backlog.clear()
+        neighbor.queued.clear()
+        neighbor.head_written = 0
+
     def _failed(self, neighbor: _Neighbor, reason: str) -> None:
         neighbor.failures += 1
-        neighbor.backlog.clear()
+        self._drop_backlog(neighbor)
         neighbor.dropping = False
         if neighbor.failures == 1:          # once per episode: the next announcement retries
             self.log_event("domain-route-connect-failed",

@@ -7,8 +7,10 @@ RECALC, and cost changes), and the recalculation runs once nothing changed for
 ``backoff-interval`` ms (spec/dro.md §1.3, §2.5). A topology that keeps changing holds the
 recalculation up; past ``warning-interval`` that is logged as a warning (and again every
 ``warning-interval``), as is a recalculation that itself took longer than the route-info
-propagation interval. FORCED RECALC (the DRO's web monitor; here `routerctl recalculate`, and start-up)
-does not wait.
+propagation interval. What is held is each distinct change once (a link that flaps for hours is
+two changes, not one per flap), at most MAX_PENDING_CHANGES of them, the first and the latest
+always kept: it is listed by ``routerctl topology`` and must not grow with the churn.
+FORCED RECALC (the DRO's web monitor; here `routerctl recalculate`, and start-up) does not wait.
 
 The owner calls :meth:`RecalculationScheduler.poll` from its route-info check timer (every
 ``check-interval``) or at :meth:`next_deadline_ms`; times are monotonic milliseconds.
@@ -24,6 +26,8 @@ from typing import Callable
 from router.eventlog import event
 
 log = logging.getLogger(__name__)
+
+MAX_PENDING_CHANGES = 64
 
 def log_routing_event(name: str, text: str) -> None:
     """Default ``log_event``: the DRO-style line with its id from router.eventlog."""
@@ -66,7 +70,9 @@ class RecalculationScheduler:
         self.slow_threshold_ms = slow_threshold_ms
         self._log_event = log_event
         self._clock = clock                 # only to time recalculate() itself
-        self._pending: list[TopologyChange] = []
+        self._pending: list[TopologyChange] = []     # distinct changes, by their latest occurrence
+        self._pending_count = 0                     # every change noted since the last recalculation
+        self._first_pending_ms: float | None = None
         self._forced = False
         self._last_warning_ms: float | None = None
         self.recalculations = 0
@@ -87,7 +93,14 @@ class RecalculationScheduler:
     def note(self, trigger: RecalcTrigger, detail: str, now_ms: float) -> None:
         """Record a change; the recalculation waits ``backoff-interval`` from the latest one."""
         change = TopologyChange(trigger, detail, now_ms)
+        if not self._pending:
+            self._first_pending_ms = now_ms
+        self._pending_count += 1
+        # The same change again (a link flapping): held once, at its latest place.
+        self._pending = [p for p in self._pending if (p.trigger, p.detail) != (trigger, detail)]
         self._pending.append(change)
+        if len(self._pending) > MAX_PENDING_CHANGES:
+            del self._pending[1]        # the first says when the hold began; the latest when it ends
         if trigger is RecalcTrigger.FORCED_RECALC:
             self._forced = True
         self._log_event("route-change-noted", f"route recalculation triggered: {change.describe()}")
@@ -102,7 +115,7 @@ class RecalculationScheduler:
         if self._forced:
             return self._pending[-1].at_ms
         due = self._pending[-1].at_ms + self.backoff_interval_ms
-        warn_from = self._last_warning_ms if self._last_warning_ms is not None else self._pending[0].at_ms
+        warn_from = self._last_warning_ms if self._last_warning_ms is not None else self._first_pending_ms
         return min(due, warn_from + self.warning_interval_ms)
 
     def poll(self, now_ms: float) -> bool:
@@ -116,18 +129,19 @@ class RecalculationScheduler:
         return False
 
     def _maybe_warn(self, now_ms: float) -> None:
-        since = self._last_warning_ms if self._last_warning_ms is not None else self._pending[0].at_ms
+        since = self._last_warning_ms if self._last_warning_ms is not None else self._first_pending_ms
         if now_ms - since < self.warning_interval_ms:
             return
         self._last_warning_ms = now_ms
         self.held_up_warnings += 1
-        held = now_ms - self._pending[0].at_ms
+        held = now_ms - self._first_pending_ms
         self._log_event("route-recalculation-held-up",
                         f"route recalculation held up for {held:.0f} ms by a topology that keeps changing "
-                        f"({len(self._pending)} changes, latest {self._pending[-1].describe()})")
+                        f"({self._pending_count} changes, latest {self._pending[-1].describe()})")
 
     def _run(self, now_ms: float) -> None:
         changes, self._pending = self._pending, []
+        self._pending_count, self._first_pending_ms = 0, None
         self._forced = False
         self._last_warning_ms = None
         started = self._clock()

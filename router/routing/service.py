@@ -10,9 +10,14 @@ The first calculation waits until the other routers have had the time to be hear
 route-info ``timeout`` from the first adjacency. A router that started next to routers already
 forwarding between its domains would otherwise forward from the start while they, not knowing it
 yet, go on forwarding until their own recalculation (``backoff-interval`` after they hear it):
-every message twice, for seconds. A router still alone then routes at once; once it hears another
-it waits ``backoff-interval`` after the last change, as every later calculation does (and as the
-others do after hearing it, so the two recalculate together).
+every message twice, for seconds. A router still alone then routes at once. One that hears others
+takes over from them only once they have let go: they recalculate ``backoff-interval`` after they
+hear it, which it learns when they announce its own topology signature (their map has it), so its
+first calculation waits ``backoff-interval`` and one ``check-interval`` from then. It usually
+hears them before they hear it (they answer its CTXINFO before it answers theirs): recalculating
+``backoff-interval`` after that, it would forward alongside them until they recalculate. Routers
+whose map does not come to match its own within the route-info ``timeout`` (out of reach of its
+announcements) are not waited for.
 Forbidden topologies are logged once when they appear and listed by ``routerctl topology``.
 """
 from __future__ import annotations
@@ -74,6 +79,8 @@ class RoutingService:
         self.routes = Routes(self.topology.snapshot())
         self.table_version = 0
         self._first_adjacency_ms: float | None = None     # start of the start-up listening
+        self._others_heard_ms: float | None = None        # start-up: when we first had company
+        self._known_to_others_ms: float | None = None     # start-up: when they all announced our map
         self.forbidden_reported: set[tuple] = set()      # ForbiddenTopology.identity of those logged
         self._malformed_said: dict[str, tuple[float, int]] = {}  # portal -> (last line, dropped since)
         self.counters = {"route_info_sent": 0, "route_info_rcvd": 0, "route_info_forwarded": 0,
@@ -176,12 +183,28 @@ class RoutingService:
         now = now_ms() if now is None else now
         for record in self.topology.expire(now):
             self.scheduler.note(RecalcTrigger.DRO_TIMED_OUT, record.label(), now)
-        if not self.scheduler.has_calculated and self._first_adjacency_ms is not None \
-                and len(self.topology.routers()) == 1:
-            if now - self._first_adjacency_ms < self.topology.timeout_ms:
-                return              # alone so far: still listening for routers already there
-            self.scheduler.force(now, "start-up")
+        if not self.scheduler.has_calculated:
+            if len(self.topology.routers()) > 1:
+                if self._others_still_forwarding(now):
+                    return
+            elif self._first_adjacency_ms is not None:
+                if now - self._first_adjacency_ms < self.topology.timeout_ms:
+                    return          # alone so far: still listening for routers already there
+                self.scheduler.force(now, "start-up")
         self.scheduler.poll(now)
+
+    def _others_still_forwarding(self, now: float) -> bool:
+        """Before our first calculation: may the routers we hear still forward what our routes
+        will take over? (See the module docstring.)"""
+        if self._others_heard_ms is None:
+            self._others_heard_ms = now
+        if self._known_to_others_ms is None:
+            ours = self.topology.signature32()
+            if all(r.topology_signature == ours for r in self.topology.routers() if not r.is_local):
+                self._known_to_others_ms = now
+            else:
+                return now - self._others_heard_ms < self.topology.timeout_ms
+        return now - self._known_to_others_ms < self.scheduler.backoff_interval_ms + self.check_interval_ms
 
     def force(self, detail: str = "operator request") -> None:
         self.scheduler.force(now_ms(), detail)

@@ -45,8 +45,9 @@ def test_a_topology_that_keeps_changing_is_warned_about_every_warning_interval()
     warnings = [text for name, text in recorder.events if name == "route-recalculation-held-up"]
     assert recorder.runs == [] and len(warnings) == 2 and s.held_up_warnings == 2
     assert "held up for 10001 ms" in warnings[0] and "NODE UPDATED (router B)" in warnings[0]
+    assert "(6 changes, latest NODE UPDATED (router B))" in warnings[0]
     assert s.poll(24000 + 5000)
-    assert len(recorder.runs[0]) == 13
+    assert recorder.runs[0] == [RecalcTrigger.NODE_UPDATED], "13 times the same change, held once"
 
 
 def test_forced_recalculation_does_not_wait():
@@ -87,3 +88,39 @@ def test_default_logging_uses_the_routing_ids(caplog):
         s.poll(0)
     assert "UMR-4001-1: route recalculation triggered: DRO TIMED OUT (router C)" in caplog.text
     assert "UMR-4001-2" in caplog.text
+
+
+def test_a_link_that_flaps_for_hours_keeps_the_pending_changes_bounded():
+    """A flapping link (or a router that keeps changing) holds the recalculation up, as the DRO
+    does; what is held must not grow with every flap (memory, and every `routerctl topology`
+    reply lists the pending changes)."""
+    recorder = Recorder()
+    s = scheduler(recorder, backoff_interval_ms=5000, warning_interval_ms=10000)
+    s.note(RecalcTrigger.DRO_TIMED_OUT, "router C (node 0x3)", 0)
+    flaps = 50_000                                  # one a second: about fourteen hours
+    for t in range(1000, 1000 * flaps, 1000):
+        s.note(RecalcTrigger.LINK_WENT_DOWN if t % 2000 else RecalcTrigger.LINK_CAME_UP, "portal P1", t)
+        s.poll(t)
+    assert recorder.runs == []
+    # The last flap took the link down: it is the latest change.
+    assert [c.describe() for c in s.pending] == ["DRO TIMED OUT (router C (node 0x3))",
+                                                 "LINK CAME UP (portal P1)", "LINK WENT DOWN (portal P1)"]
+    warning = [text for name, text in recorder.events if name == "route-recalculation-held-up"][-1]
+    assert "held up for 49990000 ms" in warning and "(49991 changes, latest LINK" in warning, warning
+    latest = 1000 * (flaps - 1)
+    assert not s.poll(latest + 4999) and s.poll(latest + 5000), "the backoff still runs from the latest change"
+    assert len(recorder.runs[0]) == 3 and s.pending == []
+    held_up = [text for name, text in recorder.events if name == "route-recalculated"][-1]
+    assert "DRO TIMED OUT (router C (node 0x3))" in held_up
+
+
+def test_distinct_pending_changes_are_bounded_too():
+    """Routers that come and go under new node ids are distinct changes: still a bounded list."""
+    recorder = Recorder()
+    s = scheduler(recorder, backoff_interval_ms=5000, warning_interval_ms=10000)
+    for n in range(10_000):
+        s.note(RecalcTrigger.NEW_DRO_DISCOVERED, f"router R{n} (node {n + 1:#x})", n * 100)
+    assert len(s.pending) <= 100
+    assert s.pending[0].describe() == "NEW DRO DISCOVERED (router R0 (node 0x1))", "the first change is kept"
+    assert s.pending[-1].describe() == "NEW DRO DISCOVERED (router R9999 (node 0x2710))", "and the latest"
+    assert s.poll(999_900 + 5000)

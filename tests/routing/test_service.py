@@ -90,9 +90,9 @@ def test_own_announcements_go_out_on_every_route_portal_with_a_new_sqn():
     assert second.sqn == first.sqn + 1 and first.adjacencies[0].cost == 3 and first.adjacencies[0].identity
 
 
-def test_a_starting_router_that_hears_another_recalculates_with_it_after_the_backoff():
-    """Routers already forwarding between our domains recalculate backoff-interval after they
-    hear us; we must not forward before then (both would: every message twice)."""
+def test_a_starting_router_waits_no_longer_than_the_timeout_for_routers_that_never_hear_it():
+    """Routers our announcements do not reach never announce our map: after the route-info
+    timeout from hearing them, we route without them knowing us (a normal recalculation)."""
     routing, _, published, events = service(backoff=500, timeout=4000)
     routing.set_route_portal("E1", True)
     routing.set_adjacency("E1", Adjacency.domain(1, 1, "E1"), now=0)
@@ -101,8 +101,63 @@ def test_a_starting_router_that_hears_another_recalculates_with_it_after_the_bac
     other = Topology(7, "r7")
     other.set_local_adjacencies([Adjacency.domain(1, 1), Adjacency.domain(2, 1)])
     routing.on_route_info("E1", encode_route_info(other.next_announcement()), now=1000)
-    routing.check(now=1499)
+    routing.check(now=1000)
+    for now in range(1250, 5000, 250):
+        routing.on_route_info("E1", encode_route_info(other.next_announcement()), now=now)
+        routing.check(now=now)
     assert published == []
-    routing.check(now=1500)
+    routing.check(now=5000)
     assert len(published) == 1 and routing.path(1, 2) is not None
     assert not any("FORCED RECALC" in text for _, text in events), "a normal recalculation, not a forced one"
+
+
+def test_a_router_back_next_to_its_twin_takes_over_only_after_the_twin_lets_go():
+    """Y bridges D1-D2 and forwards; Z starts on the same two domains at a lower cost. Z hears Y
+    before Y hears Z (Y answers Z's CTXINFO first). Z's first routes must come no sooner than Y's
+    recalculation, or both forward for the difference: every message twice. Both run their
+    timers (propagation 200 ms, check 100 ms) in one simulated clock."""
+    def node(node_id, name):
+        daemon = DaemonConfig(route_info=RouteInfo(propagation_interval=200, check_interval=100, timeout=2000),
+                              route_recalculation=RouteRecalculation(300, 5000))
+        outbox, published = [], []
+        routing = RoutingService(node_id, name, daemon, lambda portal, data: outbox.append(data),
+                                 published.append, lambda event, text: None)
+        routing.set_route_portal("E1", True)
+        routing.set_route_portal("E2", True)
+        return routing, outbox, published
+
+    y, y_out, y_published = node(0x20, "y")
+    y.set_adjacency("E1", Adjacency.domain(1, 1, "E1"), now=0)
+    y.set_adjacency("E2", Adjacency.domain(2, 5, "E2"), now=0)
+    z = z_out = z_published = None
+    z_start, y_hears_z_from = 10_000, 10_450
+    y_recalculated_at = z_routed_at = None
+    for now in range(0, 16_000, 50):
+        if now == z_start:
+            z, z_out, z_published = node(0x10, "z")
+            z.set_adjacency("E1", Adjacency.domain(1, 1, "E1"), now=now)
+            z.set_adjacency("E2", Adjacency.domain(2, 2, "E2"), now=now)
+        if now % 200 == 0:
+            y.propagate()
+            if z is not None:
+                z.propagate()
+        if z is not None:
+            for data in y_out:
+                z.on_route_info("E1", data, now=now)
+            if now >= y_hears_z_from:
+                for data in z_out:
+                    y.on_route_info("E1", data, now=now)
+            z_out.clear()
+        y_out.clear()
+        if now % 100 == 0:
+            before = len(y_published)
+            y.check(now=now)
+            if z is not None:
+                z.check(now=now)
+            if z is not None and len(y_published) > before and y_recalculated_at is None and now > z_start:
+                y_recalculated_at = now
+        if z_published and z_routed_at is None:
+            z_routed_at = now
+    assert y_recalculated_at is not None and z_routed_at is not None, (y_recalculated_at, z_routed_at)
+    assert y.path(1, 2)["routers"] == 1 and "z" in y.path(1, 2)["text"], "Y's routes go by Z"
+    assert z_routed_at >= y_recalculated_at, (z_routed_at, y_recalculated_at)
