@@ -2,6 +2,7 @@
 workers' scheduling."""
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 
@@ -23,7 +24,6 @@ MAX_ROUTER_NAME_LENGTH = 64
 MAX_LOG_SIZE = 4000                     # millions of bytes (spec/dro.md §1.3)
 TRANSPORT_MODULES = ("lbm", "lbmsnmp", "udp")
 FORMAT_MODULES = ("csv", "pb", "parquet")   # parquet: umrouter's Parquet sink (DESIGN.md §5)
-LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
 
 
 def build_daemon(reader: ElementReader, element: etree._Element | None, config_path: Path) -> DaemonConfig:
@@ -217,6 +217,15 @@ def _route_recalculation(reader: ElementReader, element: etree._Element | None) 
     return result
 
 
+def _ipv4_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.IPv4Address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _admin(reader: ElementReader, element: etree._Element | None) -> str | None:
     """ipc://PATH (relative to the configuration file) or tcp:// on loopback: the admin socket
     accepts commands without authentication, so it must not be reachable from the network."""
@@ -231,8 +240,14 @@ def _admin(reader: ElementReader, element: etree._Element | None) -> str | None:
             return text
         return f"ipc://{(reader.base_dir / path).resolve()}"
     if text.startswith("tcp://"):
-        host = text[len("tcp://"):].rpartition(":")[0]
-        if not (host.startswith("127.") or host in LOOPBACK_HOSTS):
-            reader.fail(element, f"tcp:// admin endpoints must be on loopback (127.0.0.1, ::1), got '{host}'")
+        host, sep, port = text[len("tcp://"):].rpartition(":")
+        if not sep:
+            reader.fail(element, f"expected tcp://127.0.0.1:PORT, got '{text}'")
+        if not _ipv4_loopback(host):
+            # The admin socket is IPv4 (ZeroMQ binds "::1" only with IPv6 enabled, which it is not).
+            reader.fail(element, f"tcp:// admin endpoints must be on loopback (127.0.0.1 or localhost), got '{host}'")
+        if not (re.fullmatch(r"[0-9]{1,5}", port) and 1 <= int(port) <= 65535):
+            # ZeroMQ would bind '*' or 0 to a port routerctl cannot know, and 99999 to 99999 % 65536.
+            reader.fail(element, f"the port must be 1..65535, got '{port}'")
         return text
     reader.fail(element, f"expected an ipc:// or tcp:// endpoint, got '{text}'")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from router.config.model import DaemonConfig, EndpointConfig, PeerConfig
 from router.um.config import ConfigError, UMConfig, load_file
-from router.um.xml_config import (ROUTER_APPLICATION, content_digest, is_xml_config, load_xml_config,
-                                  topic_options)
+from router.um.xml_config import (ROUTER_APPLICATION, UMXmlDocument, content_digest, is_xml_config,
+                                  load_xml_config, read_document, topic_options)
 
 Portal = EndpointConfig | PeerConfig
 
@@ -44,11 +44,12 @@ def portal_um_configs(portal: Portal, daemon: DaemonConfig) -> tuple[UMConfig, U
         base.set("source", "late_join", "1" if provide == "always" else "0", portal.where("late-join"))
     default_name = base.get("context", "context_name") or None
     source_name = portal.source_context_name or default_name
-    source = _context(portal, base, xml_files, source_name)
+    documents = tuple(_read(portal, path) for path in xml_files)
+    source = _context(portal, base, documents, source_name)
     # Proxy sources belong to the source context (the DRO's src_ctx): its name selects their
     # templates and per-topic options, its options are theirs where no topic says otherwise.
-    portal.topic_um = TopicOptions(tuple(xml_files), source_name, source, content_digest(xml_files))
-    return (source, _context(portal, base, xml_files, portal.receiver_context_name or default_name))
+    portal.topic_um = TopicOptions(tuple(xml_files), source_name, source, content_digest(documents), documents)
+    return (source, _context(portal, base, documents, portal.receiver_context_name or default_name))
 
 
 @dataclass(frozen=True)
@@ -63,27 +64,41 @@ class TopicOptions:
     # The files' contents, so a reload sees an edit that changes only some topic's options (the
     # portal's own options, in `base`, stay the same) and restarts the portals that use them.
     digest: str = field(default="")
+    # The files as they were read when the configuration was loaded: a running portal creates
+    # proxy sources long after, and an edit on disk (valid or not) reaches it through a reload,
+    # which restarts it, never behind the back of the configuration it runs.
+    documents: tuple[UMXmlDocument, ...] = field(default=(), compare=False, repr=False)
 
     def for_topic(self, topic: str) -> UMConfig:
         if not self.xml_files:
             return self.base
         config = self.base.copy()
-        for path in self.xml_files:
-            config = topic_options(path, ROUTER_APPLICATION, self.context_name, topic, into=config)
+        for document in self.documents or self.xml_files:
+            config = topic_options(document, ROUTER_APPLICATION, self.context_name, topic, into=config)
         return config
 
 
-def _context(portal: Portal, base: UMConfig, xml_files: list[Path], name: str | None) -> UMConfig:
+def _read(portal: Portal, path: Path) -> UMXmlDocument:
+    try:
+        return read_document(path)
+    except ConfigError as err:
+        raise _of_portal(portal, err) from None
+
+
+def _context(portal: Portal, base: UMConfig, documents: tuple[UMXmlDocument, ...], name: str | None) -> UMConfig:
     config = base.copy()
-    for path in xml_files:
+    for document in documents:
         try:
-            load_xml_config(path, ROUTER_APPLICATION, name, into=config)
+            load_xml_config(document, ROUTER_APPLICATION, name, into=config)
         except ConfigError as err:
-            raise ConfigError(f"{err.reason} (UM configuration of portal '{portal.name}')",
-                              err.path, err.line, err.element) from None
+            raise _of_portal(portal, err) from None
     if name:
         config.set("context", "context_name", name)
     return config
+
+
+def _of_portal(portal: Portal, err: ConfigError) -> ConfigError:
+    return ConfigError(f"{err.reason} (UM configuration of portal '{portal.name}')", err.path, err.line, err.element)
 
 
 def _check_readable(portal: Portal) -> None:

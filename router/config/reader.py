@@ -20,6 +20,7 @@ log = logging.getLogger("router.config")
 INT32_MAX = 0x7FFFFFFF
 UINT32_MAX = 0xFFFFFFFF
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
+_MAX_DIGITS = 20                # more than any value read here can have (UINT32_MAX has 10)
 
 
 class ElementReader:
@@ -74,7 +75,12 @@ class ElementReader:
     def integer(self, element: etree._Element, text: str, what: str, low: int, high: int) -> int:
         if not _INTEGER.match(text.strip()):
             self.fail(element, f"{what} must be an integer, got '{text}'")
-        value = int(text)
+        number = text.strip()
+        sign, digits = number[0].strip("0123456789"), number.lstrip("+-").lstrip("0")
+        if len(digits) > _MAX_DIGITS:
+            # Out of every range here; and Python refuses to convert thousands of digits at all.
+            self.fail(element, f"{what} must be {_range(low, high)}, got a {len(digits)}-digit number")
+        value = int(sign + (digits or "0"))
         if not low <= value <= high:
             self.fail(element, f"{what} must be {_range(low, high)}, got {value}")
         return value

@@ -352,6 +352,12 @@ def read_document(path: str | Path) -> UMXmlDocument:
     return document
 
 
+def _document(source: str | Path | UMXmlDocument) -> UMXmlDocument:
+    """A document already read (what a running configuration was loaded from, whatever the file
+    holds now), or the file at a path as it is now."""
+    return source if isinstance(source, UMXmlDocument) else read_document(source)
+
+
 def _hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -361,14 +367,14 @@ def check_xml_config(path: str | Path) -> None:
     read_document(path)
 
 
-def content_digest(paths) -> str:
-    """A hash of what UM XML files say, as they were parsed, XIncluded parts (local or http:/ftp:)
-    included: their elements, attributes and text. Comments, processing instructions and layout
-    are not part of it, so documenting a file (shared by every portal through <xml-config>)
-    restarts no portal at a reload, while any edit of an option does."""
+def content_digest(sources) -> str:
+    """A hash of what UM XML files (paths or documents read) say, as they were parsed, XIncluded
+    parts (local or http:/ftp:) included: their elements, attributes and text. Comments, processing
+    instructions and layout are not part of it, so documenting a file (shared by every portal
+    through <xml-config>) restarts no portal at a reload, while any edit of an option does."""
     sha = hashlib.sha256()
-    for path in paths:
-        _hash_meaning(sha, read_document(path).file.root)
+    for source in sources:
+        _hash_meaning(sha, _document(source).file.root)
         sha.update(b"\1")
     return sha.hexdigest()
 
@@ -390,10 +396,11 @@ def is_xml_config(path: str | Path) -> bool:
         return False
 
 
-def load_xml_config(path: str | Path, application: str | None = None, context: str | None = None,
-                    into: UMConfig | None = None) -> UMConfig:
-    """Options for one context of one application (None = the unnamed one), layered as UM does."""
-    document = read_document(path)
+def load_xml_config(path: str | Path | UMXmlDocument, application: str | None = None,
+                    context: str | None = None, into: UMConfig | None = None) -> UMConfig:
+    """Options for one context of one application (None = the unnamed one), layered as UM does.
+    `path` may be a document already read (read_document), to apply what it said when read."""
+    document = _document(path)
     config = into if into is not None else UMConfig()
     app = document.application(application)
     if app is None:
@@ -413,7 +420,7 @@ def load_xml_config(path: str | Path, application: str | None = None, context: s
 _OBJECT_GROUPS = {"sources": "source", "receivers": "receiver", "wildcard-receivers": "wildcard_receiver"}
 
 
-def topic_options(path: str | Path, application: str | None, context: str | None, topic: str,
+def topic_options(path: str | Path | UMXmlDocument, application: str | None, context: str | None, topic: str,
                   into: UMConfig | None = None) -> UMConfig:
     """The context's options plus those of every <topic> under <sources>/<receivers> matching `topic`."""
     def matching(element: etree._Element):
@@ -425,7 +432,7 @@ def topic_options(path: str | Path, application: str | None, context: str | None
     return _with_objects(path, application, context, into, matching)
 
 
-def pattern_options(path: str | Path, application: str | None, context: str | None, pattern: str,
+def pattern_options(path: str | Path | UMXmlDocument, application: str | None, context: str | None, pattern: str,
                     into: UMConfig | None = None) -> UMConfig:
     """The context's options plus those of the <wildcard-receiver> whose pattern is `pattern`."""
     def matching(element: etree._Element):
@@ -444,8 +451,8 @@ def _topic_matches(entry: etree._Element, topic: str) -> bool:
 
 def _with_objects(path, application, context, into, matching) -> UMConfig:
     """Context options, then the templates and <options> of the matching object elements."""
-    config = load_xml_config(path, application, context, into)
-    document = read_document(path)
+    document = _document(path)
+    config = load_xml_config(document, application, context, into)
     app = document.application(application)
     for _, element in document.contexts(app, context) if app is not None else ():
         for entry, scope in matching(element):
