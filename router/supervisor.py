@@ -26,7 +26,7 @@ from router.config import ConfigError, diff_configs, load_gateway_config
 from router.eventlog import claim_log_file, event, roll_log_if_due
 from router.ipc import bus_messages as bm
 from router.ipc.bus import BusHub
-from router.ipc.shm import SharedSegment, remove_stale
+from router.ipc.shm import PREFIX as SEGMENT_PREFIX, SharedSegment, remove_stale
 from router.monitor.counters import SEGMENT_BYTES, PortalCounters
 from router.monitor.views import version
 from router.routing.service import RoutingService
@@ -41,6 +41,10 @@ from router.worker.scheduling import policy_of, slice_of
 log = logging.getLogger(__name__)
 
 HEARTBEAT_TIMEOUT = 5.0          # a worker whose loop has not beaten for this long is hung
+# A worker beats once its portals are up; starting them may wait on the network meanwhile (ACL
+# host names are resolved then, each up to the resolver's timeout and attempts: 10 s by default
+# for one name server, when DNS does not answer). Only past this has it hung while starting.
+BOOT_TIMEOUT = 60.0
 # The supervisor's own loop turns this late: it did not run (the router frozen whole: docker
 # pause, systemctl freeze, Ctrl-Z), and its workers, frozen with it, could not beat either.
 SUPERVISOR_PAUSED_AFTER = 1.0
@@ -49,6 +53,7 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 STABLE_AFTER = 60.0              # a worker up this long has its backoff reset
 CRASH_LOOP_RESTARTS = 5          # deaths in a row, each before STABLE_AFTER: say so, loudly, once
 STOP_TIMEOUT = 10.0
+SHM_DIRECTORY = "/dev/shm"       # where POSIX shared memory segments are files (Linux)
 
 EXIT_CONFIG_ERROR = 2
 EXIT_BOOT_FAILED = 3
@@ -68,6 +73,7 @@ class Worker:
     backoff: float = BACKOFF_FIRST
     restart_at: float | None = None
     term_sent: float | None = None
+    spawned_ns: int = 0                   # the heartbeat the supervisor wrote at fork: not beaten yet
     ready: bool = False
     retired: bool = False                 # removed by reload: do not restart
     boot_failures: int = 0
@@ -129,9 +135,15 @@ class Supervisor:
 
     # -- start ---------------------------------------------------------------------------------
     def run(self) -> int:
-        removed = remove_stale(f"umr.{self.name}")
+        removed = remove_stale(f"{SEGMENT_PREFIX}.{self.name}")
         if removed:
             log.info("removed %d shared-memory segments of a crashed run", len(removed))
+        reused = _remove_segments_named_with_this_pid(self.name)
+        if reused:
+            log.warning("removed %d shared-memory segments an earlier run of router %s left with this pid (%d): "
+                        "it was killed, and this run got its pid (a container's router has the same pid at "
+                        "every start); a router of this name in another container sharing /dev/shm would "
+                        "lose them: give each router its own <name>", len(reused), self.name, self.pid)
         remove_stale_bus_sockets(self.name, self.runtime)
         self._install_signals()
         claim_log_file()
@@ -229,7 +241,8 @@ class Supervisor:
             member.ready = False
             member.term_sent = None
             member.restart_at = None
-            member.counters.set("heartbeat_ns", time.monotonic_ns())
+            member.spawned_ns = time.monotonic_ns()
+            member.counters.set("heartbeat_ns", member.spawned_ns)
             specs.append(WorkerSpec(portal=member.config, index=member.index, portal_indexes=indexes,
                                     generation=member.generation, bus_endpoints=self.hub.endpoints,
                                     counters_segment=member.segment, datapath=DataPathSpec(self.rings, indexes),
@@ -371,6 +384,11 @@ class Supervisor:
             uptime = time.monotonic() - worker.started
             if code == EXIT_BOOT_ERROR:
                 worker.boot_failures += 1
+                if self._boot_failed():
+                    # Not restarted: the router stops (run()); its log line says so, not "restarting".
+                    event("portal-down", f"worker pid {process.pid} could not start the portal (the error "
+                          "above says why); the router stops", name)
+                    continue
             if uptime >= STABLE_AFTER:
                 worker.backoff, worker.quick_deaths = BACKOFF_FIRST, 0
             requested, worker.restart_requested = worker.restart_requested, False
@@ -405,10 +423,13 @@ class Supervisor:
             process = worker.process
             if process is None or not process.is_alive():
                 continue
-            silent = (now_ns - max(worker.counters.get("heartbeat_ns"), self._silence_counted_from_ns)) / 1e9
-            if worker.term_sent is None and silent > HEARTBEAT_TIMEOUT:
-                event("portal-hung", f"worker pid {process.pid} missed heartbeats for {silent:.1f} s; "
-                      "sending TERM", name)
+            beat = worker.counters.get("heartbeat_ns")
+            silent = (now_ns - max(beat, self._silence_counted_from_ns)) / 1e9
+            starting = beat == worker.spawned_ns       # its portals are not up yet: it has not beaten
+            if worker.term_sent is None and silent > (BOOT_TIMEOUT if starting else HEARTBEAT_TIMEOUT):
+                event("portal-hung", f"worker pid {process.pid} " + (
+                      f"has not started its portal in {silent:.1f} s" if starting
+                      else f"missed heartbeats for {silent:.1f} s") + "; sending TERM", name)
                 worker.term_sent = time.monotonic()
                 _kill(process.pid, signal.SIGTERM)
             elif worker.term_sent is not None and time.monotonic() - worker.term_sent > KILL_GRACE:
@@ -653,6 +674,22 @@ class Supervisor:
 
 def _domain_adjacency(portal) -> Adjacency:
     return Adjacency.domain(portal.domain_id, portal.cost, portal.name, domain_identity(portal.receiver_um))
+
+
+def _remove_segments_named_with_this_pid(name: str) -> list[str]:
+    """Segments /umr.NAME.PID.* with this process's pid, found before it created any: left by an
+    earlier run that had this pid and was killed. remove_stale keeps them (their owner's pid is
+    alive: it is this process), and creating this run's segments would fail on every start."""
+    prefix = f"{SEGMENT_PREFIX}.{name}.{os.getpid()}."
+    removed = []
+    for entry in sorted(os.listdir(SHM_DIRECTORY)):
+        if entry.startswith(prefix):
+            try:
+                os.unlink(os.path.join(SHM_DIRECTORY, entry))
+            except OSError:         # gone meanwhile, or another user's (not this run's to remove)
+                continue
+            removed.append(entry)
+    return removed
 
 
 def _drain_socket(sock: socket.socket) -> None:

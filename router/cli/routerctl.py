@@ -9,7 +9,10 @@ With exactly one router running, no -n or -s is needed; without a COMMAND, `stat
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
+import math
+import re
 import sys
 
 from router.admin.client import Ambiguous, Unreachable, find_endpoint, request
@@ -17,6 +20,13 @@ from router.admin.commands import commands
 from router.admin.protocol import Errno
 
 EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_DAEMON_ERROR = 0, 1, 2, 3
+
+# ZeroMQ waits for a reply a whole number of milliseconds in a C int (about 24 days): a day is
+# longer than anyone waits on a prompt, and far inside that.
+MAX_TIMEOUT = 86_400.0
+# A host name (RFC 1123 labels, and the "_" /etc/hosts allows): what ZeroMQ can resolve, unlike
+# "*" or a name with a blank.
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,9 +60,21 @@ def _endpoint(text: str) -> str:
         return text
     if scheme == "tcp":
         host, _, port = address.rpartition(":")
-        if host and port.isdigit() and 0 < int(port) < 65536:
+        if _connectable_host(host) and port.isdigit() and 0 < int(port) < 65536:
             return text
     raise argparse.ArgumentTypeError(f"not an admin endpoint: {text!r} (ipc://PATH or tcp://HOST:PORT)")
+
+
+def _connectable_host(host: str) -> bool:
+    """A host a client connects to: a name, an IPv4 address, or an IPv6 one in brackets (not
+    ZeroMQ's "*", which only a server binds, nor text it cannot parse and waits on forever)."""
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+            return True
+        except ValueError:
+            return False
+    return _HOST_NAME.fullmatch(host) is not None
 
 
 def _positive(text: str) -> float:
@@ -60,8 +82,10 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be greater than zero")
+    if math.isnan(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than zero: {text}")
+    if value > MAX_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIMEOUT:g} seconds: {text}")
     return value
 
 

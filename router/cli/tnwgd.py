@@ -191,8 +191,20 @@ def _remove_pidfile(path: str) -> None:
         found = os.stat(path)
         if (found.st_dev, found.st_ino) == (mine.st_dev, mine.st_ino):
             os.unlink(path)
-    except OSError:
+    except FileNotFoundError:
         pass
+    except OSError as err:
+        # Written as root, in a directory only root may change (/run), by a daemon that runs as
+        # <uid> since: it cannot remove the file. Emptied, it names no process, where it would
+        # name one that reuses this pid. Truncating the file this daemon opened is safe even if
+        # the path names another file by now.
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        logging.getLogger("router.daemon").warning(
+            "cannot remove the pidfile %s (%s): emptied it instead; put <pidfile> in a directory "
+            "the router's user may write (the runtime directory, say)", path, err.strerror)
     finally:
         os.close(fd)
 

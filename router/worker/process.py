@@ -111,6 +111,11 @@ def _run(specs: list[WorkerSpec]) -> int:
             datapath = DataPath(spec.datapath, spec.index, loop, counters, restarted=restarted)
             counters.set("worker_started_ns", time.time_ns())     # set once the rings are attached
             portal = _make_portal(spec, loop, datapath, counters)
+        except OSError as err:
+            # What the host refuses (a port taken, an interface missing) is the operator's to fix:
+            # the reason says all, a traceback would call it a bug.
+            log.error("portal %s cannot start: %s", spec.portal.name, err)
+            return EXIT_BOOT_ERROR
         except Exception as err:
             log.exception("portal %s cannot start: %s", spec.portal.name, err)
             return EXIT_BOOT_ERROR

@@ -9,6 +9,8 @@ import resource
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -309,3 +311,116 @@ def test_a_router_frozen_whole_and_thawed_kills_no_worker_as_hung(runtime_dir, r
     assert "missed heartbeats" not in router.log(), router.log()[-3000:]
     assert [(p["state"], p["restarts"]) for p in status["portals"]] == [("up", 0), ("up", 0)], status
     assert router.worker_pids() == workers
+
+
+def test_a_portal_that_cannot_start_stops_the_router_with_its_reason_only(runtime_dir, routers, make_domain):
+    """A peer portal's listen port is held by another program: the router stops with exit 3
+    (systemd does not restart it) and says why in one line, the port and the system's reason.
+    Not a Python traceback, as for a bug, and not a line saying the portal restarts."""
+    from tests.support.routers import free_port, peer_xml
+    port = free_port()
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", port))
+        holder.listen()
+        router = routers.start(endpoint_xml("LAN1", 1, make_domain().config_path) + peer_xml("P1", listen=port))
+        code = router.tool.proc.wait(60)
+    log = router.log()
+    assert code == 3, log[-3000:]
+    assert "portal P1 cannot start" in log and f"cannot listen on port {port}: Address already in use" in log, log
+    assert "Traceback" not in log, log[-3000:]
+    assert "restarting in" not in log, log[-3000:]
+    assert glob.glob(f"/dev/shm/umr.{router.name}.{router.pid}.*") == []
+    assert glob.glob(f"{runtime_dir}/{router.name}*") == []
+
+
+def test_a_portal_slow_to_start_is_waited_for_not_killed_as_hung(runtime_dir, make_domain, tmp_path):
+    """An inbound ACL names hosts; at start the worker resolves them, and with a DNS server that
+    does not answer that takes the resolver's timeout (8 s here: 4 s, 2 attempts), longer than a
+    running worker may miss heartbeats. The portal starts late, once: it was killed as hung every
+    time, restarting for ever, and the router never came up."""
+    from tests.support.processes import ROOT
+    from tests.support.routers import write_config
+    server = f"127.53.{os.getpid() // 250 % 250 + 1}.{os.getpid() % 250 + 1}"    # this test's own
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)      # a name server that never answers
+    silent.bind((server, 53))
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(f"nameserver {server}\noptions timeout:4 attempts:2\n")
+    acl = ('      <acl><inbound><ace match="accept"><source-ip value="source-host-a" comparison="eq"/></ace>'
+           '<ace match="accept"><pcre-pattern>.</pcre-pattern></ace></inbound></acl>\n')
+    name = f"slow{os.getpid() % 10000}"
+    config = write_config(tmp_path, name, endpoint_xml("LAN1", 1, make_domain().config_path, after_config=acl)
+                          + endpoint_xml("LAN2", 2, make_domain().config_path))
+    # The router alone sees that resolver: its own mount namespace, /etc/resolv.conf bound over.
+    argv = ["unshare", "--mount", "--", "sh", "-c",
+            'mount --bind "$0" /etc/resolv.conf && exec "$1" -m router.cli.tnwgd "$2"',
+            str(resolv), sys.executable, str(config)]
+    router = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(router.stderr), daemon=True)
+    reader.start()
+    log = lambda: "".join(list(lines))     # noqa: E731
+    workers = set()
+    try:
+        wait_for(lambda: "portals are up" in log() or router.poll() is not None, 60, message="both portals up")
+        workers.update(children(router.pid))
+        assert "portals are up" in log(), log()[-3000:]
+        assert "UMR-1101-4" not in log() and "UMR-1101-2" not in log(), log()[-3000:]   # not hung, not restarted
+        assert "source-host-a" in log()                 # it did wait on the resolver
+        router.send_signal(signal.SIGTERM)
+        assert router.wait(30) == 0, log()[-3000:]
+    finally:
+        silent.close()
+        if router.poll() is None:
+            router.kill()
+            router.wait()
+        kill_all(workers)
+        for segment in glob.glob(f"/dev/shm/umr.{name}.{router.pid}.*"):
+            os.unlink(segment)
+    assert "Traceback" not in log(), log()
+
+
+def test_a_router_killed_in_a_container_starts_again_with_the_same_pid(runtime_dir, make_domain, tmp_path):
+    """A container's router is pid 1 of its pid namespace at every start, and LBT-IPC users share
+    the host's /dev/shm with it. Killed (docker kill, the OOM killer), it leaves /umr.NAME.1.*;
+    the next start, pid 1 again, took them for a live router's (their pid is alive: its own) and
+    failed to create its own, with a traceback, at every restart."""
+    from tests.support.processes import ROOT
+    from tests.support.routers import write_config
+    name = f"pidns{os.getpid() % 10000}"
+    config = write_config(tmp_path, name, two_lans(make_domain(), make_domain()))
+    started: list[tuple[subprocess.Popen, list[str]]] = []
+
+    def start_in_a_pid_namespace():
+        argv = ["unshare", "--pid", "--fork", "--kill-child", "--", sys.executable, "-m", "router.cli.tnwgd",
+                str(config)]
+        process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True).start()
+        started.append((process, lines))
+        wait_for(lambda: "portals are up" in "".join(lines) or process.poll() is not None, 60,
+                 message="the router in its pid namespace up")
+        return process, lines
+
+    try:
+        first, lines = start_in_a_pid_namespace()
+        assert "portals are up" in "".join(lines), "".join(lines)[-3000:]
+        assert glob.glob(f"/dev/shm/umr.{name}.1.*"), "the router is pid 1 of its namespace"
+        first.kill()            # unshare --kill-child: the namespace's processes are KILLed with it
+        first.wait(30)
+        assert glob.glob(f"/dev/shm/umr.{name}.1.*"), "a killed router leaves its segments"
+
+        again, lines = start_in_a_pid_namespace()
+        log = "".join(lines)
+        assert again.poll() is None and "portals are up" in log, log[-3000:]
+        assert "Traceback" not in log and f"earlier run of router {name} left with this pid (1)" in log, log[-3000:]
+        [router] = children(again.pid)       # unshare ignores TERM while it waits: signal the router
+        os.kill(router, signal.SIGTERM)
+        assert again.wait(30) == 0, "".join(lines)[-3000:]
+        assert glob.glob(f"/dev/shm/umr.{name}.1.*") == []
+    finally:
+        for process, _ in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        for segment in glob.glob(f"/dev/shm/umr.{name}.1.*"):
+            os.unlink(segment)

@@ -116,3 +116,32 @@ def test_a_second_daemon_with_a_running_ones_pidfile_refuses_to_start_and_leaves
     assert "Traceback" not in second.log()
     assert first.stop() == 0
     assert not pidfile.exists()         # the first one's, removed by it at its stop
+
+
+NOBODY = 65534
+
+
+@pytest.mark.usefixtures("runtime_dir")
+def test_a_daemon_that_drops_root_leaves_no_pidfile_naming_it(tmp_path, make_domain, routers):
+    """<pidfile> in a directory only root may write (/run/tnwgd.pid), with <uid>: the daemon
+    writes the file as root and, as that user, cannot remove it at its stop. It must not leave
+    it naming its pid: an init script would take a process that reused the pid for the router."""
+    import shutil
+    import tempfile
+    from tests.support.routers import endpoint_xml
+    root_only = Path(tempfile.mkdtemp(prefix="umr-run-", dir="/tmp"))
+    try:
+        root_only.chmod(0o755)
+        pidfile = root_only / "tnwgd.pid"
+        lan1, lan2 = make_domain(), make_domain()
+        router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
+                               f"    <uid>{NOBODY}</uid>\n    <gid>{NOBODY}</gid>\n    <pidfile>{pidfile}</pidfile>\n")
+        router.wait_ready()
+        assert pidfile.read_text() == f"{router.pid}\n"
+        assert router.stop() == 0, router.log()
+        assert not pidfile.exists() or pidfile.read_text() == "", \
+            f"the pidfile still names the stopped daemon: {pidfile.read_text()!r}"
+        if os.geteuid() == 0:
+            assert "pidfile" in router.log() and str(pidfile) in router.log(), router.log()
+    finally:
+        shutil.rmtree(root_only, ignore_errors=True)
