@@ -13,6 +13,7 @@ import logging.handlers
 import sys
 import time
 
+from router.log_rate import LogRate, unsaid
 from router.logfile import RollingLogFile
 
 log = logging.getLogger("router")
@@ -140,17 +141,15 @@ def event(name: str, text: str, portal: str | None = None) -> None:
 
 class RateLimitedEvents:
     """`log_event` for events that come in bursts (drops, stray input): one line per name every
-    `interval` seconds; the counters have the rest."""
+    `interval` seconds, saying how many went unsaid since; the counters have them all."""
 
-    def __init__(self, log_event, interval: float = 10.0):
-        self.log_event, self.interval = log_event, interval
-        self.last: dict[str, float] = {}
+    def __init__(self, log_event, interval: float = 10.0, clock=time.monotonic):
+        self.log_event, self.rate = log_event, LogRate(interval, clock)
 
     def __call__(self, name: str, text: str) -> None:
-        now = time.monotonic()
-        if now - self.last.get(name, -self.interval) >= self.interval:
-            self.last[name] = now
-            self.log_event(name, text)
+        count = self.rate.due(name)
+        if count is not None:
+            self.log_event(name, text + unsaid(count))
 
 
 def portal_logger(portal: str):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import router
 from router.eventlog import MESSAGE_IDS, RateLimitedEvents, event
+from router.log_rate import LogRate, unsaid
 
 ROUTER = Path(router.__file__).parent
 
@@ -68,3 +69,31 @@ def test_rate_limited_events_log_one_line_per_interval():
         limited("drops-would-block", "full")
     limited("drops-size-error", "too big")
     assert lines == ["drops-would-block", "drops-size-error"]
+
+
+def test_a_rate_limited_line_says_how_many_went_unsaid_since_the_last():
+    now = [100.0]
+    lines = []
+    limited = RateLimitedEvents(lambda name, text: lines.append(text), interval=10, clock=lambda: now[0])
+    for second in range(25):            # one event a second for 25 s: lines at 0, 10 and 20 s
+        now[0] = 100.0 + second
+        limited("drops-would-block", "full")
+    assert lines == ["full", "full (9 more since the last such line)", "full (9 more since the last such line)"]
+
+
+def test_log_rate_keys_are_independent_and_a_forgotten_key_is_said_at_once():
+    rate = LogRate(interval=1000, clock=lambda: 0.0)
+    assert rate.due("LAN1", now=0) == 0
+    assert rate.due("LAN1", now=999) is None
+    assert rate.due("LAN2", now=999) == 0         # another portal's first line is not held back
+    assert rate.due("LAN1", now=1000) == 1
+    rate.due("LAN1", now=1500)
+    rate.forget("LAN1")                         # the portal was removed; a new one of its name starts afresh
+    assert rate.due("LAN1", now=1600) == 0
+    assert unsaid(0) == "" and unsaid(3) == " (3 more since the last such line)"
+
+
+def test_the_first_event_is_said_even_right_after_the_clock_starts():
+    """A clock near zero (a fresh boot, a container) must not hold back the very first line."""
+    rate = LogRate(interval=10.0, clock=lambda: 0.5)
+    assert rate.due() == 0

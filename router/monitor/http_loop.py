@@ -22,6 +22,7 @@ from http import HTTPStatus
 from typing import Callable
 from urllib.parse import unquote, urlsplit
 
+from router.log_rate import LogRate
 from router.um.accepting import accept_pending
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class HttpServer:
         self.address = self.socket.getsockname()[:2]
         self.connections: set[_Connection] = set()
         self.silent_evicted = 0     # connections closed for a newer one while still without a request
+        self._evictions_said = LogRate()    # said, but not once per connection of a flood
         loop.add_reader(self.socket.fileno(), self._accept)
 
     def _accept(self) -> None:
@@ -78,7 +80,7 @@ class HttpServer:
             return False
         oldest = min(waiting, key=lambda connection: connection.opened)
         self.silent_evicted += 1
-        if self.silent_evicted % 100 == 1:          # said, but not once per connection of a flood
+        if self._evictions_said.due() is not None:
             log.warning("web monitor: all %d connections taken; closed one that sent no request in %.1f s "
                         "(%d so far)", MAX_CONNECTIONS, time.monotonic() - oldest.opened, self.silent_evicted)
         oldest.close()

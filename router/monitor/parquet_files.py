@@ -132,7 +132,11 @@ class Snapshot:
     batches: list
     rows: int
     publish: bool = False
-    nbytes: int = 0               # the batches' size in memory
+
+    @property
+    def nbytes(self) -> int:
+        """The batches' size in memory: what a file waiting for the disk holds."""
+        return sum(batch.nbytes for batch in self.batches)
 
 
 class BackgroundWriter:
@@ -287,7 +291,6 @@ class RollingParquetFile:
         self.period: dt.datetime | None = None
         self.batches: list = []
         self.rows = 0
-        self.nbytes = 0
         self.last_part: tuple[Path, int] | None = None
 
     def append(self, batch, when: dt.datetime) -> Path:
@@ -298,15 +301,14 @@ class RollingParquetFile:
             self._open(when)
         self.batches.append(batch)
         self.rows += batch.num_rows
-        self.nbytes += batch.nbytes
         self.writer.submit(self.path, Snapshot(list(self.batches), self.rows))
         return self.path
 
     def rotate(self) -> None:
         """Publish the current file (after its last snapshot is written) and start afresh."""
         if self.path is not None:
-            self.writer.submit(self.path, Snapshot(list(self.batches), self.rows, publish=True, nbytes=self.nbytes))
-        self.path, self.period, self.batches, self.rows, self.nbytes = None, None, [], 0, 0
+            self.writer.submit(self.path, Snapshot(list(self.batches), self.rows, publish=True))
+        self.path, self.period, self.batches, self.rows = None, None, [], 0
 
     def _full(self, adding: int, when: dt.datetime) -> bool:
         return (self._period_of(when) != self.period or self.rows + adding > self.max_rows

@@ -27,6 +27,7 @@ import time
 from typing import Callable
 
 from router.eventlog import event
+from router.log_rate import LogRate, unsaid
 from router.routing.paths import Routes
 from router.routing.recalculation import RecalcTrigger, RecalculationScheduler
 from router.routing.route_info import RouteInfoError, encode_route_info, parse_route_info, with_ttl
@@ -82,7 +83,9 @@ class RoutingService:
         self._others_heard_ms: float | None = None        # start-up: when we first had company
         self._known_to_others_ms: float | None = None     # start-up: when they all announced our map
         self.forbidden_reported: set[tuple] = set()      # ForbiddenTopology.identity of those logged
-        self._malformed_said: dict[str, tuple[float, int]] = {}  # portal -> (last line, dropped since)
+        # A router of another version floods its route-info, as do all behind it, for as long as it
+        # runs: one line per portal every MALFORMED_LOG_INTERVAL_MS (the counter has them all).
+        self._malformed_said = LogRate(MALFORMED_LOG_INTERVAL_MS, clock=now_ms)
         self.counters = {"route_info_sent": 0, "route_info_rcvd": 0, "route_info_forwarded": 0,
                          "route_info_malformed": 0, "route_info_duplicates": 0}
 
@@ -117,7 +120,7 @@ class RoutingService:
             self.route_portals.add(portal)
         else:
             self.route_portals.discard(portal)
-            self._malformed_said.pop(portal, None)
+            self._malformed_said.forget(portal)
 
     def note_domain_id_conflict(self, portal: str, our_domain_id: int, heard_domain_id: int, heard_from: str,
                                 now: float | None = None) -> None:
@@ -155,15 +158,9 @@ class RoutingService:
             self.counters["route_info_forwarded"] += 1
 
     def _say_malformed(self, portal: str, err: Exception, now: float) -> None:
-        """One line per portal every MALFORMED_LOG_INTERVAL_MS: a router of another version floods
-        its route-info, as do all behind it, for as long as it runs (the counter has them all)."""
-        last, since = self._malformed_said.get(portal, (None, 0))
-        if last is not None and now - last < MALFORMED_LOG_INTERVAL_MS:
-            self._malformed_said[portal] = (last, since + 1)
-            return
-        more = f" ({since} more since the last such line)" if since else ""
-        log.warning("route-info from portal %s dropped: %s%s", portal, err, more)
-        self._malformed_said[portal] = (now, 0)
+        count = self._malformed_said.due(portal, now)
+        if count is not None:
+            log.warning("route-info from portal %s dropped: %s%s", portal, err, unsaid(count))
 
     # -- timers ----------------------------------------------------------------------------------
     def propagate(self) -> None:

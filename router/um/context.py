@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from router.log_rate import LogRate
 from router.um.config import UMConfig, from_overrides, load_file
 from router.um import monitoring
 from router.um.immediate import ImmediateChannel, ImmediateMessage
@@ -152,7 +153,7 @@ class Context:
         # What to do with a unicast immediate message that does not parse ("from", why), besides
         # counting it: a router's portal counts and logs it its way; else logged, at most every 10 s.
         self.on_bad_uim: Callable[[str, str], None] | None = None
-        self._bad_uim_logged = -BAD_UIM_LOG_INTERVAL
+        self._bad_uim_said = LogRate(BAD_UIM_LOG_INTERVAL)
         self.uim_counters = {"uim_sent": 0, "uim_received": 0, "uim_no_route": 0, "uim_malformed": 0,
                              "uim_incomplete": 0}
         self.uim_pieces = UimReassembly(self.uim_counters)
@@ -553,8 +554,7 @@ class Context:
             self.uim_counters["uim_malformed"] += 1
             if self.on_bad_uim is not None:
                 self.on_bad_uim(connection.source, str(err))
-            elif time.monotonic() - self._bad_uim_logged >= BAD_UIM_LOG_INTERVAL:
-                self._bad_uim_logged = time.monotonic()
+            elif self._bad_uim_said.due() is not None:
                 log.warning("context %s: a malformed unicast immediate message from %s dropped: %s (%d so far)",
                             self.name, connection.source, err, self.uim_counters["uim_malformed"])
             return

@@ -30,10 +30,10 @@ import os
 import socket
 import struct
 import threading
-import time
 from dataclasses import dataclass
 from typing import Callable
 
+from router.log_rate import LogRate, unsaid
 from router.um.config import UMConfig
 from router.um.datagrams import pending_datagrams
 from router.um.immediate_delivery import ImmediateDeliveryControl
@@ -99,7 +99,7 @@ class ImmediateChannel:
         self._lock = threading.Lock()           # applications send from their own threads
         self._datagram_sqn = 0
         self._message_sqn = 0
-        self._last_malformed_log = 0.0
+        self._malformed_said = LogRate(_MALFORMED_LOG_INTERVAL)
         self.receiver: socket.socket | None = None
         self.sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(interface))
@@ -248,11 +248,10 @@ class ImmediateChannel:
 
     def _malformed(self, address: tuple, err: WireError) -> None:
         self.counters["mim_malformed"] += 1
-        now = time.monotonic()
-        if now - self._last_malformed_log >= _MALFORMED_LOG_INTERVAL:
-            self._last_malformed_log = now
-            log.warning("malformed immediate message from %s:%d: %s (counted as mim_malformed)",
-                        address[0], address[1], err)
+        count = self._malformed_said.due()
+        if count is not None:
+            log.warning("malformed immediate message from %s:%d: %s (counted as mim_malformed)%s",
+                        address[0], address[1], err, unsaid(count))
 
     def close(self) -> None:
         """On the loop thread."""

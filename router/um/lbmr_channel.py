@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from typing import Callable, Iterable
 
+from router.log_rate import LogRate
 from router.um.config import UMConfig
 from router.um.datagrams import pending_datagrams
 from router.um.netif import resolve_interface
@@ -42,7 +42,7 @@ class LbmrChannel:
         self.max_datagram = config.get("context", "resolver_datagram_max_size")
         self.counters = {"packets_sent": 0, "bytes_sent": 0, "packets_received": 0,
                          "bytes_received": 0, "malformed": 0, "send_errors": 0}
-        self._last_malformed_log = 0.0
+        self._malformed_said = LogRate()    # one line per burst, the counter has the rest
         self.daemons = config.get("context", "resolver_unicast_daemon")
         if self.daemons:
             self._open_unicast(config)
@@ -187,9 +187,7 @@ class LbmrChannel:
 
     def _count_malformed(self, address, err: WireError) -> None:
         self.counters["malformed"] += 1
-        now = time.monotonic()
-        if now - self._last_malformed_log >= 10.0:   # one line per burst, the counter has the rest
-            self._last_malformed_log = now
+        if self._malformed_said.due() is not None:
             log.warning("dropped malformed LBMR packet from %s:%s (%s); %d so far",
                         address[0], address[1], err, self.counters["malformed"])
 

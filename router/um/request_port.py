@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from typing import Callable
 
+from router.log_rate import LogRate
 from router.um.accepting import accept_pending, listen_in_range
 from router.um.received_ranges import ReceivedRanges
 from router.um.requests import RequestPortUnavailable
@@ -180,7 +180,7 @@ class RequestPort:
         self.connections: dict[int, tuple[socket.socket, UimConnection]] = {}
         self.counters = {"response_connections": 0, "responses_malformed": 0, "response_frames_unknown": 0,
                          "response_connections_evicted": 0}
-        self._evictions_logged = -_EVICTION_LOG_INTERVAL
+        self._evictions_said = LogRate(_EVICTION_LOG_INTERVAL)
         self.closed = False
         loop.add_reader(self.listener.fileno(), self._accept)
 
@@ -219,12 +219,10 @@ class RequestPort:
         fd = next(iter(self.connections))
         _, connection = self.connections[fd]
         self.counters["response_connections_evicted"] += 1
-        now = time.monotonic()
-        if now - self._evictions_logged < _EVICTION_LOG_INTERVAL:
+        if self._evictions_said.due() is None:
             log.debug("request port %d: the connection from %s, silent the longest, closed", self.address[1],
                       connection.source)
         else:
-            self._evictions_logged = now
             log.warning("request port %d: %d connections held; the one from %s, silent the longest, closed "
                         "(%d so far)", self.address[1], len(self.connections), connection.source,
                         self.counters["response_connections_evicted"])
