@@ -81,4 +81,9 @@ def translate(pattern: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def compile_wildcard(pattern: str) -> re.Pattern:
     """A wildcard pattern compiled to match as UM does (`.search`); re.error if it cannot."""
-    return re.compile(translate(pattern))
+    try:
+        return re.compile(translate(pattern))
+    except (RecursionError, OverflowError) as err:
+        # Groups nested thousands deep (a query from any application in the domain, or a typo in
+        # a configuration file) exhaust the compiler's recursion: bad like any unparsable pattern.
+        raise re.error(f"pattern too deeply nested or too large to compile ({err})", pattern) from None

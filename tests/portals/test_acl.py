@@ -94,6 +94,14 @@ def test_an_unknown_posix_class_is_a_configuration_error(write_gateway):
         lists(write_gateway, '<inbound><ace match="accept"><pcre-pattern>[[:digits:]]</pcre-pattern></ace></inbound>')
 
 
+def test_a_pattern_nested_too_deeply_to_compile_is_a_configuration_error(write_gateway):
+    """Not a RecursionError traceback from the loader (the reload refused without a line)."""
+    from router.config import ConfigError
+    deep = "(" * 3000 + "x" + ")" * 3000
+    with pytest.raises(ConfigError, match="invalid pattern .*too deeply nested"):
+        lists(write_gateway, f'<inbound><ace match="accept"><pcre-pattern>{deep}</pcre-pattern></ace></inbound>')
+
+
 class Counters(dict):
     def add(self, name, amount=1):
         self[name] = self.get(name, 0) + amount

@@ -403,3 +403,33 @@ def test_patterns_of_wildcard_queries_heard_are_remembered_within_a_bound(contex
     assert publisher._call(hear, heard) == [source.topic]
     assert len(resolver.query_patterns) <= 100
     assert resolver.counters["bad_patterns"] == 1
+
+
+def test_a_wildcard_query_too_deeply_nested_to_compile_is_counted_and_queries_go_on(contexts, domain):
+    """A wildcard query's pattern comes from any application in the domain. One nested a few
+    thousand groups deep fits in a resolver datagram but is beyond what the regular-expression
+    compiler can recurse through: it is a bad pattern like any other (counted, not answered),
+    and the queries after it are answered as before."""
+    from router.um.wire.lbmr import TopicResolution, WcTqr, WildcardQuery
+    publisher = contexts()
+    publisher.source("nested.ok")
+    listener = _resolver_listener(domain)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+    deep = encode_lbmr(LbmrPacket(WildcardQuery([WcTqr("(" * 3000 + "nested" + ")" * 3000)])))
+    good = encode_lbmr(LbmrPacket(WildcardQuery([WcTqr("^nested\\.")])))
+    sender.sendto(deep, (domain.group, domain.port))
+    wait_for(lambda: publisher.resolver.counters["bad_patterns"] == 1, 5, message="the deep pattern counted")
+    answered = []
+    deadline = time.monotonic() + 10
+    while not answered and time.monotonic() < deadline:
+        sender.sendto(good, (domain.group, domain.port))
+        try:
+            while True:
+                packet = decode_lbmr(listener.recv(65536))
+                if isinstance(packet.body, TopicResolution):
+                    answered += [tir.topic for tir in packet.body.tirs]
+        except socket.timeout:
+            pass
+    assert "nested.ok" in answered
+    assert publisher.resolver.counters["bad_patterns"] == 1
