@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from router.ipc import bus_messages as bm
-from router.um.wildcard_patterns import compile_wildcard
+from router.um.wildcard_patterns import WildcardPattern, compile_wildcard
 
 
 @functools.lru_cache(maxsize=1024)
@@ -137,7 +137,7 @@ class InterestTable:
         self.patterns: dict[tuple[int, str], set[tuple[str, int]]] = {}          # (kind, pattern) -> same
         # The patterns in the table now, compiled: one that leaves the table leaves this too (patterns
         # of applications that come and go would otherwise pile up for the router's life).
-        self._compiled: dict[tuple[int, str], re.Pattern | None] = {}
+        self._compiled: dict[tuple[int, str], WildcardPattern | None] = {}
 
     def apply(self, interest: bm.Interest) -> bool:
         """Fold one update in; True when the set of interested (portal, domain) pairs changed."""
@@ -182,7 +182,7 @@ class InterestTable:
         for interest in snapshot.interest:
             self.apply(interest)
 
-    def pattern(self, key: tuple[int, str]) -> re.Pattern | None:
+    def pattern(self, key: tuple[int, str]) -> WildcardPattern | None:
         """A (kind, pattern) of the table, compiled (None: it does not compile)."""
         if key not in self._compiled:
             try:

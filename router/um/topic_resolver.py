@@ -16,7 +16,7 @@ from router.um.receiver import Receiver, WildcardReceiver
 from router.um.schedule import (ResolutionSchedule, advertisement_phases, query_phases,
                                 wildcard_query_phases)
 from router.um.unicast_immediate import DomainRoutes
-from router.um.wildcard_patterns import compile_wildcard
+from router.um.wildcard_patterns import WildcardPattern, compile_wildcard
 from router.um.source_cache import CACHE_TIMEOUT, JOIN_SETTLE_LIMIT, JOIN_SETTLE_SECONDS, TopicSources
 from router.um.wire.lbmr import (PATTERN_PCRE, PATTERN_REGEX, SRC_TYPE_TNWGD, TMR_FLAG_RESPONSE,
                                  TMR_FLAG_WILDCARD_PCRE, TMR_FLAG_WILDCARD_REGEX, TMR_LEAVE_TOPIC,
@@ -63,7 +63,7 @@ class TopicResolver:
         self.cache: dict[str, TopicSources] = {}
         self._cache_limit = MAX_CACHED_TOPICS      # raised while what is over it is all wanted
         self.pending_joins: dict[tuple[str, bytes], tuple] = {}     # -> (timer, first seen)
-        self.query_patterns: dict[tuple[int, str], re.Pattern | None] = {}
+        self.query_patterns: dict[tuple[int, str], WildcardPattern | None] = {}
         self.interest_heard: dict[str, float] = {}      # topic of ours -> when a receiver last asked for it
         self.gateway_seen = False
         self.domain_id: int | None = None
@@ -207,16 +207,18 @@ class TopicResolver:
         tirs = []
         for query in queries:
             pattern = self._query_pattern(query.pattern_type, query.pattern)
-            if pattern is None:
+            if pattern is None or pattern.too_costly:
                 continue
             for topic, sources in self.sources.items():
                 if pattern.search(topic):
                     self.interest_heard[topic] = time.monotonic()
                     tirs.extend(s.current_tir() for s in sources)
+            if pattern.too_costly:          # it just took longer than any topic may take: bad
+                self.counters["bad_patterns"] += 1
         if tirs:
             self.context.channel.send_resolution(tirs=tirs)
 
-    def _query_pattern(self, pattern_type: int, text: str) -> re.Pattern | None:
+    def _query_pattern(self, pattern_type: int, text: str) -> WildcardPattern | None:
         key = (pattern_type, text)
         patterns = self.query_patterns
         if key in patterns:

@@ -9,11 +9,28 @@ would never have matched the topics its receivers want, wherever it is matched: 
 interest table, its proxy wildcard receivers, or a context answering wildcard queries. So each
 class is rewritten to its ASCII ranges (UM's C locale) before compiling; a class name PCRE does not
 know is an error, as it is there.
+
+Matching is bounded in time. A pattern comes from any application in a domain (a wildcard receiver
+or query) and is matched against every topic the router sees, on a worker's only thread; Python's
+`re` backtracks without limit, so one pattern such as ``(a|aa)+$`` against a long topic name would
+stop the worker for hours (and again after each restart, the pattern being heard again). PCRE stops
+at its match limit instead. So patterns are checked with `re` (its errors, as before) and matched
+with the `regex` library, which takes a timeout; a pattern that exceeds it once matches nothing
+from then on, and says so.
 """
 from __future__ import annotations
 
 import functools
+import logging
 import re
+
+import regex
+
+log = logging.getLogger(__name__)
+
+# PCRE's default match limit (ten million steps) takes tens of milliseconds; a topic name is short,
+# a sane pattern matches it in microseconds.
+MATCH_TIME_LIMIT = 0.05
 
 _CLASSES = {
     "alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "ascii": "\\x00-\\x7f", "blank": " \\t",
@@ -78,12 +95,39 @@ def translate(pattern: str) -> str:
     return "".join(out)
 
 
+class WildcardPattern:
+    """A compiled wildcard pattern; `search(topic)` as `re.Pattern.search`, bounded in time."""
+
+    __slots__ = ("text", "too_costly", "_matcher")
+
+    def __init__(self, text: str, matcher: regex.Pattern):
+        self.text, self._matcher = text, matcher
+        self.too_costly = False         # it once took longer than MATCH_TIME_LIMIT: matches nothing since
+
+    def search(self, topic: str):
+        if self.too_costly:
+            return None
+        try:
+            return self._matcher.search(topic, timeout=MATCH_TIME_LIMIT)
+        except TimeoutError:
+            self.too_costly = True
+            log.warning("wildcard pattern %r took more than %.0f ms to match topic %r: it backtracks without end "
+                        "(PCRE would stop at its match limit); it matches no topic from now on",
+                        self.text, MATCH_TIME_LIMIT * 1000, topic[:200])
+            return None
+
+
 @functools.lru_cache(maxsize=1024)
-def compile_wildcard(pattern: str) -> re.Pattern:
+def compile_wildcard(pattern: str) -> WildcardPattern:
     """A wildcard pattern compiled to match as UM does (`.search`); re.error if it cannot."""
+    translated = translate(pattern)
     try:
-        return re.compile(translate(pattern))
+        re.compile(translated)
+        matcher = regex.compile(translated, regex.VERSION0)
     except (RecursionError, OverflowError) as err:
         # Groups nested thousands deep (a query from any application in the domain, or a typo in
         # a configuration file) exhaust the compiler's recursion: bad like any unparsable pattern.
         raise re.error(f"pattern too deeply nested or too large to compile ({err})", pattern) from None
+    except regex.error as err:            # accepted by re (whose errors callers expect), not by regex
+        raise re.error(str(err), pattern) from None
+    return WildcardPattern(pattern, matcher)
