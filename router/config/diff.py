@@ -57,6 +57,12 @@ def daemon_changes(old: DaemonConfig, new: DaemonConfig) -> list[str]:
     changed: list[str] = []
     for item in fields(DaemonConfig):
         if item.compare and item.name not in _APPLIED_THROUGH_PORTALS \
-                and getattr(old, item.name) != getattr(new, item.name):
+                and _setting(old, item.name) != _setting(new, item.name):
             changed.append(_ELEMENT_OF_FIELD.get(item.name, item.name.replace("_", "-")))
     return changed
+
+
+def _setting(daemon: DaemonConfig, name: str):
+    if name == "worker_groups":         # which portals share a worker; not the order they are written in
+        return {frozenset(group.portals) for group in daemon.worker_groups}
+    return getattr(daemon, name)

@@ -287,7 +287,9 @@ class PortalConfig:
     max_queue: int = 1000000                # bytes
     smart_batch: bool = False
     lbm_config: Path | None = None
-    lbm_attributes: list[tuple[str, str, str]] = field(default_factory=list)   # (scope, name, value)
+    # (scope, name, value), in the file's order. Not compared: their effect is, in source_um and
+    # receiver_um below, so options written in another order restart no portal.
+    lbm_attributes: list[tuple[str, str, str]] = field(default_factory=list, compare=False)
     acl: Acl | None = None                  # None = forward everything
     source_context_name: str | None = None
     receiver_context_name: str | None = None

@@ -106,3 +106,29 @@ def test_comments_and_layout_in_a_um_xml_file_restart_no_portal(write_gateway, t
     assert diff_configs(old, load_gateway_config(path)).unchanged
     um_xml.write_text(TOPIC_XML.format(transport="lbtru"))
     assert diff_configs(old, load_gateway_config(path)).changed == ["LAN1", "LAN2"]
+
+
+def test_lbm_attributes_written_in_another_order_restart_no_portal(write_gateway):
+    """What counts is the options a portal's contexts run with: the same options in another order
+    are no change (the portal was restarted, dropping its proxy sources' receivers' data), while a
+    value that changes is one."""
+    port = '<option scope="context" name="transport_tcp_port_low" value="14400"/>'
+    query = '<option scope="receiver" name="resolver_query_sustain_interval" value="500"/>'
+
+    def with_options(*options, name):
+        attributes = f"<lbm-attributes>{''.join(options)}</lbm-attributes>"
+        return load_gateway_config(write_gateway(endpoint("LAN1", 1, "lan1.cfg", after=attributes) + LAN2,
+                                                 NAMED, name=name))
+    old = with_options(port, query, name="old.xml")
+    assert diff_configs(old, with_options(query, port, name="reordered.xml")).unchanged
+    edited = with_options(query, port.replace("14400", "14500"), name="edited.xml")
+    assert diff_configs(old, edited).changed == ["LAN1"]
+
+
+def test_worker_groups_written_in_another_order_are_no_change(write_gateway):
+    """A reload of the same grouping, its names in another order, is not reported as a daemon
+    setting waiting for a restart."""
+    def grouped(*names, name):
+        group = "<worker-group>" + "".join(f"<portal-name>{n}</portal-name>" for n in names) + "</worker-group>"
+        return load_gateway_config(write_gateway(LAN1 + LAN2, NAMED + group, name=name))
+    assert diff_configs(grouped("LAN1", "LAN2", name="a.xml"), grouped("LAN2", "LAN1", name="b.xml")).unchanged
