@@ -194,7 +194,30 @@ def _web_monitor(reader: ElementReader, element: etree._Element | None) -> WebMo
     if not sep or not host:
         reader.fail(element, f"expected 'interface:port' such as '*:15304', got '{text}'")
     number = reader.integer(element, port, "the port", 1, 65535)
-    return WebMonitorConfig("0.0.0.0" if host == "*" else host.strip("[]"), number)
+    if host == "*":
+        return WebMonitorConfig("0.0.0.0", number)
+    problem = _web_monitor_host_problem(host)
+    if problem:
+        reader.fail(element, f"interface '{host}' {problem} (an IPv4 address, a network such as 10.29.3.0/24, "
+                             "an interface name, a host name, [an IPv6 address] or *)")
+    return WebMonitorConfig(host.strip("[]"), number)
+
+
+def _web_monitor_host_problem(host: str) -> str:
+    """What is wrong with the interface part of <web-monitor> (the running router resolves a name
+    or network to this host's address then): '' when nothing is."""
+    try:
+        if host.startswith("["):
+            ipaddress.IPv6Address(host.strip("[]"))
+        elif "/" in host:
+            ipaddress.IPv4Network(host, strict=False)
+        elif re.fullmatch(r"[0-9.]+", host):
+            ipaddress.IPv4Address(host)
+        elif not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", host):
+            return "is not a name"
+    except ValueError as err:
+        return f"is not valid: {err}"
+    return ""
 
 
 def _route_info(reader: ElementReader, element: etree._Element | None) -> RouteInfo:

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs
 from router.eventlog import event
 from router.monitor import html, metrics, pages
 from router.monitor.http_loop import HttpRequest, HttpServer, Respond
+from router.um.netif import resolve_interface
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,21 @@ def start(supervisor) -> WebMonitor | None:
     if settings is None:
         return None
     try:
-        return WebMonitor(supervisor, settings.host, settings.port)
+        return WebMonitor(supervisor, _address_of(settings.host), settings.port)
+    except ValueError as err:                   # no such interface or network on this host now
+        event("web-monitor-unavailable", f"web monitor: cannot listen on {settings.host}:{settings.port}: {err}")
     except OSError as err:
         event("web-monitor-unavailable", f"web monitor: cannot listen on {settings.host}:{settings.port}: "
                                          f"{err.strerror}")
-        return None
+    return None
+
+
+def _address_of(host: str) -> str:
+    """<web-monitor>'s interface as UM reads interfaces (an address, a network, an interface name),
+    and a host name as any server does."""
+    if ":" in host or "/" in host:              # IPv6, or a network: this host's address in it
+        return resolve_interface(host) if "/" in host else host
+    try:
+        return resolve_interface(host)
+    except ValueError:
+        return host                             # a host name: bind resolves it

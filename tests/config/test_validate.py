@@ -182,6 +182,10 @@ def test_missing_tls_files_are_an_error(write_gateway):
 @pytest.mark.parametrize("daemon, words", [
     ("<web-monitor>15304</web-monitor>", "expected 'interface:port'"),
     ("<web-monitor>*:99999</web-monitor>", "the port must be 1..65535"),
+    ("<web-monitor>1.2.3.4.5:15304</web-monitor>", "interface '1.2.3.4.5' is not valid"),
+    ("<web-monitor>10.0.0.0/33:15304</web-monitor>", "interface '10.0.0.0/33' is not valid"),
+    ("<web-monitor>my host:15304</web-monitor>", "interface 'my host' is not a name"),
+    ("<web-monitor>[::g]:15304</web-monitor>", "interface '[::g]' is not valid"),
     ('<log type="file"/>', 'type="file" needs the log file path'),
     ("<admin>inproc://x</admin>", "expected an ipc:// or tcp:// endpoint"),
     ('<monitor><format-module module="json"/></monitor>', "module must be csv | pb | parquet"),

@@ -188,3 +188,15 @@ def test_star_means_every_interface(runtime_dir, routers, make_domain):
     port = free_port()
     two_lan_router(routers, make_domain(), make_domain(), daemon_extra=f"    <web-monitor>*:{port}</web-monitor>\n")
     assert fetch(f"http://127.0.0.2:{port}/")[0] == 200
+
+
+def test_an_interface_name_or_network_listens_on_that_interfaces_address(runtime_dir, routers, make_domain):
+    """<web-monitor> names its interface as UM options do: 'lo:PORT' and '127.0.0.0/8:PORT' are
+    this host's loopback address (they were handed to bind as host names, and the monitor never
+    started)."""
+    by_name, by_network = free_port(), free_port()
+    two_lan_router(routers, make_domain(), make_domain(), daemon_extra=f"    <web-monitor>lo:{by_name}</web-monitor>\n")
+    two_lan_router(routers, make_domain(), make_domain(),
+                   daemon_extra=f"    <web-monitor>127.0.0.0/8:{by_network}</web-monitor>\n")
+    assert fetch(f"http://127.0.0.1:{by_name}/")[0] == 200
+    assert fetch(f"http://127.0.0.1:{by_network}/")[0] == 200
