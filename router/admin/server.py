@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 HARD_FRAME_LIMIT = 16 * MAX_REQUEST_BYTES
 MAX_FRAMES = 8                 # identity, REQ delimiter, payload: more is not a request
 REPLY_LINGER_MS = 500          # let the reply to `stop` leave before the socket closes
+# Requests answered per turn of the supervisor's loop. The loop also dispatches signals, reaps and
+# restarts workers and checks their heartbeats: a client asking as fast as it can (a script polling
+# `status` in a loop, many at once) must not keep it answering for ever. The rest wait a turn.
+REQUESTS_PER_TURN = 64
 
 
 class AdminServer:
@@ -35,6 +39,7 @@ class AdminServer:
         self.path = _ipc_path(endpoint)
         self.requests = 0
         self.rejected = 0
+        self._next_turn = None       # the loop's timer that reads on, while requests wait
         self.socket = supervisor.zmq.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, REPLY_LINGER_MS)
         self.socket.setsockopt(zmq.ROUTER_MANDATORY, 0)     # a client gone before its reply: drop it
@@ -52,13 +57,25 @@ class AdminServer:
         log.info("admin socket at %s", endpoint)
 
     def _readable(self) -> None:
-        # ZeroMQ's fd signals edges, not levels: read until the socket says nothing is left.
-        while self.socket is not None and self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        # ZeroMQ's fd signals edges, not levels: read until the socket says nothing is left, or
+        # until this turn's share is used; then the loop's next turn reads on (no edge will come).
+        if self._next_turn is not None:          # read now, by the descriptor or by that timer
+            self._next_turn.cancel()
+            self._next_turn = None
+        for _ in range(REQUESTS_PER_TURN):
+            if self.socket is None or not self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                return
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 return
             self._handle(frames)
+        self._read_next_turn()
+
+    def _read_next_turn(self) -> None:
+        # A timer, not call_soon: the loop runs callbacks added by callbacks in the same turn.
+        if self._next_turn is None and self.socket is not None:
+            self._next_turn = self.supervisor.loop.call_later(0, self._readable)
 
     def _handle(self, frames: list[bytes]) -> None:
         self.requests += 1
@@ -86,13 +103,17 @@ class AdminServer:
             self.socket.send_multipart(prefix + [reply], zmq.NOBLOCK)
         except zmq.ZMQError as err:
             log.warning("admin reply dropped: %s", err)
-        # Sending can consume the edge that announces the next request: look again soon.
-        self.supervisor.loop.call_later(0, self._readable)
+        # Sending can consume the edge that announces the next request: look again soon (once,
+        # however many replies this turn sent).
+        self._read_next_turn()
 
     def close(self) -> None:
         if self.socket is None:
             return
         self.supervisor.loop.remove_reader(self.fd)
+        if self._next_turn is not None:
+            self._next_turn.cancel()
+            self._next_turn = None
         self.socket.close()
         self.socket = None
         if self.path is not None:

@@ -3,7 +3,8 @@
     routerctl [-n NAME | -s ENDPOINT] [--json] [--timeout S] COMMAND [PORTAL]
 
 Exit status: 0 ok; 1 the router cannot be reached (the message names the endpoint tried);
-2 usage (including: several routers run and none was named); 3 the router reported an error.
+2 usage (including: several routers run and none was named); 3 the router reported an error;
+130 interrupted (Ctrl-C); 141 the output's reader left (`routerctl topics | head`).
 With exactly one router running, no -n or -s is needed; without a COMMAND, `status`.
 """
 from __future__ import annotations
@@ -11,19 +12,20 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import math
 import re
 import sys
 
 from router.admin.client import Ambiguous, Unreachable, find_endpoint, request
 from router.admin.commands import commands
 from router.admin.protocol import Errno
+from router.cli.common import at_least, exits_quietly
 
 EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_DAEMON_ERROR = 0, 1, 2, 3
 
 # ZeroMQ waits for a reply a whole number of milliseconds in a C int (about 24 days): a day is
 # longer than anyone waits on a prompt, and far inside that.
 MAX_TIMEOUT = 86_400.0
+_timeout = at_least(0.0, float, above=True, at_most=MAX_TIMEOUT)
 # A host name (RFC 1123 labels, and the "_" /etc/hosts allows): what ZeroMQ can resolve, unlike
 # "*" or a name with a blank.
 _HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?")
@@ -37,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("-s", "--socket", metavar="ENDPOINT", type=_endpoint,
                        help="admin endpoint, e.g. ipc:///run/umrouter/two-lans.admin or tcp://127.0.0.1:5600")
     parser.add_argument("--json", action="store_true", help="print the reply's data as JSON")
-    parser.add_argument("--timeout", type=_positive, default=5.0, metavar="S",
+    parser.add_argument("--timeout", type=_timeout, default=5.0, metavar="S",
                         help="seconds to wait for the reply (default 5)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, command in commands().items():
@@ -48,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                                         nargs=None if argument.required else "?")
         # Also after the command (`routerctl stats LAN1 --json`); SUPPRESS keeps the global value.
         command_parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        command_parser.add_argument("--timeout", type=_positive, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        command_parser.add_argument("--timeout", type=_timeout, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
@@ -77,18 +79,7 @@ def _connectable_host(host: str) -> bool:
     return _HOST_NAME.fullmatch(host) is not None
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
-    if math.isnan(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than zero: {text}")
-    if value > MAX_TIMEOUT:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_TIMEOUT:g} seconds: {text}")
-    return value
-
-
+@exits_quietly
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

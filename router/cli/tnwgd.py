@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 
+from router.cli.common import exits_quietly
 from router.config import ConfigError, dump_dtd, load_gateway_config, validate_structure
 
 
@@ -39,6 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@exits_quietly
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.dump_dtd:

@@ -9,7 +9,7 @@ import json
 import sys
 import threading
 
-from router.cli.common import add_context_arguments, open_context, setup_logging, stop_event_on_signals
+from router.cli.common import add_context_arguments, at_least, open_context, setup_logging, stop_event_on_signals
 from router.um import monitoring
 
 
@@ -19,9 +19,9 @@ def main(argv=None) -> int:
     parser.add_argument("--topic", default=monitoring.DEFAULT_TOPIC, help="the statistics topic")
     parser.add_argument("--separator", default=",", help="the csv format's separator")
     parser.add_argument("-a", "--application-id", default=None, metavar="ID", help="only records of this application")
-    parser.add_argument("-C", "--count", type=int, default=0, metavar="COUNT",
+    parser.add_argument("-C", "--count", type=at_least(0), default=0, metavar="COUNT",
                         help="exit after this many records (0: run until stopped)")
-    parser.add_argument("--timeout", type=float, default=0, metavar="S", help="exit after S seconds (0: no limit)")
+    parser.add_argument("--timeout", type=at_least(0.0, float), default=0, metavar="S", help="exit after S seconds (0: no limit)")
     parser.add_argument("--json", action="store_true", help="one JSON object per record")
     args = parser.parse_args(argv)
     setup_logging(args.verbose)

@@ -43,6 +43,21 @@ def test_dump_dtd_prints_the_commented_dtd():
     assert "<!ELEMENT tnw-gateway" in result.stdout and "<!--" in result.stdout
 
 
+def test_dump_dtd_into_a_reader_that_left_exits_quietly():
+    """`tnwgd -d | head`: the reader leaves before the DTD is written; tnwgd exits as if SIGPIPE
+    had killed it (141), without a traceback."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    daemon = subprocess.Popen([sys.executable, "-m", "router.cli.tnwgd", "-d"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    try:
+        daemon.stdout.close()
+        _, stderr = daemon.communicate(timeout=60)
+        assert daemon.returncode == 128 + signal.SIGPIPE and stderr == b"", stderr.decode()
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     result = tnwgd("-v", tmp_path / "absent.xml")
     assert result.returncode == 2
