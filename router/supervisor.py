@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import mmap
 import os
 import signal
 import socket
@@ -26,7 +27,8 @@ from router.config import ConfigError, diff_configs, load_gateway_config
 from router.eventlog import claim_log_file, event, roll_log_if_due
 from router.ipc import bus_messages as bm
 from router.ipc.bus import BusHub
-from router.ipc.shm import PREFIX as SEGMENT_PREFIX, SharedSegment, remove_stale
+from router.ipc import layout
+from router.ipc.shm import PREFIX as SEGMENT_PREFIX, SharedMemoryFull, SharedSegment, free_bytes, remove_stale
 from router.monitor.counters import SEGMENT_BYTES, PortalCounters
 from router.monitor.views import version
 from router.routing.service import RoutingService
@@ -153,8 +155,14 @@ class Supervisor:
                                 f"pid {self.pid}) starting {len(self.config.portals)} portals")
         self._say_what_monitoring_does()
         groups = {name: group.portals for group in self.config.daemon.worker_groups for name in group.portals}
-        for portal in self.config.portals:
-            self._add_worker(portal, groups.get(portal.name))
+        try:
+            for portal in self.config.portals:
+                self._add_worker(portal, groups.get(portal.name))
+        except SharedMemoryFull as err:
+            log.critical("router %s cannot start: %s", self.name,
+                         self._shared_memory_shortage(len(self.config.portals), err))
+            self._shutdown()
+            return EXIT_BOOT_FAILED
         for group in dict.fromkeys(worker.group for worker in self.workers.values()):
             self._spawn(self.workers[group[0]])
         self.extensions = extensions.start_all(self)
@@ -215,11 +223,15 @@ class Supervisor:
     def _add_worker(self, portal, group: tuple[str, ...] | None = None) -> Worker:
         """A portal's segments and ring; `_spawn` starts it (with its `<worker-group>`, if any)."""
         index = min(self.free_indexes)
-        self.free_indexes.remove(index)
         segment = SharedSegment.create(self.name, f"counters{index}", SEGMENT_BYTES)
+        try:
+            self.rings.create(index)
+        except BaseException:
+            segment.close()
+            raise
+        self.free_indexes.remove(index)
         worker = Worker(portal, index, PortalCounters(segment.memory[:SEGMENT_BYTES]), segment,
                         group=group or (portal.name,))
-        self.rings.create(index)
         self.workers[portal.name] = worker
         if portal.kind == "endpoint":
             self.routing.set_route_portal(portal.name, True)
@@ -280,15 +292,23 @@ class Supervisor:
         died, while the other portals route on."""
         now = time.monotonic()
         for member in members:
+            self._endpoint_reachable(member, False)
             member.generation -= 1            # not started: the next one is that generation
             wait = member.back_off(now)
         event("portal-down", f"cannot start a worker: {err}; trying again in {wait:.1f} s",
               "+".join(member.config.name for member in members))
 
     def _restart_requested(self, worker: Worker) -> None:
-        """Stop `worker`'s process to start it again at once: not a failure, for any portal in it."""
-        if worker.process is None or worker.restart_at is not None:
-            return                     # not running, or asked already (another portal of its group)
+        """Stop `worker`'s process to start it again at once: not a failure, for any portal in it.
+        One that is down, backing off after failures, starts at once: the new configuration may be
+        what it lacked, and the wait could have been up to BACKOFF_MAX."""
+        if worker.process is None:
+            if worker.restart_at is not None:
+                for member in self._members(worker):
+                    member.restart_at, member.backoff = time.monotonic(), BACKOFF_FIRST
+            return
+        if worker.restart_at is not None:
+            return                     # asked already (another portal of its group)
         for member in self._members(worker):
             member.restart_at = time.monotonic()
             member.backoff = BACKOFF_FIRST
@@ -332,6 +352,7 @@ class Supervisor:
                 worker.ready = True
                 self.hub.send_to(message.portal, self._route_table())
                 self.hub.portal_up(message.portal, worker.index, worker.generation)
+                self._endpoint_reachable(worker, True)
         elif isinstance(message, bm.RouteInfoMessage):
             self.routing.on_route_info(message.portal, message.data)
         elif isinstance(message, bm.PeerState):
@@ -352,6 +373,16 @@ class Supervisor:
                                                                         message.portal))
         else:
             self._peer_gone(message.portal)
+
+    def _endpoint_reachable(self, worker: Worker, up: bool) -> None:
+        """An endpoint portal's domain is this router's to route to only while a worker runs the
+        portal: withdrawn when it dies (a crash loop may keep it down for many backoffs), so the
+        other routers stop sending toward it through this router; announced again at its hello."""
+        config = worker.config
+        if config.kind != "endpoint" or worker.retired:
+            return
+        self.routing.set_route_portal(config.name, up)
+        self.routing.set_adjacency(config.name, _domain_adjacency(config) if up else None)
 
     def _peer_gone(self, portal: str) -> None:
         self.routing.set_route_portal(portal, False)
@@ -376,6 +407,7 @@ class Supervisor:
             process.join(0)
             worker.process = None
             self.hub.portal_down(name, worker.index)
+            self._endpoint_reachable(worker, False)
             if worker.config.kind == "peer" and worker.link.get("up"):
                 worker.link = {**worker.link, "up": False}
                 self._peer_gone(name)
@@ -484,6 +516,15 @@ class Supervisor:
             event("config-rejected", f"configuration not reloaded, the old one keeps running: {error}")
             self._reload_finished("reload rejected: no free ring slot")
             return {"ok": False, "error": error}
+        free = free_bytes()
+        if len(diff.added) * self._portal_shared_memory() > free:
+            # Refused before anything changes: a portal whose ring the host cannot back would die
+            # of SIGBUS at its first records, and its neighbours writing to it with it.
+            error = (self._shared_memory_shortage(len(diff.added), None, free) + "; portals this reload "
+                     "removes free theirs only once their processes have exited: remove them first")
+            event("config-rejected", f"configuration not reloaded, the old one keeps running: {error}")
+            self._reload_finished("reload rejected: not enough shared memory")
+            return {"ok": False, "error": error}
         cost_only = []
         for name in diff.removed:
             self._retire(name)
@@ -497,29 +538,56 @@ class Supervisor:
                 self._cost_changed(worker)
                 continue
             if new_portal.kind == "endpoint":
-                # Its domain (id, cost) may be another now: the routes follow the new file.
-                self.routing.set_route_portal(name, True)
-                self.routing.set_adjacency(name, _domain_adjacency(new_portal))
+                # Its domain (id, cost) may be another now: the routes follow the new file, from
+                # now if its worker runs, else from its hello.
+                self._endpoint_reachable(worker, worker.process is not None)
             elif old_portal.kind == "endpoint":
                 self.routing.set_route_portal(name, False)
                 self.routing.set_adjacency(name, None)
             self._restart_requested(worker)
         self.config = dataclasses.replace(new, daemon=self.config.daemon)
+        not_added = []
         for name in diff.added:         # in a worker of its own: <worker-group> applies at start
-            worker = self._add_worker(new.portal(name))
+            try:
+                worker = self._add_worker(new.portal(name))
+            except SharedMemoryFull as err:
+                # /dev/shm filled up since the check above (another program): the portal is left
+                # out of the running configuration, so that the next reload adds it.
+                not_added.append(name)
+                event("portal-down", f"portal not added: {self._shared_memory_shortage(1, err)}", name)
+                continue
             if self._retiring_named(name):
                 worker.restart_at = time.monotonic()    # _manage starts it once the old one has exited
             else:
                 self._spawn(worker)
-        summary = {"ok": True, "added": diff.added, "removed": diff.removed, "changed": diff.changed,
-                   "kept": diff.kept, "cost_only": cost_only, "daemon_pending": diff.daemon_changes}
+        if not_added:
+            self.config = dataclasses.replace(self.config, portals=[
+                portal for portal in self.config.portals if portal.name not in not_added])
+        added = [name for name in diff.added if name not in not_added]
+        summary = {"ok": True, "added": added, "removed": diff.removed, "changed": diff.changed,
+                   "kept": diff.kept, "cost_only": cost_only, "daemon_pending": diff.daemon_changes,
+                   **({"not_added": not_added} if not_added else {})}
         pending = (f"; <daemon> changes take effect when the router restarts: {', '.join(diff.daemon_changes)}"
                    if diff.daemon_changes else "")
-        event("config-reloaded", f"added {diff.added}, removed {diff.removed}, changed {diff.changed}, "
+        event("config-reloaded", f"added {added}, removed {diff.removed}, changed {diff.changed}, "
               f"kept {diff.kept}{pending}")
         self._reload_finished(f"routing: {len(self.workers)} portals up" if self.ready_sent
                               else f"starting {len(self.workers)} portals")
         return summary
+
+    def _portal_shared_memory(self) -> int:
+        """Bytes of /dev/shm one portal takes: its counters and its ring, in whole pages."""
+        return _pages(SEGMENT_BYTES) + _pages(layout.segment_size(self.rings.capacity))
+
+    def _shared_memory_shortage(self, portals: int, err: SharedMemoryFull | None, free: int = 0) -> str:
+        """What is missing and what to do: an operator sizes /dev/shm (docker --shm-size) by it."""
+        each = self._portal_shared_memory()
+        need = (f"{portals} portals need {portals * each} bytes of shared memory ({each} each: its "
+                f"{self.rings.capacity}-byte ring and its counters)")
+        if err is not None:
+            return f"{need}; {err}"
+        return (f"{need}, {SHM_DIRECTORY} has {free} bytes free; give the host or container more shared "
+                f"memory (docker run --shm-size, or the size= of the tmpfs mounted on {SHM_DIRECTORY})")
 
     def _reload_finished(self, status: str) -> None:
         """READY=1 ends the RELOADING=1 systemd was told; before start-up is over it would say
@@ -533,7 +601,7 @@ class Supervisor:
         """A cost-only reload: the adjacency's cost changes, the others hear it in route-info."""
         config = worker.config
         if config.kind == "endpoint":
-            self.routing.set_adjacency(config.name, _domain_adjacency(config))
+            self._endpoint_reachable(worker, worker.process is not None)     # down: at its hello
         elif worker.link.get("up"):
             self.routing.set_adjacency(config.name, Adjacency.router(worker.link["peer_node_id"], config.cost,
                                                                      config.name))
@@ -676,6 +744,11 @@ def _domain_adjacency(portal) -> Adjacency:
     return Adjacency.domain(portal.domain_id, portal.cost, portal.name, domain_identity(portal.receiver_um))
 
 
+def _pages(size: int) -> int:
+    """``size`` bytes as a tmpfs holds them: in whole pages."""
+    return -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
 def _remove_segments_named_with_this_pid(name: str) -> list[str]:
     """Segments /umr.NAME.PID.* with this process's pid, found before it created any: left by an
     earlier run that had this pid and was killed. remove_stale keeps them (their owner's pid is
@@ -711,8 +784,20 @@ def _describe_exit(code: int | None) -> str:
     if code is None:
         return "an unknown status"
     if code < 0:
-        return f"signal {signal.Signals(-code).name}"
+        return f"signal {_signal_name(-code)}"
     return f"code {code}"
+
+
+def _signal_name(number: int) -> str:
+    """SIGKILL; a real-time signal, which Python does not name between SIGRTMIN and SIGRTMAX (any
+    of them ends a process that does not handle it), as SIGRTMIN+6 (40); else the number."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        pass
+    if signal.SIGRTMIN < number < signal.SIGRTMAX:
+        return f"SIGRTMIN+{number - signal.SIGRTMIN} ({number})"
+    return str(number)
 
 
 def _microseconds(nanoseconds: int | None) -> float | None:

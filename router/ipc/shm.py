@@ -8,10 +8,16 @@ whose owner is gone is recognisable and ``remove_stale`` deletes it at the next 
 A mapping cannot be closed while memoryviews over it are alive: ``close()`` releases its own view
 and tells you, with a clear error, if something else (a ring, a handler keeping a payload view)
 still holds one. Close rings before their segment.
+
+A new segment's pages are reserved when it is created: a tmpfs allocates a file's pages only when
+they are first written, and one it has no room for then (a container's /dev/shm is 64 MiB unless
+told otherwise) raises SIGBUS in whichever process writes, long after the segment was made. So
+``create`` fails at once instead, with ``SharedMemoryFull``, and names what is missing.
 """
 from __future__ import annotations
 
 import atexit
+import errno
 import gc
 import mmap
 import os
@@ -32,6 +38,26 @@ def segment_name(owner: str, name: str, pid: int | None = None) -> str:
     return f"/{PREFIX}.{owner}.{os.getpid() if pid is None else pid}.{name}"
 
 
+class SharedMemoryFull(OSError):
+    """/dev/shm has no room for a segment: its pages could not be reserved."""
+
+    def __init__(self, name: str, size: int, free: int):
+        self.name, self.size, self.free = name, size, free
+        super().__init__(errno.ENOSPC, (
+            f"cannot reserve {size} bytes of shared memory for segment {name}: {_SHM_DIRECTORY} has "
+            f"{free} bytes free; give the host or container more shared memory (docker run "
+            f"--shm-size, or the size= of the tmpfs mounted on {_SHM_DIRECTORY})"))
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def free_bytes() -> int:
+    """Bytes of /dev/shm not in use now (what new segments can still reserve)."""
+    stats = os.statvfs(_SHM_DIRECTORY)
+    return stats.f_bavail * stats.f_frsize
+
+
 class SharedSegment:
     """One mapped POSIX shared-memory segment. Use ``create`` (owner) or ``attach``."""
 
@@ -46,10 +72,12 @@ class SharedSegment:
 
     @classmethod
     def create(cls, owner: str, name: str, size: int) -> "SharedSegment":
-        """Create a new zero-filled segment; fails if the name exists. The caller owns it."""
+        """Create a new zero-filled segment, its pages reserved; fails if the name exists, and
+        with SharedMemoryFull if /dev/shm cannot hold it. The caller owns it."""
         full_name = segment_name(owner, name)
         shm = posix_ipc.SharedMemory(full_name, posix_ipc.O_CREX, mode=0o600, size=size)
         try:
+            _reserve(shm.fd, full_name, size)
             memory = mmap.mmap(shm.fd, size)
         except BaseException:
             shm.unlink()
@@ -108,6 +136,16 @@ class SharedSegment:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _reserve(fd: int, name: str, size: int) -> None:
+    """Allocate the segment's pages now: ENOSPC here, rather than SIGBUS at a first write later."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.ENOMEM):   # ENOMEM: a container's memory limit
+            raise
+        raise SharedMemoryFull(name, size, free_bytes()) from None
 
 
 def pid_alive(pid: int) -> bool:

@@ -16,6 +16,8 @@ import time
 from collections import deque
 from typing import Callable
 
+from router.log_rate import LogRate, unsaid
+
 log = logging.getLogger(__name__)
 
 
@@ -57,6 +59,9 @@ class EventLoop:
         # of its own (a worker runs its loop on its main thread and resolves names on others).
         self._runner = threading.get_ident()
         self.callback_errors = 0
+        # A callback that fails once fails again the next time, as often as its timer or its
+        # descriptor calls it: its traceback once, then a line per interval with the count.
+        self._errors_said = LogRate()
         self.cancelled_timers = 0       # cancelled ones still in the heap
         # Bumped by every handler change: a handler that ran may have removed or replaced another
         # whose descriptor the same select returned (a send that failed closes the socket its
@@ -105,13 +110,15 @@ class EventLoop:
         return timer
 
     def call_every(self, interval: float, callback: Callable[[], None]) -> Timer:
-        """Call `callback` every `interval` seconds until the returned handle is cancelled."""
+        """Call `callback` every `interval` seconds until the returned handle is cancelled. One
+        call that raises is counted and logged, and the next comes at its time: keepalives,
+        advertisements and heartbeats must not stop for good, unseen, over one transient error."""
         handle = Timer(0.0, callback, ())
 
         def tick() -> None:
             if handle.cancelled:
                 return
-            callback()
+            self._invoke(callback, ())
             if not handle.cancelled:
                 self.call_later(interval, tick)
         self.call_later(interval, tick)
@@ -212,7 +219,9 @@ class EventLoop:
             callback(*args)
         except Exception:  # one bad callback must not stop the context
             self.callback_errors += 1
-            log.exception("%s: callback %r failed", self.name, callback)
+            count = self._errors_said.due(_callback_name(callback))
+            if count is not None:
+                log.exception("%s: callback %r failed%s", self.name, callback, unsaid(count))
 
     def run_forever(self) -> None:
         self._runner = threading.get_ident()
@@ -250,6 +259,14 @@ class EventLoop:
             self._thread.join(timeout=5)
         self._selector.close()
         os.close(self._wakeup_fd)
+
+
+def _callback_name(callback: Callable) -> str:
+    """What a failing callback's log lines are counted by: its code, not the object (a bound method
+    or a lambda is a new one each time it is handed over), so the keys stay as few as the code."""
+    function = getattr(callback, "func", callback)          # functools.partial
+    function = getattr(function, "__func__", function)      # a bound method
+    return f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', type(function).__qualname__)}"
 
 
 def _mask(handlers: list) -> int:

@@ -58,9 +58,15 @@ def local_addresses() -> dict[str, str]:
     return found
 
 
+class NoSuchInterface(OSError, ValueError):
+    """This host has no such interface, or no address in such a network, now: the host's to fix
+    (a card renamed, a VLAN not up yet), as a port another program holds is, not a bug. An OSError
+    as the host's other refusals are; a ValueError as it always was."""
+
+
 def resolve_interface(spec: str) -> str:
     """`127.0.0.1` stays as it is; `10.29.3.0/24` becomes this host's address in that network,
-    `eth0` that interface's address. ValueError when this host has no such address now."""
+    `eth0` that interface's address. NoSuchInterface when this host has no such address now."""
     if "/" not in spec:
         try:
             ipaddress.IPv4Address(spec)
@@ -69,10 +75,10 @@ def resolve_interface(spec: str) -> str:
             pass
         address = local_addresses().get(spec)
         if address is None:
-            raise ValueError(f"no interface named '{spec}' with an IPv4 address on this host")
+            raise NoSuchInterface(f"no interface named '{spec}' with an IPv4 address on this host")
         return address
     network = ipaddress.IPv4Network(spec, strict=False)
     for _, address in interface_addresses():
         if ipaddress.IPv4Address(address) in network:
             return address
-    raise ValueError(f"no local interface has an address in {spec}")
+    raise NoSuchInterface(f"no local interface has an address in {spec}")

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import posix_ipc
 import pytest
@@ -89,3 +91,35 @@ def test_close_reports_views_that_are_still_alive(unique_name):
     assert not _exists(segment.name)  # the owner's unlink happened anyway
     kept.release()
     segment.close()
+
+
+# Runs in a mount namespace of its own whose /dev/shm is a 1 MiB tmpfs (Docker's default is 64 MiB:
+# a router's rings and counters can exceed it). Creating a segment does not allocate its pages: the
+# first write to one the tmpfs cannot back raised SIGBUS in whichever process touched it.
+_SMALL_SHM_CHILD = """
+import os, sys
+from router.ipc.shm import SharedSegment
+size = 4 << 20
+try:
+    segment = SharedSegment.create("pytest", "big", size)
+except OSError as err:
+    print("refused:", err)
+    print("left:", sorted(os.listdir("/dev/shm")))
+    sys.exit(0)
+segment.memory[:] = b"x" * size
+print("written")
+"""
+
+
+def test_a_segment_dev_shm_cannot_hold_is_refused_at_creation_not_a_sigbus_at_first_write():
+    from tests.support.processes import ROOT
+    argv = ["unshare", "--mount", "--", "sh", "-c",
+            'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$0" -c "$1"', sys.executable, _SMALL_SHM_CHILD]
+    child = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert child.returncode == 0, (child.returncode, child.stdout, child.stderr)
+    assert "refused:" in child.stdout, child.stdout
+    message = child.stdout
+    assert "/umr.pytest." in message and ".big" in message, message          # names the segment
+    assert "4194304 bytes" in message, message                                  # what it needs
+    assert "bytes free" in message and "--shm-size" in message, message        # what there is, what to do
+    assert "left: []" in message, message                                       # nothing left behind

@@ -174,7 +174,7 @@ def test_a_reload_while_starting_does_not_tell_systemd_ready_early(runtime_dir, 
         for pid in workers:
             os.kill(pid, signal.SIGCONT)
         wait_for(lambda: "READY=1" in notify.states(), 30, message="READY=1 once the portals are up")
-        assert "portals are up" in router.log()
+        router.tool.wait_for_stderr("portals are up", 10)      # logged just after READY=1 is sent
         assert router.stop() == 0, router.log()[-3000:]
     finally:
         kill_all(workers)
@@ -333,6 +333,43 @@ def test_a_portal_that_cannot_start_stops_the_router_with_its_reason_only(runtim
     assert glob.glob(f"{runtime_dir}/{router.name}*") == []
 
 
+def test_a_portal_on_an_interface_this_host_lacks_stops_the_router_with_its_reason_only(
+        runtime_dir, routers, make_domain):
+    """An endpoint's resolver interface named as on another host (eth9 here, a network card
+    renamed, a VLAN not brought up): exit 3 at start with the reason in one line, as for a port
+    taken; not a Python traceback, as for a bug."""
+    lan2 = make_domain("context resolver_multicast_interface nosuchif0")
+    router = routers.start(endpoint_xml("LAN1", 1, make_domain().config_path) + endpoint_xml("LAN2", 2, lan2.config_path))
+    code = router.tool.proc.wait(60)
+    log = router.log()
+    assert code == 3, log[-3000:]
+    assert "portal LAN2 cannot start: no interface named 'nosuchif0'" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    assert "restarting in" not in log, log[-3000:]
+
+
+def test_a_portal_a_reload_adds_on_an_interface_this_host_lacks_is_down_with_its_reason(
+        runtime_dir, routers, make_domain):
+    """The router routes on with its other portals; the new one is down, the log says why in one
+    line at each attempt (the interface may yet come up: it is tried again with backoff), and
+    routerctl status shows it down."""
+    from tests.support.routerctl import routerctl
+    lan1, lan2 = make_domain(), make_domain()
+    lan3 = make_domain("context resolver_multicast_interface nosuchif0")
+    router = routers.start(two_lans(lan1, lan2)).wait_ready()
+    pids = router.worker_pids()
+    router.config.write_text(router.config.read_text().replace(
+        "  </portals>", endpoint_xml("LAN3", 3, lan3.config_path) + "  </portals>"))
+    router.signal(signal.SIGHUP)
+    wait_for(lambda: router.log().count("portal LAN3 cannot start: no interface named 'nosuchif0'") >= 2, 30,
+             message="LAN3 tried twice, refused each time")
+    assert router.tool.proc.poll() is None, router.log()[-3000:]
+    assert "Traceback" not in router.log(), router.log()[-3000:]
+    status = {p["name"]: p for p in routerctl("status", "--json").json()["portals"]}
+    assert status["LAN3"]["state"] in ("down", "starting") and status["LAN1"]["state"] == "up", status
+    assert {k: v for k, v in router.worker_pids().items() if k in ("0", "1")} == pids
+
+
 def test_a_portal_slow_to_start_is_waited_for_not_killed_as_hung(runtime_dir, make_domain, tmp_path):
     """An inbound ACL names hosts; at start the worker resolves them, and with a DNS server that
     does not answer that takes the resolver's timeout (8 s here: 4 s, 2 attempts), longer than a
@@ -424,3 +461,96 @@ def test_a_router_killed_in_a_container_starts_again_with_the_same_pid(runtime_d
                 process.wait()
         for segment in glob.glob(f"/dev/shm/umr.{name}.1.*"):
             os.unlink(segment)
+
+
+def test_a_domain_whose_portal_is_down_is_withdrawn_from_the_other_routers_until_it_is_back(
+        runtime_dir, routers, make_domain):
+    """LAN1 - router A - peer link - router B - LAN2. B's LAN2 worker dies and cannot be started
+    again for a while (crash-looping, backing off up to 30 s; here its fork fails): A must stop
+    routing toward domain 2 through B, which cannot reach it now, and route to it again once B's
+    portal is back. B announced the domain all along: A kept forwarding into a router that
+    dropped everything for it."""
+    from tests.support.routerctl import routerctl
+    from tests.support.routers import FAST_ROUTING, free_port, peer_xml
+    as_nobody = f"    <uid>{NOBODY}</uid>\n    <gid>{NOBODY}</gid>\n" if os.geteuid() == 0 else ""
+    port = free_port()
+    a = routers.start(endpoint_xml("LAN1", 1, make_domain().config_path) + peer_xml("TO_B", connect=port),
+                      daemon_extra=FAST_ROUTING)
+    b = routers.start(peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, make_domain().config_path),
+                      daemon_extra=as_nobody + FAST_ROUTING)
+    a.wait_ready(), b.wait_ready()
+
+    def domains_a_routes_to() -> list:
+        return routerctl("-n", a.name, "--json", "topology").json()["domains"]
+    wait_for(lambda: domains_a_routes_to() == [1, 2], 30, message="A routes to B's domain")
+    workers = children(b.pid)
+    limit = ForkLimit(b.pid)
+    try:
+        lan2 = b.worker_pids()["1"]
+        limit.close()
+        os.kill(lan2, signal.SIGKILL)
+        wait_for(lambda: "cannot start a worker" in b.log(), 20, message="LAN2's worker not started again")
+        wait_for(lambda: domains_a_routes_to() == [1], 20, message="A stops routing to domain 2")
+        limit.open()
+        wait_for(lambda: b.worker_pids()["1"] not in (0, lan2), 30, message="LAN2's worker started again")
+        wait_for(lambda: domains_a_routes_to() == [1, 2], 20, message="A routes to domain 2 again")
+        workers += children(b.pid)
+    finally:
+        limit.open()
+        b.stop()
+        kill_all(workers + children(b.pid))
+
+
+def test_a_worker_killed_by_a_real_time_signal_is_restarted_not_fatal_to_the_router(runtime_dir, routers, make_domain):
+    """A real-time signal's default action ends a process, as SIGKILL does (`kill -RTMIN+6`, a
+    library's timer signal nothing handles); Python names none of SIGRTMIN+1..SIGRTMAX-1. The
+    supervisor, describing that worker's end, died of the ValueError with every portal."""
+    router = routers.start(two_lans(make_domain(), make_domain())).wait_ready()
+    pids = router.worker_pids()
+    os.kill(pids["1"], signal.SIGRTMIN + 6)
+    wait_for(lambda: router.worker_pids()["1"] not in (0, pids["1"]) or router.tool.proc.poll() is not None, 30,
+             message="LAN2's worker restarted")
+    assert router.tool.proc.poll() is None, router.log()[-3000:]
+    assert f"exited with signal SIGRTMIN+6 ({signal.SIGRTMIN + 6})" in router.log(), router.log()[-3000:]
+    assert router.worker_pids()["0"] == pids["0"]
+
+
+def test_reloads_while_a_portal_is_down_do_not_announce_its_domain_and_a_fix_starts_it_at_once(
+        runtime_dir, routers, make_domain):
+    """A reload moves B's LAN2 onto an interface the host lacks: its worker cannot start, again and
+    again, backing off. A reload meanwhile (its cost) must not announce domain 2 while no worker
+    runs the portal (A would route into B for nothing); the reload that fixes it starts the portal
+    at once, not after the rest of a backoff of up to 30 s."""
+    from tests.support.routerctl import routerctl
+    from tests.support.routers import FAST_ROUTING, free_port, peer_xml
+    good, broken = make_domain(), make_domain("context resolver_multicast_interface nosuchif0")
+    port = free_port()
+    a = routers.start(endpoint_xml("LAN1", 1, make_domain().config_path) + peer_xml("TO_B", connect=port),
+                      daemon_extra=FAST_ROUTING)
+    b = routers.start(peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, good.config_path),
+                      daemon_extra=FAST_ROUTING)
+    a.wait_ready(), b.wait_ready()
+
+    def domains_a_routes_to() -> list:
+        return routerctl("-n", a.name, "--json", "topology").json()["domains"]
+
+    def reload_b(old: str, new: str) -> None:
+        reloads = b.log().count("UMR-1002-1")
+        b.config.write_text(b.config.read_text().replace(old, new))
+        b.signal(signal.SIGHUP)
+        wait_for(lambda: b.log().count("UMR-1002-1") > reloads, 10, message="B's reload applied")
+    wait_for(lambda: domains_a_routes_to() == [1, 2], 30, message="A routes to B's domain")
+    reload_b(str(good.config_path), str(broken.config_path))
+    # Backing off 8 s by its fifth failure: the reloads below come well within that wait.
+    wait_for(lambda: "portal LAN2: worker pid" in b.log() and "restarting in 8.0 s" in b.log(), 60,
+             message="LAN2 failing to start, backing off")
+    wait_for(lambda: domains_a_routes_to() == [1], 20, message="A stops routing to domain 2")
+    withdrawn = routerctl("-n", b.name, "--json", "topology").json()["signature"]
+    reload_b("<cost>1</cost>\n      <lbm-config>", "<cost>2</cost>\n      <lbm-config>")
+    assert routerctl("-n", b.name, "--json", "topology").json()["signature"] == withdrawn, "a cost edit announced it"
+    failures = b.log().count("portal LAN2 cannot start")
+    reload_b(str(broken.config_path), str(good.config_path))
+    status = {p["name"]: p for p in routerctl("-n", b.name, "--json", "status").json()["portals"]}
+    assert status["LAN2"]["state"] in ("starting", "up"), status       # not down for the rest of the 8 s
+    wait_for(lambda: domains_a_routes_to() == [1, 2], 30, message="A routes to domain 2 again")
+    assert b.log().count("portal LAN2 cannot start") == failures, "a start after the fix failed"

@@ -90,3 +90,46 @@ def test_a_callback_handed_over_from_another_thread_wakes_a_loop_run_by_its_own_
     helper.join()
     assert ran == ["handed over"] and time.monotonic() - began < 30
     loop.close()
+
+
+def test_a_periodic_callback_that_raises_once_keeps_running():
+    """A keepalive, an advertisement or a heartbeat that fails once (a transient send error, one
+    odd input) is called again at its next interval: the failure is counted and logged, and the
+    timer goes on, where it used to stop for good while the process looked alive."""
+    loop = EventLoop("periodic")
+    calls = []
+
+    def flaky() -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise OSError("transient")
+    handle = loop.call_every(0.01, flaky)
+    try:
+        assert loop.run_until(lambda: len(calls) >= 3, 10), calls
+        assert loop.callback_errors == 1
+        handle.cancel()
+        seen = len(calls)
+        loop.run_until(lambda: False, 0.1)      # cancelled: not called again
+        assert len(calls) == seen
+    finally:
+        loop.close()
+
+
+def test_a_periodic_callback_that_keeps_failing_is_logged_once_per_interval(caplog):
+    """Every failure counts; the log says the first with its traceback and then one line per
+    LogRate interval, not a traceback every 10 ms for as long as the router runs."""
+    loop = EventLoop("failing")
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise ValueError("always")
+    loop.call_every(0.001, broken)
+    try:
+        with caplog.at_level("ERROR", logger="router.um.loop"):
+            assert loop.run_until(lambda: len(calls) >= 50, 20)
+        assert loop.callback_errors == len(calls)
+        lines = [r for r in caplog.records if "broken" in r.getMessage()]
+        assert len(lines) == 1 and lines[0].exc_info is not None, [r.getMessage() for r in lines]
+    finally:
+        loop.close()
