@@ -122,7 +122,7 @@ class ParquetSink:
         self.timer = loop.call_every(interval, self.tick)
 
     def tick(self) -> None:
-        # call_every stops rescheduling a callback that raises: a bug here must not end statistics.
+        # Counted here as tick_errors, which status reports (the loop counts failures of any callback).
         try:
             now = self.clock()
             batch = self.read_batch(now)
