@@ -57,6 +57,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     "request-port-unavailable": ("UMR-3004-1", logging.WARNING),
     "proxy-requests-evicted": ("UMR-3004-2", logging.WARNING),
     "response-no-proxy-request": ("UMR-3004-3", logging.WARNING),
+    "response-incomplete": ("UMR-3004-4", logging.WARNING),    # its pieces stopped coming over a link
     "unicast-no-route": ("UMR-3005-1", logging.WARNING),        # the DRO's Gwd-6361-123
     "unicast-before-routes": ("UMR-3005-2", logging.WARNING),   # the DRO's Gwd-6361-124
     "unicast-loop": ("UMR-3005-3", logging.WARNING),

@@ -9,20 +9,48 @@ domain, or a peer link). `EgressRecords.on_record` decodes and checks each recor
 what is malformed or meant for a stream this portal does not know, and calls the portal's
 `egress_advert`, `egress_frames`, `egress_request_frames`, `egress_eos`, `egress_response`,
 `egress_immediate` and `egress_unicast` (unicast immediate messages on their way to another
-domain). `without_duplicates` takes out, counts and logs the frames a stream's `<sqn-window>`
-says this portal sent already.
+domain). A response too large for one ring record comes in consecutive pieces from its ring,
+put back together here (`RingResponsePieces`) before `egress_response` sees it.
+`without_duplicates` takes out, counts and logs the frames a stream's `<sqn-window>` says this
+portal sent already.
 """
 from __future__ import annotations
 
 import logging
 
 from router.worker.records import (RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES, RECORD_IMMEDIATE, RECORD_LATE_JOIN,
-                                   RECORD_LATE_JOIN_ANSWER, RECORD_REQUEST_FRAMES, RECORD_RESPONSE,
-                                   RECORD_SEQUENCE_INFO, RECORD_UNICAST, RecordError, StreamAdvert, decode_eos, decode_frames,
-                                   decode_immediate, decode_late_join, decode_late_join_answer, decode_response,
-                                   decode_sequence_info)
+                                   RECORD_LATE_JOIN_ANSWER, RECORD_REQUEST_FRAMES, RECORD_RESPONSE, RECORD_RESPONSE_PIECE,
+                                   RECORD_SEQUENCE_INFO, RECORD_UNICAST, RecordError, StreamAdvert, decode_eos,
+                                   decode_frames, decode_immediate, decode_late_join, decode_late_join_answer,
+                                   decode_response, decode_response_piece, decode_sequence_info)
 
 log = logging.getLogger(__name__)
+
+
+class RingResponsePieces:
+    """Responses in pieces (RESPONSE_PIECE records), by the ring they come from: a ring's
+    producer writes a response's pieces one after the other, so one is put together at a time
+    per ring."""
+
+    def __init__(self):
+        self.partial: dict[int, tuple[tuple, bytearray]] = {}     # ring -> ((ip, port, qidx, total), bytes so far)
+
+    def add(self, ring: int, ipaddr: str, port: int, qidx: int, offset: int, total: int, piece: bytes):
+        """(ip, port, qidx, response) once its last piece came, else None; RecordError for a
+        piece that does not follow the ones before it (what it had of that response is dropped)."""
+        key = (ipaddr, port, qidx, total)
+        if offset == 0:
+            self.partial[ring] = (key, bytearray())
+        had = self.partial.get(ring)
+        if had is None or had[0] != key or len(had[1]) != offset:
+            self.partial.pop(ring, None)
+            raise RecordError(f"a piece at {offset} of a {total}-byte response for {ipaddr}:{port} without "
+                              f"the pieces before it")
+        had[1].extend(piece)
+        if len(had[1]) < total:
+            return None
+        del self.partial[ring]
+        return ipaddr, port, qidx, bytes(had[1])
 
 
 class EgressRecords:
@@ -31,6 +59,7 @@ class EgressRecords:
     # What a portal kind counts duplicates as (<sqn-window>): frames, bytes.
     DUPLICATE_COUNTERS = ("transport_topic_fragments_dropped_duplicate",
                           "transport_topic_fragment_bytes_dropped_duplicate")
+    ring_response_pieces: RingResponsePieces | None = None
 
     def on_record(self, ring: int, record_type: int, payload, now: bool = False) -> None:
         """One record from a ring. `now`: the reader found nothing else to batch it with, so
@@ -44,6 +73,12 @@ class EgressRecords:
                 self.egress_eos(ring, decode_eos(payload))
             elif record_type == RECORD_RESPONSE:
                 self.egress_response(ring, *decode_response(payload))
+            elif record_type == RECORD_RESPONSE_PIECE:
+                if self.ring_response_pieces is None:
+                    self.ring_response_pieces = RingResponsePieces()
+                whole = self.ring_response_pieces.add(ring, *decode_response_piece(payload))
+                if whole is not None:
+                    self.egress_response(ring, *whole)
             elif record_type == RECORD_IMMEDIATE:
                 self.egress_immediate(ring, *decode_immediate(payload))
             elif record_type == RECORD_LATE_JOIN:

@@ -48,7 +48,8 @@ from router.portals.once_per_turn import OncePerTurn
 from router.portals.peer_dual_link import DualPeerLink
 from router.portals.peer_late_join import PeerLateJoinRelay, is_late_join_answer, is_late_join_request
 from router.portals.peer_link import PeerLink
-from router.portals.peer_responses import is_response, is_unicast, response_message
+from router.portals.peer_responses import (ResponsePieces, is_response, is_unicast, response_frames,
+                                           response_piece)
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.sequence_window import SequenceWindow
 from router.portals.streams import StreamTable
@@ -130,6 +131,8 @@ class PeerPortal(EgressRecords):
         self._arrived: dict[int, list] = {}     # link index -> [frames, count, longest, holds a request]
         self.requests = ProxyRequestTable()
         self._response_sqn = 0
+        self.link_response_pieces = ResponsePieces(self._response_given_up)
+        self._response_pieces_timer = None
         self.sent_interest: set[tuple[int, str, int]] = set()
         self.heard_interest: set[tuple[int, str, int]] = set()
         # Heard before the link last went down and not heard again since: the companion's previous
@@ -167,6 +170,7 @@ class PeerPortal(EgressRecords):
         self.inbound.clear()
         self._arrived.clear()
         self.sent_interest.clear()
+        self.link_response_pieces.give_up_all()   # the rest of their pieces went with the connection
 
     # -- interest ------------------------------------------------------------------------------------
     def _send_interest(self) -> None:
@@ -380,24 +384,55 @@ class PeerPortal(EgressRecords):
 
     def _response_in(self, message: LbmcMessage) -> None:
         """A response from the far router to one of our proxy requests: to the portal its request
-        came in by."""
-        if not forward_response(self.requests, message.tidx, message.payload, self.datapath, self.counters):
+        came in by (whole: one in pieces once its last piece came)."""
+        data = message.payload
+        if response_piece(message) is not None:
+            try:
+                data = self.link_response_pieces.add_piece(message)
+            except WireError as err:
+                self._malformed(f"response piece: {err}")
+                return
+            if data is None:
+                self._expire_response_pieces_later()
+                return
+        if not forward_response(self.requests, message.tidx, data, self.datapath, self.counters):
             self._rate_limited("response-no-proxy-request", f"peer link {self.name}: response to request index "
                                                             f"{message.tidx}, which has no proxy request here; dropped")
 
+    def _expire_response_pieces_later(self) -> None:
+        if self._response_pieces_timer is None and self.link_response_pieces.partial:
+            self._response_pieces_timer = self.loop.call_later(self.link_response_pieces.timeout,
+                                                               self._expire_response_pieces)
+
+    def _expire_response_pieces(self) -> None:
+        self._response_pieces_timer = None
+        wait = self.link_response_pieces.expire()
+        if wait is not None:
+            self._response_pieces_timer = self.loop.call_later(wait, self._expire_response_pieces)
+
+    def _response_given_up(self, received: int) -> None:
+        """A response whose pieces stopped coming: received, and dropped."""
+        self.counters.add_pair("unicast_data_msgs_rcvd", "unicast_data_msg_bytes_rcvd", 1, received)
+        self.counters.add_pair("unicast_data_msgs_dropped_error", "unicast_data_msg_bytes_dropped_error", 1, received)
+        self._rate_limited("response-incomplete", f"peer link {self.name}: a response in pieces stopped coming "
+                                                  f"({received} bytes of it came); dropped")
+
     def egress_response(self, ring: int, ipaddr: str, port: int, qidx: int, data: bytes) -> None:
         """A response to a request that came over the link: back over the link, by the index the
-        link carried (the far portal's proxy request)."""
-        self._response_sqn = (self._response_sqn + 1) & 0xFFFFFFFF
+        link carried (the far portal's proxy request), in pieces if it is larger than a message."""
         try:
-            sent = self.link.send_data(response_message(qidx, self._response_sqn, ipaddr, port, data))
-        except WireError as err:          # larger than one LBMC message can carry
+            frames = response_frames(qidx, (self._response_sqn + 1) & 0xFFFFFFFF, ipaddr, port, data)
+        except ValueError as err:
             self.counters.add_pair("unicast_data_msgs_dropped_error", "unicast_data_msg_bytes_dropped_error",
                                    1, len(data))
-            self.log_event("malformed-input", f"a {len(data)}-byte response cannot cross the link ({err}); dropped")
+            self._rate_limited("drops-size-error", f"peer link {self.name}: {err}; dropped")
             return
-        if sent:                          # the link counts what it could not take
+        self._response_sqn = (self._response_sqn + len(frames)) & 0xFFFFFFFF
+        if self.link.send_pieces(frames):       # the link counts the pieces it could not take
             self.counters.add_pair("unicast_data_msgs_sent", "unicast_data_msg_bytes_sent", 1, len(data))
+        else:
+            self.counters.add_pair("unicast_data_msgs_dropped_error", "unicast_data_msg_bytes_dropped_error",
+                                   1, len(data))
 
     def late_join_request(self, ring: int, stream_id: int, message: bytes) -> None:
         """Requests a receiver behind portal `ring` sent for a stream we bring in: over the link."""
@@ -518,6 +553,9 @@ class PeerPortal(EgressRecords):
 
     def close(self) -> None:
         self._follow_interest.cancel()
+        if self._response_pieces_timer is not None:
+            self._response_pieces_timer.cancel()
+            self._response_pieces_timer = None
         for key in list(self.outbound):
             self._stream_end(*key)
         self.link.flush()

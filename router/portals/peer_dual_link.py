@@ -96,6 +96,10 @@ class DualPeerLink:
         """As PeerLink.send_data: True when all of it was queued."""
         return self.outbound.send_data(message, fragments)
 
+    def send_pieces(self, frames: list[bytes]) -> bool:
+        """As PeerLink.send_pieces."""
+        return self.outbound.send_pieces(frames)
+
     def backlog(self) -> float | None:
         return self.outbound.backlog()
 

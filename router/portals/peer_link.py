@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from typing import Callable
 
 from router.eventlog import event
@@ -46,6 +47,9 @@ from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_TYPE_CONTROL, LBMC_
 log = logging.getLogger(__name__)
 
 RECV_CHUNK = 262144
+# Pieces of messages (responses in pieces) that wait for room in the queue, at most: one of the
+# largest messages UM puts back together (router.um.unicast_immediate.MAX_MESSAGE).
+MAX_HELD_PIECES = 64 * 1024 * 1024
 # Data messages that are not a stream's: requests, responses and immediate messages (ODOMAIN first).
 _NOT_STREAM_DATA = (NHDR_REQUEST, NHDR_DESTINATION, NHDR_ODOMAIN)
 
@@ -93,6 +97,8 @@ class PeerLink:
         self._tls_contexts: dict = {}
         self._listener: socket.socket | None = None
         self._receive = bytearray()
+        self._held_pieces: deque[bytes] = deque()     # send_pieces: waiting for room in the queue
+        self._held_bytes = 0
         self._writer_registered = False
         self._reading_paused = False
         self._timers: dict[str, object] = {}
@@ -162,6 +168,56 @@ class PeerLink:
         if self.queue.has_unwritten:
             self._write()
         return True
+
+    def send_pieces(self, frames: list[bytes]) -> bool:
+        """The pieces of one message (a response in pieces), in order: True when all were taken.
+        A message larger than `<max-queue>` (UM's responses may be megabytes) is taken whole:
+        its pieces go into the queue as the socket takes the ones before them, so what waits in
+        the queue stays within its bound while the rest waits beside it, up to MAX_HELD_PIECES
+        bytes; a message beyond that, or with a piece larger than the queue's bound, is refused
+        whole (counted "would block"), never sent in part.
+        On a UDP path each piece goes as send_data sends it."""
+        if self.state is not S.UP or self.udp_path is not None:
+            for number, frame in enumerate(frames):
+                if not self.send_data(frame):
+                    rest = frames[number + 1:]
+                    if rest:
+                        self._count_refused(len(rest), sum(map(len, rest)),
+                                            "would_block" if self.state is S.UP else "not_operational")
+                    return False
+            return True
+        size = sum(map(len, frames))
+        if self._held_bytes + size > MAX_HELD_PIECES or max(map(len, frames)) > self.config.max_queue:
+            self._count_refused(len(frames), size, "would_block")
+            self._dropping_would_block()
+            return False
+        self._held_pieces.extend(frames)
+        self._held_bytes += size
+        self._write()
+        return True
+
+    def _release_held_pieces(self) -> bool:
+        """Held pieces into the queue, as far as its bound lets them; whether any went."""
+        held, queue, moved = self._held_pieces, self.queue, False
+        while held and queue.total_bytes + len(held[0]) <= self.config.max_queue:
+            piece = held.popleft()
+            self._held_bytes -= len(piece)
+            queue.add_data(piece)
+            moved = True
+        if moved:
+            queue.flush_batch()           # nothing to wait for: the rest of the message is behind them
+        return moved
+
+    def _discard_held_pieces(self) -> None:
+        if self._held_pieces:
+            self._count_refused(len(self._held_pieces), self._held_bytes, "not_operational")
+            self._held_pieces.clear()
+            self._held_bytes = 0
+
+    def _count_refused(self, fragments: int, size: int, reason: str) -> None:
+        self.counters.add_pair("data_fragments_forwarded", "data_fragment_bytes_forwarded", fragments, size)
+        self.counters.add_pair(f"data_fragments_dropped_{reason}", f"data_fragment_bytes_dropped_{reason}",
+                               fragments, size)
 
     def _send_udp(self, data: bytes, fragments: int) -> bool:
         counters = self.counters
@@ -479,6 +535,7 @@ class PeerLink:
         self.peer = None
         self.dropping = False
         discarded = self.queue.discard()
+        self._discard_held_pieces()
         self.queue_episodes.discarded(time.monotonic(), "the connection closed, what waited was discarded")
         return discarded
 
@@ -624,6 +681,11 @@ class PeerLink:
         try:
             stream.flush()
             written = self.queue.write_to(stream)
+            while self._held_pieces and self._release_held_pieces():
+                more = self.queue.write_to(stream)
+                written += more
+                if not more:
+                    break
         except OSError as err:
             self._fire(E.LOST, f"send failed: {err}")
             return

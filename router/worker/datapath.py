@@ -55,8 +55,9 @@ from router.ipc.shm import SharedSegment, segment_name
 from router.ipc.wakeup import EventfdWakeup, RingWakeups
 from router.worker.records import (EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES,
                                    RECORD_IMMEDIATE, RECORD_LATE_JOIN, RECORD_LATE_JOIN_ANSWER, RECORD_RESPONSE,
-                                   RECORD_SEQUENCE_INFO, RECORD_UNICAST, SEQUENCE_INFO_RECORD, encode_frames, encode_immediate, encode_late_join, encode_late_join_answer,
-                                   encode_response)
+                                   RECORD_RESPONSE_PIECE, RECORD_SEQUENCE_INFO, RECORD_UNICAST, SEQUENCE_INFO_RECORD,
+                                   encode_frames, encode_immediate, encode_late_join, encode_late_join_answer,
+                                   encode_response, encode_response_piece)
 
 log = logging.getLogger(__name__)
 
@@ -282,9 +283,18 @@ class DataPath:
         self._write([(RECORD_SEQUENCE_INFO, SEQUENCE_INFO_RECORD.pack(stream_id, sqn), mask)])
 
     def response(self, portal: int, ipaddr: str, port: int, qidx: int, data) -> None:
-        """A response for the requester behind `portal` (the portal its request came in by)."""
+        """A response for the requester behind `portal` (the portal its request came in by): one
+        record, or, larger than a ring record may be, consecutive pieces that portal puts back
+        together (router.portals.egress_records)."""
         self._wake_early_next(1 << portal)
-        self._write([(RECORD_RESPONSE, encode_response(ipaddr, port, qidx, data), 1 << portal)])
+        piece = self.producer.max_payload_length // 4     # well inside the largest record a ring takes
+        if len(data) <= piece:
+            self._write([(RECORD_RESPONSE, encode_response(ipaddr, port, qidx, data), 1 << portal)])
+            return
+        view = memoryview(data)
+        self._write([(RECORD_RESPONSE_PIECE,
+                      encode_response_piece(ipaddr, port, qidx, offset, len(view), view[offset:offset + piece]),
+                      1 << portal) for offset in range(0, len(view), piece)])
 
     def unicast(self, mask: int, frame: bytes) -> None:
         """A unicast immediate message for the portal of `mask`, the next hop toward its domain.

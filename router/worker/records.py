@@ -21,6 +21,9 @@ A frame larger than the egress datagram size is dropped and counted.
     RESPONSE >IHI   requester ip, port, request index (as the requester sent them); the
                     response bytes. Written by the egress portal whose domain answered, addressed
                     to the portal the request came in by, which sends it on to the requester.
+    RESPONSE_PIECE >IHIII  as RESPONSE, and the piece's offset and the whole response's length:
+                    a response larger than a ring record may be (UM's go up to 64 MB) goes as
+                    consecutive pieces, which the portal it is for puts back together.
     IMMEDIATE >IB   origin domain id, flags (1: has a topic); one multicast immediate message,
                     the LBMC message itself with ODOMAIN and CTXINST first in its header chain
                     (router.portals.immediate). Flooded to every other portal.
@@ -60,10 +63,12 @@ RECORD_LATE_JOIN = 8
 RECORD_LATE_JOIN_ANSWER = 9
 RECORD_SEQUENCE_INFO = 10
 RECORD_UNICAST = 11
+RECORD_RESPONSE_PIECE = 12
 
 FRAMES_HEADER = struct.Struct("<III")
 EOS_RECORD = struct.Struct("<I")
 RESPONSE_HEADER = struct.Struct(">4sHI")     # requester ip (network order), port, request index
+RESPONSE_PIECE_HEADER = struct.Struct(">4sHIII")  # as RESPONSE_HEADER; offset, whole length
 IMMEDIATE_HEADER = struct.Struct(">IB")       # origin domain id, flags
 IMMEDIATE_HAS_TOPIC = 0x01
 LATE_JOIN_HEADER = struct.Struct("<I")        # stream id
@@ -146,6 +151,21 @@ def decode_response(payload) -> tuple[str, int, int, bytes]:
         raise RecordError(f"response record of {len(payload)} bytes is shorter than its header")
     raw_ip, port, qidx = RESPONSE_HEADER.unpack_from(payload)
     return socket.inet_ntoa(raw_ip), port, qidx, bytes(payload[RESPONSE_HEADER.size:])
+
+
+def encode_response_piece(ipaddr: str, port: int, qidx: int, offset: int, total: int, piece) -> bytes:
+    return RESPONSE_PIECE_HEADER.pack(socket.inet_aton(ipaddr), port, qidx, offset, total) + bytes(piece)
+
+
+def decode_response_piece(payload) -> tuple[str, int, int, int, int, bytes]:
+    """(requester ip, port, request index, offset, whole length, piece) of a RESPONSE_PIECE record."""
+    if len(payload) < RESPONSE_PIECE_HEADER.size:
+        raise RecordError(f"response piece record of {len(payload)} bytes is shorter than its header")
+    raw_ip, port, qidx, offset, total = RESPONSE_PIECE_HEADER.unpack_from(payload)
+    piece = bytes(payload[RESPONSE_PIECE_HEADER.size:])
+    if offset + len(piece) > total:
+        raise RecordError(f"response piece at {offset} of {len(piece)} bytes beyond its {total}-byte response")
+    return socket.inet_ntoa(raw_ip), port, qidx, offset, total, piece
 
 
 def encode_immediate(origin_domain: int, has_topic: bool, frame) -> bytes:

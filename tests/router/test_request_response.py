@@ -158,3 +158,34 @@ def test_a_response_for_a_requester_that_is_gone_counts_as_dropped_not_sent(rout
     finally:
         requester.close()
         responder.close()
+
+
+def test_a_response_of_megabytes_crosses_one_router_whole(routers, make_domain):
+    """A 6 MB response (UM puts back together up to 64 MB) is larger than one record of the ring
+    between the router's portals: it crosses in pieces and reaches the requester whole, counted
+    once as forwarded and once as sent."""
+    lan1, lan2 = make_domain(), make_domain()
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) +
+                           endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+    responder, requester = Context(**lan1.overrides()), Context(**lan2.overrides())
+    try:
+        asked, answers = [], []
+        responder.receiver("svc.bulk", asked.append)
+        wait_for(lambda: router.counters()[1]["receiver_topics"] == 1, 30,
+                 message="the router has a proxy receiver for the responder's topic")
+        source = requester.source("svc.bulk")
+        wait_for(lambda: source.receiver_count, 30, message="the router's proxy receiver joins")
+        pending = source.send_request(b"everything", answers.append)
+        wait_for(lambda: asked, 30, message="the request reaches the responder")
+        answer = bytes(range(251)) * 24_000
+        asked[0].respond(answer)
+        wait_for(lambda: answers, 60, message="the response came back")
+        assert len(answers) == 1 and answers[0].data == answer
+        wait_for(lambda: router.counters()[1]["unicast_data_msgs_sent"] == 1, 10,
+                 message="the requester's portal sent the response")
+        assert router.counters()[0]["unicast_data_msgs_forwarded"] == 1
+        assert router.counters()[0]["transport_topic_fragments_dropped_size_error"] == 0
+        pending.close()
+    finally:
+        requester.close()
+        responder.close()
