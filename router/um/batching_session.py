@@ -109,7 +109,7 @@ class BatchingSession:
                 tidx, sqn = _unpack_tidx_sqn(data, offset + 4)
                 retention = retained.get(tidx)
                 if retention is not None:
-                    retention.add(sqn, bytes(data[offset:offset + length]))
+                    retention.add(sqn, data[offset:offset + length])     # copied into its ring
             offset += length
 
     def send(self, tidx: int, sqn: int, payload, flush: bool = False) -> int:
