@@ -201,8 +201,14 @@ class Supervisor:
         self.signals.append(signum)          # nothing else here: no logging in a handler
 
     def _dispatch_signals(self) -> None:
+        pending = []
         while self.signals:
-            signum = self.signals.popleft()
+            pending.append(self.signals.popleft())
+        # A stop goes first: Python runs the handlers of signals that came together in number
+        # order (SIGHUP before SIGTERM), and a reload behind a stop would start what the stop
+        # ends at once (reload ignores itself once stopping).
+        pending.sort(key=lambda signum: signum not in (signal.SIGTERM, signal.SIGINT))
+        for signum in pending:
             handler = getattr(self, f"handle_{signal.Signals(signum).name[3:].lower()}", None)
             if handler is not None:
                 handler()
@@ -499,6 +505,12 @@ class Supervisor:
         statistics, logging, routing timers, worker scheduling) are the router's own and were
         set up at start: edited ones are reported and take effect at the next start; until then
         the running ones stay in force, also for workers started later."""
+        if self.stopping:
+            # A SIGHUP (logrotate, an admin's reload) right behind the SIGTERM that stops the
+            # router: portals started now would be stopped at once, and systemd told RELOADING
+            # after STOPPING.
+            log.info("reload ignored: the router is stopping")
+            return {"ok": False, "error": "the router is stopping"}
         if self.ready_sent:          # while starting, READY=1 is _notify's, once every portal is up
             systemd_notify.reloading()
         try:

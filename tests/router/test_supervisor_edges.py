@@ -554,3 +554,18 @@ def test_reloads_while_a_portal_is_down_do_not_announce_its_domain_and_a_fix_sta
     assert status["LAN2"]["state"] in ("starting", "up"), status       # not down for the rest of the 8 s
     wait_for(lambda: domains_a_routes_to() == [1, 2], 30, message="A routes to domain 2 again")
     assert b.log().count("portal LAN2 cannot start") == failures, "a start after the fix failed"
+
+
+def test_a_reload_right_behind_the_stop_is_not_done(runtime_dir, routers, make_domain):
+    """SIGTERM and then SIGHUP (logrotate's, an operator's) before the supervisor's next turn:
+    it stops. It went on to reload first, starting the portals the edited file adds only to stop
+    them at once, and telling systemd RELOADING after STOPPING."""
+    router = routers.start(two_lans(make_domain(), make_domain())).wait_ready()
+    router.config.write_text(router.config.read_text().replace(
+        "  </portals>", endpoint_xml("LAN3", 3, make_domain().config_path) + "  </portals>"))
+    router.signal(signal.SIGTERM)
+    router.signal(signal.SIGHUP)
+    assert router.tool.proc.wait(30) == 0, router.log()[-3000:]
+    log = router.log()
+    assert "router-stopping" in log or "UMR-1001-2" in log, log[-3000:]
+    assert "UMR-1002-1" not in log and "LAN3" not in log, log[-3000:]
