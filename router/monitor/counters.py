@@ -164,13 +164,16 @@ LATE_JOIN_UNANSWERED_COUNTERS = ("late_join_requests_unanswered",)
 # Records addressed to a portal while no worker of it read them (it had died or was restarting),
 # found by its restarted worker and not sent (router/worker/datapath.py); they were skipped unseen.
 MISSED_WHILE_DOWN_COUNTERS = ("ring_records_missed_while_down", "ring_record_bytes_missed_while_down")
+# Callbacks of the portal's worker loop (timers, sockets, the bus) that raised: each was logged, and
+# what it was doing was cut short (router/worker/process.py). Portals sharing a worker show its figure.
+INTERNAL_ERROR_COUNTERS = ("internal_errors",)
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
                  + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS
                  + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS
                  + BATCH_COUNTERS + LAPPED_COUNTERS + ROUTE_INFO_DROP_COUNTERS + LATE_JOIN_UNANSWERED_COUNTERS
-                 + MISSED_WHILE_DOWN_COUNTERS)
+                 + MISSED_WHILE_DOWN_COUNTERS + INTERNAL_ERROR_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

@@ -113,8 +113,9 @@ class EndpointPortal(EgressRecords):
         self.context.add_immediate_listener(self._immediate_in)
         self.context.immediate.on_duplicate = self.immediates.duplicate
         # Interest to and from the other routers on this domain (multi-hop), and route-info.
-        bounds = resolution.remote_topic_interest
-        self.announcer = InterestAnnouncer(bounds.min_interval / 1000, bounds.max_interval / 1000)
+        bounds, pattern_bounds = resolution.remote_topic_interest, resolution.remote_pattern_interest
+        self.announcer = InterestAnnouncer(bounds.min_interval / 1000, bounds.max_interval / 1000,
+                                           (pattern_bounds.min_interval / 1000, pattern_bounds.max_interval / 1000))
         topics, patterns = config.remote_topic, config.remote_pattern
         self.remote = RemoteInterest(
             CheckPace(topics.timeout / 1000, topics.check_interval / 1000, topics.max_topics),
@@ -239,12 +240,17 @@ class EndpointPortal(EgressRecords):
         """One pass of `<remote-topic>` (or `<remote-pattern>`) checks, then the next."""
         if self.closed:
             return
-        gone, wait = self.remote.check(group, time.monotonic())
-        for kind, symbol, domain in gone:
-            self.log_event("interest-removed", f"{_COUNT_NAMES[kind][:-1]} {symbol} for domain {domain} "
-                                               f"(not refreshed by another router)")
-            self.bus.send(bm.Interest(self.name, domain, kind, symbol, bm.OP_CANCEL))
-        self._remote_timers[group] = self.loop.call_later(wait, self._check_remote, group)
+        wait = self.remote.paces[group].check_interval       # the next pass, if this one fails
+        try:
+            gone, wait = self.remote.check(group, time.monotonic())
+            for kind, symbol, domain in gone:
+                self.log_event("interest-removed", f"{_COUNT_NAMES[kind][:-1]} {symbol} for domain {domain} "
+                                                   f"(not refreshed by another router)")
+                self.bus.send(bm.Interest(self.name, domain, kind, symbol, bm.OP_CANCEL))
+        finally:
+            # Armed whatever failed (the loop counts and logs it): other routers' interest that
+            # is no longer refreshed must still go, or its proxies stay for good.
+            self._remote_timers[group] = self.loop.call_later(wait, self._check_remote, group)
 
     def _schedule_emit(self, delay: float | None = None) -> None:
         now = time.monotonic()
@@ -262,23 +268,27 @@ class EndpointPortal(EgressRecords):
     def _emit_interest(self) -> None:
         """Interest this domain's other routers must hear on behalf of our other portals."""
         self._emit_timer = None
-        send, first, cancels = self.announcer.due(time.monotonic(), self._allow_interest)
-        first = set(first)
-        records = [_interest_record(item, 0 if item in first else INTEREST_REFRESH) for item in send]
-        records += [_interest_record(item, INTEREST_CANCEL) for item in cancels]
-        budget = self.context.channel.max_datagram - 64
-        batch, used = [], 0
-        for record in records:
-            size = _INTEREST_RECORD_SIZE + len(record.symbol.encode("utf-8", "surrogateescape"))
-            if batch and used + size > budget:
+        try:
+            send, first, cancels = self.announcer.due(time.monotonic(), self._allow_interest)
+            first = set(first)
+            records = [_interest_record(item, 0 if item in first else INTEREST_REFRESH) for item in send]
+            records += [_interest_record(item, INTEREST_CANCEL) for item in cancels]
+            budget = self.context.channel.max_datagram - 64
+            batch, used = [], 0
+            for record in records:
+                size = _INTEREST_RECORD_SIZE + len(record.symbol.encode("utf-8", "surrogateescape"))
+                if batch and used + size > budget:
+                    self.context.channel.send_packet(LbmrPacket(GatewayInterest(batch)))
+                    batch, used = [], 0
+                batch.append(record)
+                used += size
+            if batch:
                 self.context.channel.send_packet(LbmrPacket(GatewayInterest(batch)))
-                batch, used = [], 0
-            batch.append(record)
-            used += size
-        if batch:
-            self.context.channel.send_packet(LbmrPacket(GatewayInterest(batch)))
-        self.counters.add("interest_msgs_sent", len(records))
-        self._schedule_emit()
+            self.counters.add("interest_msgs_sent", len(records))
+        finally:
+            # Armed whatever failed (the loop counts and logs it): the domain's other routers
+            # forget interest that is not refreshed.
+            self._schedule_emit()
 
     def _route_info_in(self, data: bytes) -> None:
         self.bus.send(bm.RouteInfoMessage(self.name, data))
@@ -301,23 +311,27 @@ class EndpointPortal(EgressRecords):
 
     def _check_interest(self) -> None:
         self._interest_timer = None
-        to_query, to_drop = self.interest.tick(time.monotonic(), self._allow_use_query)
-        if self.interest.deferred:
-            self.counters.add("use_queries_rate_limited")
-        if to_query:
-            tmrs = [Tmr(TMR_TOPIC_USE, _TMR_FLAGS_OF_KIND[kind], symbol) for kind, symbol in to_query]
-            # Packed by size: UM contexts read no more than resolver_datagram_max_size of a datagram.
-            self.context.channel.send_tmrs(tmrs)
-            self.counters.add("use_queries_sent", len(tmrs))
-        for kind, symbol in to_drop:
-            self.log_event("interest-removed", f"{_COUNT_NAMES[kind][:-1]} {symbol}")
-            self.bus.send(bm.Interest(self.name, self.domain_id, kind, symbol, bm.OP_CANCEL))
-        if to_drop:
-            # A dropped pattern may have covered any topic; a dropped topic only itself.
-            self._drop_uncovered_proxies(None if any(kind != bm.INTEREST_TOPIC for kind, _ in to_drop)
-                                         else {symbol for _, symbol in to_drop})
-            self._count_interest()
-        self._schedule_interest_check()
+        try:
+            to_query, to_drop = self.interest.tick(time.monotonic(), self._allow_use_query)
+            if self.interest.deferred:
+                self.counters.add("use_queries_rate_limited")
+            if to_query:
+                tmrs = [Tmr(TMR_TOPIC_USE, _TMR_FLAGS_OF_KIND[kind], symbol) for kind, symbol in to_query]
+                # Packed by size: UM contexts read no more than resolver_datagram_max_size of a datagram.
+                self.context.channel.send_tmrs(tmrs)
+                self.counters.add("use_queries_sent", len(tmrs))
+            for kind, symbol in to_drop:
+                self.log_event("interest-removed", f"{_COUNT_NAMES[kind][:-1]} {symbol}")
+                self.bus.send(bm.Interest(self.name, self.domain_id, kind, symbol, bm.OP_CANCEL))
+            if to_drop:
+                # A dropped pattern may have covered any topic; a dropped topic only itself.
+                self._drop_uncovered_proxies(None if any(kind != bm.INTEREST_TOPIC for kind, _ in to_drop)
+                                             else {symbol for _, symbol in to_drop})
+                self._count_interest()
+        finally:
+            # Armed whatever failed (the loop counts and logs it): interest this domain no longer
+            # has must still be queried and dropped, or its proxies stay for good.
+            self._schedule_interest_check()
 
     def _drop_uncovered_proxies(self, topics: set[str] | None) -> None:
         """Interest went: proxy sources (of `topics`, None: of any topic) that no remaining
@@ -385,9 +399,17 @@ class EndpointPortal(EgressRecords):
         domain's receivers are still there; use queries will confirm or expire them."""
         now = time.monotonic()
         for interest in snapshot.interest:
-            if interest.portal == self.name and interest.domain_id == self.domain_id:
+            if interest.portal != self.name:
+                continue
+            if not self.access.interest_allowed(interest.kind == bm.INTEREST_TOPIC, interest.symbol):
+                # The ACL changed (a reload restarts the portal): what it rejects now is not ours
+                # to share; withdrawn at once, or the other portals pull it in until its use
+                # queries (or the other routers' refreshes) are found unanswered.
+                self.bus.send(bm.Interest(self.name, interest.domain_id, interest.kind, interest.symbol,
+                                          bm.OP_CANCEL))
+            elif interest.domain_id == self.domain_id:
                 self.interest.heard(interest.kind, interest.symbol, now)
-            elif interest.portal == self.name:
+            else:
                 self.remote.heard((interest.kind, interest.symbol, interest.domain_id), now)
         self._count_interest()
         self._schedule_interest_check()
@@ -484,13 +506,17 @@ class EndpointPortal(EgressRecords):
             self._schedule_domain_routes(max(self.domain_route_limit.wait(size, now), 0.001))
             return
         try:
-            ipaddr, port = self.context.request_address()
-        except RequestPortUnavailable as err:
-            self._rate_limited("request-port-unavailable", f"unicast immediate messages are not routed: {err}")
-        else:
-            self.context.channel.send_packet(LbmrPacket(RemoteDomainRoute(ipaddr, port, list(domains))))
-        self.domain_routes.sent(now)
-        self._schedule_domain_routes()
+            try:
+                ipaddr, port = self.context.request_address()
+            except RequestPortUnavailable as err:
+                self._rate_limited("request-port-unavailable", f"unicast immediate messages are not routed: {err}")
+            else:
+                self.context.channel.send_packet(LbmrPacket(RemoteDomainRoute(ipaddr, port, list(domains))))
+        finally:
+            # Counted as sent and the next one armed whatever failed (the loop counts and logs
+            # it): applications forget routes that are not announced again.
+            self.domain_routes.sent(now)
+            self._schedule_domain_routes()
 
     def _unicast_in(self, uim: Uim, peer: str) -> None:
         """A message at our request port for another domain (it carries DESTINATION): on by the

@@ -106,9 +106,21 @@ class Context:
         self.loop = loop or EventLoop(f"um-{self.name}")
         self.resolver = TopicResolver(self, merged)
         self.resolver.cost_function = source_cost_evaluation_function
-        self.channel = LbmrChannel(merged, self.loop, self.resolver.on_packet, self.src_id, packet_options)
-        self.tcp_interface = resolve_interface(merged.get("context", "transport_tcp_interface")
-                                               or self.channel.interface)
+        channel = None
+        try:
+            channel = LbmrChannel(merged, self.loop, self.resolver.on_packet, self.src_id, packet_options)
+            tcp_interface = resolve_interface(merged.get("context", "transport_tcp_interface") or channel.interface)
+        except BaseException:
+            # A context that cannot open (an interface this host lacks) keeps nothing open: an
+            # application that tries again until the interface comes up must not run out of
+            # descriptors meanwhile.
+            if channel is not None:
+                channel.close()
+            self.resolver.close()
+            if self.own_loop:
+                self.loop.close()
+            raise
+        self.channel, self.tcp_interface = channel, tcp_interface
         self.sessions: dict[tuple, object] = {}                # (transport, fixed port, overflow) -> session
         self.session_users: dict[TcpSourceSession, int] = {}
         self.session_indexes: dict[object, set[int]] = {}       # topic indexes in use per session
@@ -586,9 +598,14 @@ class Context:
 
     def _expire_uim_pieces(self) -> None:
         self._uim_pieces_timer = None
-        wait = self.uim_pieces.expire()
-        if wait is not None and not self.closed:
-            self._uim_pieces_timer = self.loop.call_later(wait, self._expire_uim_pieces)
+        wait = self.uim_pieces.timeout      # looked at again a timeout later if expiring fails
+        try:
+            wait = self.uim_pieces.expire()
+        finally:
+            # Armed whatever failed (the loop counts and logs it): pieces of messages that will
+            # never be whole must not be kept for good.
+            if wait is not None and not self.closed:
+                self._uim_pieces_timer = self.loop.call_later(wait, self._expire_uim_pieces)
 
     def _request_sent(self) -> None:
         with self.requests.lock:           # applications may send requests from several threads

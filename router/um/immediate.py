@@ -242,9 +242,14 @@ class ImmediateChannel:
 
     def _expire_fragments(self) -> None:
         self._expiry_timer = None
-        wait = self.reassembly.expire()
-        if wait is not None and not self.closed:
-            self._expiry_timer = self.loop.call_later(wait, self._expire_fragments)
+        wait = self.reassembly.timeout      # looked at again a timeout later if expiring fails
+        try:
+            wait = self.reassembly.expire()
+        finally:
+            # Armed whatever failed (the loop counts and logs it): pieces of messages that will
+            # never be whole must not be kept for good.
+            if wait is not None and not self.closed:
+                self._expiry_timer = self.loop.call_later(wait, self._expire_fragments)
 
     def _malformed(self, address: tuple, err: WireError) -> None:
         self.counters["mim_malformed"] += 1

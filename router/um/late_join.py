@@ -232,8 +232,12 @@ class LateJoinClient:
             self._finish()
             return
         self.info_attempts += 1
-        self._send(LbmcMessage(LBMC_TYPE_CONTROL, [self._info_request()]))
-        self.timer = self.context.loop.call_later(self.settings.info_interval, self._send_info)
+        try:
+            self._send(LbmcMessage(LBMC_TYPE_CONTROL, [self._info_request()]))
+        finally:
+            # Armed whatever failed (the loop counts and logs it): the live messages held back
+            # here must not wait for good for an answer nobody asks for again.
+            self.timer = self.context.loop.call_later(self.settings.info_interval, self._send_info)
 
     def _info_request(self) -> LjiRequest:
         settings = self.settings
@@ -298,21 +302,25 @@ class LateJoinClient:
         self.timer = None
         if self.done:
             return
-        now = time.monotonic()
         settings = self.settings
-        given_up = [sqn for sqn, first in self.requested.items() if now - first >= settings.message_timeout]
-        for sqn in given_up:
-            del self.requested[sqn]
-        if given_up:
-            # What the source no longer has will not come: nor will the rest asked of it.
-            self._lose(given_up + list(self.to_ask))
-            self.to_ask.clear()
-        again = [sqn for sqn in self.requested if now - self.asked_at.get(sqn, 0) >= settings.request_interval]
-        self._request(again, now, again=True)
-        if not self.requested and not self.to_ask:
-            self._finish()
-            return
-        self.timer = self.context.loop.call_later(settings.request_interval, self._tick)
+        try:
+            now = time.monotonic()
+            given_up = [sqn for sqn, first in self.requested.items() if now - first >= settings.message_timeout]
+            for sqn in given_up:
+                del self.requested[sqn]
+            if given_up:
+                # What the source no longer has will not come: nor will the rest asked of it.
+                self._lose(given_up + list(self.to_ask))
+                self.to_ask.clear()
+            again = [sqn for sqn in self.requested if now - self.asked_at.get(sqn, 0) >= settings.request_interval]
+            self._request(again, now, again=True)
+            if not self.requested and not self.to_ask:
+                self._finish()
+        finally:
+            # Armed whatever failed (the loop counts and logs it): the live messages held back
+            # here must not wait for good for retransmissions nobody asks for again.
+            if not self.done:
+                self.timer = self.context.loop.call_later(settings.request_interval, self._tick)
 
     def retransmission(self, frame: bytes) -> bool:
         """A RETRANS frame for our topic index; False if it is not one this client waits for (two

@@ -6,6 +6,8 @@ packets mean is the topic resolver's business.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import socket
@@ -14,7 +16,7 @@ from typing import Callable, Iterable
 from router.log_rate import LogRate
 from router.um.config import UMConfig
 from router.um.datagrams import pending_datagrams
-from router.um.netif import resolve_interface
+from router.um.netif import NoSuchInterface, resolve_interface
 from router.um.wire.errors import WireError
 from router.um.wire.lbmr import (LbmrPacket, SrcIdOption, Tir, Tmr, TopicManagement, TopicResolution,
                                  UnicastAlive, WcTqr, WildcardQuery, decode_lbmr, encode_lbmr, tir_size,
@@ -60,23 +62,36 @@ class LbmrChannel:
         in_port = config.get("context", "resolver_multicast_incoming_port") or port
         out_group = config.get("context", "resolver_multicast_outgoing_address") or group
         out_port = config.get("context", "resolver_multicast_outgoing_port") or port
-        self.interface = resolve_interface(config.get("context", "resolver_multicast_interface"))
-        receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        receiver.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        receiver.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        receiver.setsockopt(socket.IPPROTO_IP, _IP_MULTICAST_ALL, 0)
-        _set_buffer(receiver, socket.SO_RCVBUF, config.get("context", "resolver_multicast_receiver_socket_buffer"))
-        # Binding to the group address keeps other groups on the same port (other domains) out.
-        receiver.bind((in_group, in_port))
-        receiver.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                            socket.inet_aton(in_group) + socket.inet_aton(self.interface))
-        receiver.setblocking(False)
-        sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.interface))
-        sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, config.get("context", "resolver_multicast_ttl"))
-        sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
-        sender.bind((self.interface, 0))
-        sender.setblocking(False)
+        option = "resolver_multicast_interface"
+        self.interface = _interface(config, option)
+        opened: list[socket.socket] = []
+        try:
+            receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            opened.append(receiver)
+            receiver.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            receiver.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            receiver.setsockopt(socket.IPPROTO_IP, _IP_MULTICAST_ALL, 0)
+            _set_buffer(receiver, socket.SO_RCVBUF,
+                        config.get("context", "resolver_multicast_receiver_socket_buffer"))
+            # Binding to the group address keeps other groups on the same port (other domains) out.
+            receiver.bind((in_group, in_port))
+            with _on_interface(config, option, self.interface, f"join {in_group}"):
+                receiver.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                                    socket.inet_aton(in_group) + socket.inet_aton(self.interface))
+            receiver.setblocking(False)
+            sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            opened.append(sender)
+            with _on_interface(config, option, self.interface, f"send to {out_group}"):
+                sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.interface))
+                sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL,
+                                  config.get("context", "resolver_multicast_ttl"))
+                sender.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+                sender.bind((self.interface, 0))
+            sender.setblocking(False)
+        except OSError:
+            for sock in opened:
+                sock.close()
+            raise
         self.receive_sockets = [receiver]
         self.sender = sender
         self.destinations = [(sender, (out_group, out_port))]
@@ -86,15 +101,19 @@ class LbmrChannel:
         """One socket per local address the daemons are talked to from: an entry's own
         `Iface[:Src_Port]->`, else resolver_unicast_interface and a port of the unicast range.
         Each socket also receives what its daemons relay."""
-        self.interface = resolve_interface(config.get("context", "resolver_unicast_interface"))
+        self.interface = _interface(config, "resolver_unicast_interface")
         bound: dict[tuple[str, int | None], socket.socket] = {}
         self.receive_sockets, self.destinations = [], []
         try:
             for daemon in self.daemons:
-                interface = self.interface if daemon.interface is None else resolve_interface(daemon.interface)
+                if daemon.interface is None:
+                    interface, option = self.interface, "resolver_unicast_interface"
+                else:
+                    interface, option = resolve_interface(daemon.interface), "resolver_unicast_daemon"
                 key = (interface, daemon.source_port)
                 if key not in bound:
-                    bound[key] = _unicast_socket(config, interface, daemon.source_port)
+                    with _on_interface(config, option, interface, "bind a resolver socket"):
+                        bound[key] = _unicast_socket(config, interface, daemon.source_port)
                     self.receive_sockets.append(bound[key])
                 self.destinations.append((bound[key], (daemon.host, daemon.port)))
         except (OSError, ValueError):
@@ -223,6 +242,33 @@ def domain_identity(config: UMConfig) -> str:
     return f"{group}:{port} on {interface}" if interface else f"{group}:{port}"
 
 
+def _interface(config: UMConfig, option: str) -> str:
+    """This host's address for a context-scope interface option; an error that names the option."""
+    try:
+        return resolve_interface(config.get("context", option))
+    except NoSuchInterface as err:
+        raise NoSuchInterface(f"{err} ({option})") from None
+
+
+@contextlib.contextmanager
+def _on_interface(config: UMConfig, option: str, address: str, doing: str):
+    """The kernel's refusal to use an interface address says neither which one nor why it was
+    used ("[Errno 19] No such device" for an address no interface of this host has): the error
+    names the option, its value and what was being done."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno is None:           # one of ours, that says what it is about already
+            raise
+        value = config.get("context", option)
+        if option == "resolver_unicast_daemon":        # a list: the entry's own interface is the one
+            value = address
+        shown = value if value == address else f"{value} ({address})"
+        hint = " (no interface of this host has that address)" if err.errno in (errno.ENODEV, errno.EADDRNOTAVAIL) \
+            else ""
+        raise OSError(err.errno, f"{option} {shown}: cannot {doing} there: {err.strerror}{hint}") from None
+
+
 def _unicast_socket(config: UMConfig, interface: str, source_port: int | None) -> socket.socket:
     """A UDP socket on `interface`, at `source_port` or the first free port of the unicast range."""
     low = config.get("context", "resolver_unicast_port_low")
@@ -234,7 +280,10 @@ def _unicast_socket(config: UMConfig, interface: str, source_port: int | None) -
         try:
             sock.bind((interface, port))
             break
-        except OSError:
+        except OSError as err:
+            if err.errno == errno.EADDRNOTAVAIL:        # no port will do: the address is not ours
+                sock.close()
+                raise
             continue
     else:
         sock.close()

@@ -185,18 +185,23 @@ class OtrRecovery:
         self.timer = self.timer_at = None
         if self.done:
             return
-        now = time.monotonic()
-        settings = self.settings
-        expired = sorted(sqn for sqn, m in self.missing.items() if now - m.seen >= settings.duration)
-        for sqn in expired:
-            del self.missing[sqn]
-        self._report_lost(expired)
-        ask, again = self._due(now)
-        if ask:
-            self._request(ask, now, again)
-        if expired:
-            self._release()
-        self._arm_next()
+        try:
+            now = time.monotonic()
+            settings = self.settings
+            expired = sorted(sqn for sqn, m in self.missing.items() if now - m.seen >= settings.duration)
+            for sqn in expired:
+                del self.missing[sqn]
+            self._report_lost(expired)
+            ask, again = self._due(now)
+            if ask:
+                self._request(ask, now, again)
+            if expired:
+                self._release()
+        finally:
+            # Whatever failed (the loop counts and logs it), the next request or give-up is armed:
+            # otherwise the live messages held behind a loss would wait for good. What was asked
+            # is not due again before its interval, so a fault that repeats does not spin.
+            self._arm_next()
 
     def _due(self, now: float) -> tuple[list[int], bool]:
         """The missing messages to ask for now: those asked before whose interval is up, and new

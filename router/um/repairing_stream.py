@@ -106,11 +106,16 @@ class RepairingStream(FrameStream):
         self.nak_timer = self.nak_due = None
         if self.closed:
             return
-        naks, payloads = self.window.due(time.monotonic())
-        for start in range(0, len(naks), NAKS_PER_PACKET):
-            if self._send_naks(naks[start:start + NAKS_PER_PACKET]):
-                self.counters["nak_pckts_sent"] += 1
-        self._delivered(payloads)
+        payloads = []
+        try:
+            naks, payloads = self.window.due(time.monotonic())
+            for start in range(0, len(naks), NAKS_PER_PACKET):
+                if self._send_naks(naks[start:start + NAKS_PER_PACKET]):
+                    self.counters["nak_pckts_sent"] += 1
+        finally:
+            # Whatever failed (the loop counts and logs it), what the window gave back is
+            # delivered (it holds it no more) and the next NAK or give-up is armed.
+            self._delivered(payloads)
 
     def listening(self) -> bool:
         """Whether the source's datagrams are read now. Flow control (this stream's consumer

@@ -155,7 +155,13 @@ class ResponseSender:
 
     def _connect(self, address: tuple[str, int], response: bool = True,
                  outcome: Callable[[bool], None] | None = None) -> _Outgoing | None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            # The host may refuse a socket (its open-files limit reached): that response is
+            # dropped like one whose requester cannot be reached, and the next one tries again.
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        except OSError as err:
+            self._drop(address, 1, f"no socket: {err.strerror or err}", response, outcome)
+            return None
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)     # a requester is waiting
         try:

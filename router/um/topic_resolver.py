@@ -393,15 +393,22 @@ class TopicResolver:
 
     def _tick(self) -> None:
         self._timer = self._timer_due = None
-        now = time.monotonic()
-        tirs = [source.current_tir() for source, schedule in self.source_schedules.items() if _take(schedule, now)]
-        tqrs = [topic for topic, schedule in self.query_schedules.items() if _take(schedule, now)]
-        if tirs or tqrs:
-            self.context.channel.send_resolution(tqrs=tqrs, tirs=tirs)
-        queries = [WcTqr(w.pattern, _KIND_TYPE[w.kind]) for w, schedule in self.wildcard_schedules.items()
-                   if _take(schedule, now)]
-        self.context.channel.send_wildcard_queries(queries)
-        self._reschedule()
+        try:
+            now = time.monotonic()
+            tirs = [source.current_tir() for source, schedule in self.source_schedules.items()
+                    if _take(schedule, now)]
+            tqrs = [topic for topic, schedule in self.query_schedules.items() if _take(schedule, now)]
+            if tirs or tqrs:
+                self.context.channel.send_resolution(tqrs=tqrs, tirs=tirs)
+            queries = [WcTqr(w.pattern, _KIND_TYPE[w.kind]) for w, schedule in self.wildcard_schedules.items()
+                       if _take(schedule, now)]
+            self.context.channel.send_wildcard_queries(queries)
+        finally:
+            # Whatever failed (the loop counts and logs it), the next tick is armed: otherwise no
+            # source of this context would advertise, and no receiver query, ever again. What
+            # this tick took is not due again before its interval, so a fault that repeats does
+            # not spin.
+            self._reschedule()
 
 
 def _take(schedule: ResolutionSchedule, now: float) -> bool:

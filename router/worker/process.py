@@ -134,8 +134,9 @@ def _run(specs: list[WorkerSpec]) -> int:
     for one in hosted:
         one.datapath.on_burst = scheduling.nudge
     loop.on_ready = _early_wakeups([one.datapath for one in hosted])
-    heartbeat = loop.call_every(HEARTBEAT_INTERVAL, lambda: _beat(hosted, scheduling))
-    _beat(hosted, scheduling)
+    errors_counted = [0]            # of loop.callback_errors, in the portals' internal_errors
+    heartbeat = loop.call_every(HEARTBEAT_INTERVAL, lambda: _beat(hosted, scheduling, loop, errors_counted))
+    _beat(hosted, scheduling, loop, errors_counted)
     for one in hosted:
         one.bus.hello(one.spec.generation, os.getpid())
         event("portal-up", f"{one.spec.portal.kind} portal started (pid {os.getpid()}, "
@@ -236,9 +237,15 @@ def _on_bus(message, portal, loop) -> None:
     portal.on_bus(message)
 
 
-def _beat(hosted: list[_Hosted], scheduling) -> None:
+def _beat(hosted: list[_Hosted], scheduling, loop, errors_counted: list[int]) -> None:
     now = time.monotonic_ns()
+    # Failing callbacks are logged (rate-limited) by the loop; counted here they show in routerctl
+    # stats, /metrics and the portal page. Added, not set: the counters outlive this worker.
+    errors = loop.callback_errors - errors_counted[0]
+    errors_counted[0] = loop.callback_errors
     for one in hosted:
         one.counters.set("heartbeat_ns", now)
+        if errors:
+            one.counters.add("internal_errors", errors)
         one.datapath.heartbeat()
     scheduling.tick()

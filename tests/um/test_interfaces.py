@@ -71,3 +71,30 @@ def test_a_network_matches_any_address_of_an_interface_not_only_its_first():
                                              ["10.77.1.0/24", "127.0.0.0/8", "lo", "10.78.0.0/16"])
     assert found[:3] == ["10.77.1.5", "127.0.0.1", "127.0.0.1"]        # a name: the interface's first
     assert found[3] == "error: no local interface has an address in 10.78.0.0/16"
+
+
+def _open_descriptors() -> int:
+    return len(list(Path("/proc/self/fd").iterdir()))
+
+
+_UNICAST = {"resolver_unicast_daemon": "127.0.0.1:15380"}
+
+
+@pytest.mark.parametrize("options, said", [
+    # An address no interface of this host has: the kernel says only "No such device" (multicast)
+    # or "Cannot assign requested address" for each port of the range (unicast).
+    ({"resolver_multicast_interface": "10.99.99.99"}, "resolver_multicast_interface 10.99.99.99"),
+    ({"resolver_multicast_interface": "nosuchif0"}, "no interface named 'nosuchif0'"),
+    ({**_UNICAST, "resolver_unicast_interface": "10.99.99.99"}, "resolver_unicast_interface 10.99.99.99"),
+], ids=["multicast-address", "multicast-name", "unicast-address"])
+def test_a_resolver_interface_this_host_lacks_is_named_with_its_option(tmp_path, options, said):
+    """A context whose resolver interface this host lacks does not open: the error names the
+    option and what it was set to (a router logs it as the reason its portal cannot start), and
+    nothing it opened before stays open."""
+    domain = new_domain(tmp_path)
+    [option] = [name for name in options if name.endswith("_interface")]
+    before = _open_descriptors()
+    with pytest.raises(OSError) as raised:
+        Context(**{**domain.overrides(), **options})
+    assert said in str(raised.value) and option in str(raised.value), str(raised.value)
+    assert _open_descriptors() == before
