@@ -56,6 +56,7 @@ from router.portals.streams import StreamTable
 from router.portals.unicast_routing import UnicastRouting
 from router.routing.route_info import is_route_info
 from router.um.batching_session import with_topic_index
+from router.um.expiry_timer import ExpiryTimer
 from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LbmcMessage, WireError, encode_lbmc
 from router.um.wire.lbmc_constants import (ADV_EOS, AD_FLAG_LJ, INTEREST_CANCEL, NHDR_REQUEST,
                                            PATTERN_INTEREST_CANCEL)
@@ -132,7 +133,7 @@ class PeerPortal(EgressRecords):
         self.requests = ProxyRequestTable()
         self._response_sqn = 0
         self.link_response_pieces = ResponsePieces(self._response_given_up)
-        self._response_pieces_timer = None
+        self._response_pieces_expiry = ExpiryTimer(loop, self.link_response_pieces)
         self.sent_interest: set[tuple[int, str, int]] = set()
         self.heard_interest: set[tuple[int, str, int]] = set()
         # Heard before the link last went down and not heard again since: the companion's previous
@@ -393,22 +394,11 @@ class PeerPortal(EgressRecords):
                 self._malformed(f"response piece: {err}")
                 return
             if data is None:
-                self._expire_response_pieces_later()
+                self._response_pieces_expiry.arm()
                 return
         if not forward_response(self.requests, message.tidx, data, self.datapath, self.counters):
             self._rate_limited("response-no-proxy-request", f"peer link {self.name}: response to request index "
                                                             f"{message.tidx}, which has no proxy request here; dropped")
-
-    def _expire_response_pieces_later(self) -> None:
-        if self._response_pieces_timer is None and self.link_response_pieces.partial:
-            self._response_pieces_timer = self.loop.call_later(self.link_response_pieces.timeout,
-                                                               self._expire_response_pieces)
-
-    def _expire_response_pieces(self) -> None:
-        self._response_pieces_timer = None
-        wait = self.link_response_pieces.expire()
-        if wait is not None:
-            self._response_pieces_timer = self.loop.call_later(wait, self._expire_response_pieces)
 
     def _response_given_up(self, received: int) -> None:
         """A response whose pieces stopped coming: received, and dropped."""
@@ -553,9 +543,7 @@ class PeerPortal(EgressRecords):
 
     def close(self) -> None:
         self._follow_interest.cancel()
-        if self._response_pieces_timer is not None:
-            self._response_pieces_timer.cancel()
-            self._response_pieces_timer = None
+        self._response_pieces_expiry.close()
         for key in list(self.outbound):
             self._stream_end(*key)
         self.link.flush()

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from router.log_rate import LogRate
 from router.um.config import UMConfig, from_overrides, load_file
 from router.um import monitoring
+from router.um.expiry_timer import ExpiryTimer
 from router.um.immediate import ImmediateChannel, ImmediateMessage
 from router.um.lbmr_channel import LbmrChannel, new_src_id
 from router.um.loop import EventLoop
@@ -169,7 +170,7 @@ class Context:
         self.uim_counters = {"uim_sent": 0, "uim_received": 0, "uim_no_route": 0, "uim_malformed": 0,
                              "uim_incomplete": 0}
         self.uim_pieces = UimReassembly(self.uim_counters)
-        self._uim_pieces_timer = None       # armed while pieces of an incomplete message wait
+        self._uim_pieces_expiry = ExpiryTimer(self.loop, self.uim_pieces)
         # Multicast immediate messaging (router.um.immediate): opened on first use.
         self.immediate: ImmediateChannel | None = None
         self.immediate_callbacks: list[OnMessage] = []           # topicless messages
@@ -578,8 +579,7 @@ class Context:
             whole = self.uim_pieces.add(connection if d is None else (d.orig_domain_id, d.orig_ipaddr, d.orig_port),
                                         uim)
             if whole is None:
-                if self._uim_pieces_timer is None:
-                    self._uim_pieces_timer = self.loop.call_later(self.uim_pieces.timeout, self._expire_uim_pieces)
+                self._uim_pieces_expiry.arm()
                 return
             uim.data = whole
         source = source_of(uim, connection.source)
@@ -595,17 +595,6 @@ class Context:
             delivered = RequestMessage(uim.topic or "", source, uim.sqn, uim.data,
                                        RequestOrigin(request.ipaddr, request.port, request.qidx, domain), self)
         self._deliver_immediate(uim.topic, delivered)
-
-    def _expire_uim_pieces(self) -> None:
-        self._uim_pieces_timer = None
-        wait = self.uim_pieces.timeout      # looked at again a timeout later if expiring fails
-        try:
-            wait = self.uim_pieces.expire()
-        finally:
-            # Armed whatever failed (the loop counts and logs it): pieces of messages that will
-            # never be whole must not be kept for good.
-            if wait is not None and not self.closed:
-                self._uim_pieces_timer = self.loop.call_later(wait, self._expire_uim_pieces)
 
     def _request_sent(self) -> None:
         with self.requests.lock:           # applications may send requests from several threads
@@ -929,9 +918,7 @@ class Context:
             self.responder.close()
             if self.request_port is not None:
                 self.request_port.close()
-            if self._uim_pieces_timer is not None:
-                self._uim_pieces_timer.cancel()
-                self._uim_pieces_timer = None
+            self._uim_pieces_expiry.close()
         self._call(shutdown)
         self.requests.close_all()
         for session in list(self.session_users):

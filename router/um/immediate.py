@@ -36,6 +36,7 @@ from typing import Callable
 from router.log_rate import LogRate, unsaid
 from router.um.config import UMConfig
 from router.um.datagrams import pending_datagrams
+from router.um.expiry_timer import ExpiryTimer
 from router.um.immediate_delivery import ImmediateDeliveryControl
 from router.um.immediate_fragments import MAX_MESSAGE, ImmediateReassembly, fragment_frames
 from router.um.wire.errors import WireError
@@ -91,7 +92,7 @@ class ImmediateChannel:
         self.delivery = ImmediateDeliveryControl(get("context", "mim_sqn_window_size"),
                                                  get("context", "mim_src_deletion_timeout") / 1000)
         self.reassembly = ImmediateReassembly(get("context", "mim_src_deletion_timeout") / 1000)
-        self._expiry_timer = None       # armed while fragments of an incomplete message wait
+        self._expiry = ExpiryTimer(loop, self.reassembly)
         self.session_id = int.from_bytes(os.urandom(4), "big")
         self.counters = {"mim_messages_sent": 0, "mim_bytes_sent": 0, "mim_send_errors": 0,
                          "mim_messages_received": 0, "mim_bytes_received": 0, "mim_duplicates": 0,
@@ -237,19 +238,8 @@ class ImmediateChannel:
             whole = self.reassembly.add(origin, fragment, message.payload)
             if whole is not None:
                 self.on_message(ImmediateMessage(topic, whole, fragment.first_sqn, origin, origin_domain, source, b""))
-            elif self._expiry_timer is None and self.reassembly.pending:
-                self._expiry_timer = self.loop.call_later(self.reassembly.timeout, self._expire_fragments)
-
-    def _expire_fragments(self) -> None:
-        self._expiry_timer = None
-        wait = self.reassembly.timeout      # looked at again a timeout later if expiring fails
-        try:
-            wait = self.reassembly.expire()
-        finally:
-            # Armed whatever failed (the loop counts and logs it): pieces of messages that will
-            # never be whole must not be kept for good.
-            if wait is not None and not self.closed:
-                self._expiry_timer = self.loop.call_later(wait, self._expire_fragments)
+            elif self.reassembly.pending:
+                self._expiry.arm()
 
     def _malformed(self, address: tuple, err: WireError) -> None:
         self.counters["mim_malformed"] += 1
@@ -261,9 +251,7 @@ class ImmediateChannel:
     def close(self) -> None:
         """On the loop thread."""
         self.closed = True
-        if self._expiry_timer is not None:
-            self._expiry_timer.cancel()
-            self._expiry_timer = None
+        self._expiry.close()
         if self.receiver is not None:
             self.loop.remove_reader(self.receiver.fileno())
             self.receiver.close()
