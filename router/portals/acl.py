@@ -30,6 +30,11 @@ _COMPARE = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": opera
 _ADDRESSES = ("source-ip", "multicast-group")
 _NUMBERS = ("udp-source-port", "udp-destination-port", "tcp-source-port", "xport-id")
 
+# Decisions already logged, remembered at most (the oldest forgotten first): a pattern ACE rejects
+# every topic of a family whose names come and go (one per request, per session) for the router's
+# life. One forgotten and rejected again is logged again.
+MAX_REPORTED_TOPICS = 10_000
+
 
 @dataclass(frozen=True)
 class SourceFacts:
@@ -138,7 +143,7 @@ class PortalAccess:
         self.counters = counters
         self.log_event = log_event
         self.rejected_streams: set[tuple] = set()      # (ring, stream id) not let out
-        self._reported: set[tuple[str, str, str]] = set()
+        self._reported: dict[tuple[str, str, str], None] = {}      # oldest first
 
     def interest_allowed(self, topic_kind: bool, symbol: str) -> bool:
         if not topic_kind or self.outbound.accepts(symbol):
@@ -169,8 +174,11 @@ class PortalAccess:
 
     def _report(self, direction: str, topic: str, what: str, detail: str = "") -> None:
         """One log line per topic and decision (`detail`, e.g. the source, from the first time):
-        interest and sources come back again and again; the set is bounded by the topics an ACL
-        rejects, not by the sources that come and go."""
-        if (direction, topic, what) not in self._reported:
-            self._reported.add((direction, topic, what))
+        interest and sources come back again and again; what is remembered is bounded by the
+        topics an ACL rejects (and by MAX_REPORTED_TOPICS), not by the sources that come and go."""
+        key = (direction, topic, what)
+        if key not in self._reported:
+            if len(self._reported) >= MAX_REPORTED_TOPICS:
+                del self._reported[next(iter(self._reported))]
+            self._reported[key] = None
             self.log_event("acl-rejected", f"{direction} ACL rejects topic {topic}: {what}{detail}")

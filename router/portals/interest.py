@@ -10,6 +10,8 @@ it, a leave makes the portal check at once. Interest nobody confirms is queried 
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -42,6 +44,7 @@ class _Entry:
     confirmed: float                 # last TQR / response
     queried: float | None = None     # when the current round of use queries last sent one
     unanswered: int = 0
+    turn: float = 0.0                # when its place in the queue of checks comes (at or before its due)
 
 
 @dataclass
@@ -50,18 +53,23 @@ class DomainInterest:
     pattern_queries: UseQuerySettings = field(default_factory=UseQuerySettings)
     entries: dict[tuple[int, str], _Entry] = field(default_factory=dict)   # (kind, symbol) -> state
     deferred: frozenset = frozenset()    # kinds whose due queries the last tick left to the rate limit
-    # No entry is due before this (None: not known). Kept as a bound, so that hearing a topic —
-    # thousands at once when a domain's receivers come up — never walks every entry to find out
-    # when the next check is: a new entry or a leave can only bring it forward, a refresh only
-    # puts an entry's turn off (the bound stays true), and each tick works it out exactly.
-    _due: float | None = field(default=None, init=False, repr=False)
+    # The entries in order of their turns: (turn, sequence, key), one place per entry (a place
+    # whose turn is not its entry's any more is stale, skipped). In steady state the topics fall
+    # due one after another (a round of use queries is rate-limited, and so are the answers), and
+    # a check looks only at those whose turn came: never a walk over every entry, neither when a
+    # topic is heard (thousands at once when a domain's receivers come up) nor when one falls due.
+    # A refresh only puts an entry's due off: its turn stays, and when it comes the entry takes
+    # its place again at its due.
+    _turns: list = field(default_factory=list, init=False, repr=False)
+    _sequence: itertools.count = field(default_factory=itertools.count, init=False, repr=False)
 
     def heard(self, kind: int, symbol: str, now: float) -> bool:
         """A TQR, wildcard TQR or use-query response: returns True when the interest is new."""
-        entry = self.entries.get((kind, symbol))
+        key = (kind, symbol)
+        entry = self.entries.get(key)
         if entry is None:
-            self.entries[(kind, symbol)] = _Entry(now)
-            self._may_be_due(now + self._settings(kind).periodic_interval)
+            entry = self.entries[key] = _Entry(now)
+            self._queue(key, entry, self._due_at(kind, entry))
             return True
         entry.confirmed, entry.queried, entry.unanswered = now, None, 0
         return False
@@ -71,14 +79,16 @@ class DomainInterest:
         queries that starts is an ordinary one: `max` unanswered, `timeout` apart, before the
         interest goes, so one lost response (UDP) never drops a topic other receivers still use.
         A query already out asks the same question: its round goes on as it was."""
-        entry = self.entries.get((kind, symbol))
+        key = (kind, symbol)
+        entry = self.entries.get(key)
         if entry is not None and entry.queried is None:
             entry.confirmed = now - self._settings(kind).periodic_interval
-            self._may_be_due(now)
+            if now < entry.turn:
+                self._queue(key, entry, now)
 
-    def _may_be_due(self, when: float) -> None:
-        if self._due is not None and when < self._due:
-            self._due = when
+    def _queue(self, key: tuple[int, str], entry: _Entry, turn: float) -> None:
+        entry.turn = turn
+        heapq.heappush(self._turns, (turn, next(self._sequence), key))
 
     def _due_at(self, kind: int, entry: _Entry) -> float:
         settings = self._settings(kind)
@@ -93,35 +103,44 @@ class DomainInterest:
         """Returns (to query now, to drop now). `allow(kind, symbol)` is the rate limit: once it
         refuses a kind, that kind's remaining due queries wait (untouched, so a query the limit
         holds back never counts as unanswered) and `deferred` names the kinds held back."""
-        to_query, to_drop, limited = [], [], set()
-        for key, entry in self.entries.items():
-            settings = self._settings(key[0])
-            if now - entry.confirmed < settings.periodic_interval:
-                continue
-            if entry.queried is not None and now - entry.queried < settings.timeout:
+        to_query, to_drop, limited, held = [], [], set(), []
+        turns = self._turns
+        while turns and turns[0][0] <= now:
+            turn, _, key = heapq.heappop(turns)
+            entry = self.entries.get(key)
+            if entry is None or turn != entry.turn:
+                continue                     # dropped, or queued again earlier (a leave)
+            due = self._due_at(key[0], entry)
+            if due > now:                    # refreshed since it was queued
+                self._queue(key, entry, due)
                 continue
             unanswered = entry.unanswered + (entry.queried is not None)
-            if unanswered >= settings.max_unanswered:
+            if unanswered >= self._settings(key[0]).max_unanswered:
+                del self.entries[key]
                 to_drop.append(key)
                 continue
             if key[0] in limited or (allow is not None and not allow(*key)):
                 limited.add(key[0])
+                held.append((key, entry))
                 continue
             entry.unanswered, entry.queried = unanswered, now
             to_query.append(key)
-        for key in to_drop:
-            del self.entries[key]
+            self._queue(key, entry, self._due_at(key[0], entry))
+        for key, entry in held:              # still due: their turn comes at the next check
+            self._queue(key, entry, now)
         self.deferred = frozenset(limited)
-        self._due = None
         return to_query, to_drop
 
     def next_due(self, now: float) -> float:
         """Seconds until `tick` could have something to do."""
         if not self.entries:
             return 60.0
-        if self._due is None:
-            self._due = min(self._due_at(kind, entry) for (kind, _), entry in self.entries.items())
-        return max(0.0, self._due - now)
+        turns = self._turns
+        while turns and (turns[0][2] not in self.entries or turns[0][0] != self.entries[turns[0][2]].turn):
+            heapq.heappop(turns)             # stale places: they would wake a check for nothing
+        if not turns:
+            return 60.0
+        return max(0.0, turns[0][0] - now)
 
     def symbols(self, kind: int) -> list[str]:
         return [symbol for (k, symbol) in self.entries if k == kind]

@@ -4,8 +4,9 @@ A router's endpoint cannot see receivers beyond its own domain, so the router th
 tells the others: its endpoint on the shared domain sends LBMR gateway INTEREST messages (ext 0x05
 type 0), one record per (topic or pattern, destination domain). `InterestAnnouncer` decides when:
 a new item goes out at once, then again after `min_interval`, doubling up to `max_interval`
-(the DRO's "between 1000 and 60000 ms"), so a lost datagram is repaired quickly and a steady
-state costs little; an item that goes away is sent once with CANCEL.
+(the DRO's "between 1000 and 60000 ms"; topics by `<remote-topic-interest>`, patterns by
+`<remote-pattern-interest>`), so a lost datagram is repaired quickly and a steady state costs
+little; an item that goes away is sent once with CANCEL.
 
 `RemoteInterest` is the other side: what other routers on this domain want, refreshed by their
 messages, removed by a CANCEL or when not refreshed for `<remote-topic>`/`<remote-pattern>`
@@ -22,6 +23,11 @@ import math
 from dataclasses import dataclass
 
 Item = tuple[int, str, int]          # (interest kind, symbol, destination domain id)
+TOPICS, PATTERNS = "topics", "patterns"     # the two check groups: kind 0, and PCRE/regex patterns
+
+
+def group_of(item: Item) -> str:
+    return TOPICS if item[0] == 0 else PATTERNS
 
 
 @dataclass(slots=True)
@@ -31,16 +37,24 @@ class _Schedule:
 
 
 class InterestAnnouncer:
-    def __init__(self, min_interval: float, max_interval: float):
+    """`min_interval`/`max_interval` are `<remote-topic-interest>`'s; `pattern_bounds` (min, max)
+    are `<remote-pattern-interest>`'s (None: the same as topics')."""
+
+    def __init__(self, min_interval: float, max_interval: float,
+                 pattern_bounds: tuple[float, float] | None = None):
         self.min_interval = max(min_interval, 0.001)
         self.max_interval = max(max_interval, self.min_interval)
+        pattern_min, pattern_max = pattern_bounds or (min_interval, max_interval)
+        pattern_min = max(pattern_min, 0.001)
+        self._bounds = {TOPICS: (self.min_interval, self.max_interval),
+                        PATTERNS: (pattern_min, max(pattern_max, pattern_min))}
         self.items: dict[Item, _Schedule] = {}
         self.cancelled: list[Item] = []
         self.deferred = frozenset()          # kinds of which the last due() left items to the rate limit
 
     def update(self, wanted: set[Item], now: float) -> None:
         for item in wanted - self.items.keys():
-            self.items[item] = _Schedule(self.min_interval, now)
+            self.items[item] = _Schedule(self._bounds[group_of(item)][0], now)
             if item in self.cancelled:       # gone and back before its CANCEL went: wanted after all
                 self.cancelled.remove(item)
         for item in self.items.keys() - wanted:
@@ -58,9 +72,10 @@ class InterestAnnouncer:
                     limited.add(item[0])
                     continue
                 send.append(item)
-                if schedule.interval == self.min_interval:
+                shortest, longest = self._bounds[group_of(item)]
+                if schedule.interval == shortest:
                     first.append(item)
-                schedule.interval = min(schedule.interval * 2, self.max_interval)
+                schedule.interval = min(schedule.interval * 2, longest)
                 schedule.due = now + schedule.interval
         self.deferred = frozenset(limited)
         cancels, self.cancelled = self.cancelled, []
@@ -71,16 +86,11 @@ class InterestAnnouncer:
         if self.cancelled:
             return 0.0
         if not self.items:
-            return self.max_interval
+            return max(longest for _, longest in self._bounds.values())
         return max(0.0, min(s.due for s in self.items.values()) - now)
 
 
 MIN_PASS_INTERVAL = 0.05
-TOPICS, PATTERNS = "topics", "patterns"     # the two check groups: kind 0, and PCRE/regex patterns
-
-
-def group_of(item: Item) -> str:
-    return TOPICS if item[0] == 0 else PATTERNS
 
 
 @dataclass(slots=True)

@@ -125,3 +125,32 @@ def test_portal_access_counts_streams_and_logs_each_decision_once(write_gateway)
     assert access.counters == {"acl_inbound_rejected": 1, "acl_outbound_rejected": 1}
     assert [kind for kind, _ in logged] == ["acl-rejected"] * 3
     assert "outbound ACL rejects topic out.no: its interest is not passed on" in logged[0][1]
+
+
+def test_topics_an_acl_pattern_rejects_are_remembered_within_a_bound(write_gateway):
+    """Short-lived topics (a name per request, per session) that a pattern rejects come and go
+    for the router's life: what it remembers of them, to log each once, stays bounded."""
+    from router.portals.acl import MAX_REPORTED_TOPICS
+    logged = []
+    acl = load_gateway_config(write_gateway(
+        "<endpoint><name>LAN1</name><domain-id>1</domain-id><lbm-config>lan1.cfg</lbm-config><acl>"
+        '<inbound><ace match="reject"><pcre-pattern>^tmp\\.</pcre-pattern></ace>'
+        '<ace match="accept"><pcre-pattern>.</pcre-pattern></ace></inbound>'
+        '<outbound><ace match="reject"><pcre-pattern>^tmp\\.</pcre-pattern></ace>'
+        '<ace match="accept"><pcre-pattern>.</pcre-pattern></ace></outbound>'
+        "</acl></endpoint>"
+        "<endpoint><name>LAN2</name><domain-id>2</domain-id><lbm-config>lan2.cfg</lbm-config></endpoint>")).portal("LAN1").acl
+    access = PortalAccess(acl, Counters(), lambda kind, text: logged.append(text))
+    topics = 3 * MAX_REPORTED_TOPICS
+    for n in range(topics):
+        assert not access.interest_allowed(True, f"tmp.{n}")
+        assert not access.source_allowed(f"tmp.{n}", TCP)
+        assert not access.stream_out_allowed(1, n, f"tmp.{n}")
+        access.stream_ended(1, n)
+    assert access.counters == {"acl_inbound_rejected": topics, "acl_outbound_rejected": topics}
+    assert len(logged) == 3 * topics                    # each decision about each topic, once
+    assert len(access._reported) <= MAX_REPORTED_TOPICS
+    assert not access.rejected_streams
+    # A topic rejected again soon is not logged again.
+    assert not access.interest_allowed(True, f"tmp.{topics - 1}")
+    assert len(logged) == 3 * topics

@@ -168,3 +168,27 @@ def test_a_burst_of_new_topics_never_walks_the_whole_interest_list():
     query, drop = domain.tick(301.0)                 # t4999, and t1..t1000 whose turn came
     assert set(query) == {(T, f"t{n}") for n in [*range(1, 1001), 4999]} and drop == []
     assert domain.next_due(301.0) == pytest.approx(0.001)     # t1001's turn
+
+
+def test_topics_whose_checks_fall_due_one_by_one_are_not_walked_at_each():
+    """In steady state a domain's topics fall due one after another (a round of use queries is
+    rate-limited, so the answers, and the next round, are spread out): a check that walked every
+    topic each time one fell due cost N² steps a period, a worker's loop busy all the time with a
+    few ten thousand topics. Each check looks only at the topics due."""
+    topics = 2000
+    domain = interest(periodic=300.0, timeout=3.0, max_unanswered=5)
+    domain.entries = _CountedPasses()
+    _CountedPasses.passes = 0
+    for n in range(topics):
+        domain.heard(T, f"t{n}", n * 0.002)           # answers 2 ms apart (500 queries/s)
+    queried, now, checks = [], topics * 0.002, 0
+    while (now := now + max(domain.next_due(now), 0.001)) < 310.0:
+        query, drop = domain.tick(now)
+        checks += 1
+        assert drop == []
+        for kind, symbol in query:                    # every receiver answers at once
+            domain.heard(kind, symbol, now)
+        queried += query
+    assert sorted(symbol for _, symbol in queried) == sorted(f"t{n}" for n in range(topics))
+    assert checks >= topics // 2                      # the checks came one by one, as due
+    assert _CountedPasses.passes <= 2, _CountedPasses.passes

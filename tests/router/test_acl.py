@@ -98,3 +98,33 @@ def test_peer_portal_acls_over_a_link(routers, tools, make_domain):
         assert "Beginning of Transport Session" not in receiver.stderr
     assert "inbound ACL rejects topic link.blocked" in b.log()
     assert "outbound ACL rejects topic link.secret: its interest is not passed on" in a.log()
+
+
+def test_an_outbound_acl_added_at_reload_withdraws_the_interest_it_rejects(routers, make_domain):
+    """LAN2's receivers want two topics; a reload gives LAN2 an outbound ACL that rejects one.
+    LAN2's worker restarts with the interest it had shared: what its new ACL rejects is withdrawn
+    at once (LAN1 stops pulling it in), not kept until use queries find it unanswered."""
+    from router.um.context import Context
+    from tests.router.test_reload_adversarial import lan_restarted, pids_of, reload_ok, rewrite
+    lan1, lan2 = make_domain(), make_domain()
+    # Use queries ten minutes apart: nothing but the reload can drop the interest in this test.
+    queries = ('      <topic-resolution>\n        <topic-use-query periodic-interval="600000"/>\n'
+               '      </topic-resolution>\n')
+    acl = LAN2_OUTBOUND.replace("open.secret", "ours.secret")
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
+                           + endpoint_xml("LAN2", 2, lan2.config_path, after_config=queries)).wait_ready()
+    with Context(**lan2.overrides()) as receiving:
+        for topic in ("ours.news", "ours.secret"):
+            receiving.receiver(topic, on_message=lambda message: None)
+        wait_for(lambda: router.counters()[0]["receiver_topics"] == 2, 20,
+                 message="LAN1 pulls in both topics LAN2's receivers want")
+        pids = pids_of(router)
+        rewrite(router, endpoint_xml("LAN1", 1, lan1.config_path)
+                + endpoint_xml("LAN2", 2, lan2.config_path, after_config=acl + queries))
+        assert reload_ok(router)["changed"] == ["LAN2"]
+        wait_for(lambda: lan_restarted(router, "LAN2", pids["LAN2"]), 20, message="LAN2 restarted")
+        wait_for(lambda: router.counters()[0]["receiver_topics"] == 1, 20,
+                 message="LAN1 stops pulling in the topic LAN2's new outbound ACL rejects")
+        wait_for(lambda: router.counters()[1]["local_interest_topics"] == 1, 10,
+                 message="LAN2 keeps the interest its ACL lets through")
+    assert "outbound ACL rejects topic ours.secret: its interest is not passed on" in router.log()
