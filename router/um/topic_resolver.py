@@ -207,13 +207,14 @@ class TopicResolver:
         tirs = []
         for query in queries:
             pattern = self._query_pattern(query.pattern_type, query.pattern)
-            if pattern is None or pattern.too_costly:
+            if pattern is None:
                 continue
+            timeouts = pattern.timeouts
             for topic, sources in self.sources.items():
                 if pattern.search(topic):
                     self.interest_heard[topic] = time.monotonic()
                     tirs.extend(s.current_tir() for s in sources)
-            if pattern.too_costly:          # it just took longer than any topic may take: bad
+            if pattern.timeouts > timeouts:     # it took longer than any topic may take: bad
                 self.counters["bad_patterns"] += 1
         if tirs:
             self.context.channel.send_resolution(tirs=tirs)

@@ -15,8 +15,10 @@ or query) and is matched against every topic the router sees, on a worker's only
 `re` backtracks without limit, so one pattern such as ``(a|aa)+$`` against a long topic name would
 stop the worker for hours (and again after each restart, the pattern being heard again). PCRE stops
 at its match limit instead. So patterns are checked with `re` (its errors, as before) and matched
-with the `regex` library, which takes a timeout; a pattern that exceeds it once matches nothing
-from then on, and says so.
+with the `regex` library, which takes a timeout: a topic the pattern cannot be matched against in
+that time is not matched, as PCRE's match limit makes it (and not tried again: each try costs the
+whole time on the worker's thread); the pattern still matches other topics, as in UM (an ACL's
+reject pattern keeps rejecting them).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 # PCRE's default match limit (ten million steps) takes tens of milliseconds; a topic name is short,
 # a sane pattern matches it in microseconds.
 MATCH_TIME_LIMIT = 0.05
+MAX_COSTLY_TOPICS = 1024
 
 _CLASSES = {
     "alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "ascii": "\\x00-\\x7f", "blank": " \\t",
@@ -98,22 +101,27 @@ def translate(pattern: str) -> str:
 class WildcardPattern:
     """A compiled wildcard pattern; `search(topic)` as `re.Pattern.search`, bounded in time."""
 
-    __slots__ = ("text", "too_costly", "_matcher")
+    __slots__ = ("text", "timeouts", "_matcher", "_too_costly")
 
     def __init__(self, text: str, matcher: regex.Pattern):
         self.text, self._matcher = text, matcher
-        self.too_costly = False         # it once took longer than MATCH_TIME_LIMIT: matches nothing since
+        self.timeouts = 0                       # topics it took longer than MATCH_TIME_LIMIT to match
+        self._too_costly: dict[str, None] = {}  # those topics (the latest MAX_COSTLY_TOPICS): not tried again
 
     def search(self, topic: str):
-        if self.too_costly:
+        if topic in self._too_costly:
             return None
         try:
             return self._matcher.search(topic, timeout=MATCH_TIME_LIMIT)
         except TimeoutError:
-            self.too_costly = True
-            log.warning("wildcard pattern %r took more than %.0f ms to match topic %r: it backtracks without end "
-                        "(PCRE would stop at its match limit); it matches no topic from now on",
-                        self.text, MATCH_TIME_LIMIT * 1000, topic[:200])
+            self.timeouts += 1
+            if len(self._too_costly) >= MAX_COSTLY_TOPICS:
+                del self._too_costly[next(iter(self._too_costly))]
+            self._too_costly[topic] = None
+            if self.timeouts == 1:
+                log.warning("wildcard pattern %r took more than %.0f ms to match topic %r: it backtracks without "
+                            "end; that topic is not matched (PCRE stops at its match limit), nor any other it "
+                            "takes as long for", self.text, MATCH_TIME_LIMIT * 1000, topic[:200])
             return None
 
 
