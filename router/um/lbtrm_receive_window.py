@@ -106,8 +106,11 @@ class ReceiveWindow:
         self._count(payload)
         out = self._advance()
         while self.buffered_bytes > self.max_buffered and self.missing:
-            # Too much waits behind gaps: give up the oldest and deliver what it held back.
-            self._give_up(min(self.missing), "unrecovered_txw")
+            # Too much waits behind gaps: give up the oldest and deliver what it held back. The
+            # oldest is where delivery stopped (looked up, not searched for: a gap may hold
+            # MAX_GAP numbers, and searching for each would block the receiver for seconds).
+            oldest = self.expected if self.expected in self.missing else min(self.missing)
+            self._give_up(oldest, "unrecovered_txw")
             out += self._advance()
         return out
 
@@ -165,6 +168,16 @@ class ReceiveWindow:
         self.counters["naks_sent"] += len(naks)
         self._deadline = self._earliest()
         return naks, (self._advance() if expired else [])
+
+    def postpone(self, delay: float) -> None:
+        """Move every NAK and give-up `delay` seconds later: for that long the receiver could not
+        read (flow control), so what the source sent meanwhile, repairs too, waited unread; that
+        time is not the source's to be judged by."""
+        for entry in self.missing.values():
+            entry[0] += delay
+            entry[1] += delay
+        if self._deadline is not None:
+            self._deadline += delay
 
     def next_deadline(self) -> float | None:
         """When `due` next has something to do (None: nothing is missing). Kept, not computed:

@@ -4,8 +4,11 @@ A session's datagrams come from its SessionSocket (router.um.session_socket). It
 (router.um.lbtrm_receive_window) puts them in order, says which gaps to NAK and when, and gives up
 what cannot be repaired (counted as lost). The stream ends (EOS) when neither data nor a session
 message came for the transport's activity timeout while its socket was read (time paused by flow
-control does not count: what the source sent meanwhile waits in the kernel). A subclass reads its
-packet types into `_data`, `_sm` and `_ncf`, and sends NAKs its transport's way.
+control does not count: what the source sent meanwhile waits in the kernel). Repair stands still
+while the socket is not read, for the same reason: no NAK goes (its answer would wait unread, and
+each NAK more would only queue another copy behind it), and that time does not count towards
+giving loss up, ending the stream after a final advertisement, or expiring a partial message.
+A subclass reads its packet types into `_data`, `_sm` and `_ncf`, and sends NAKs its transport's way.
 """
 from __future__ import annotations
 
@@ -40,8 +43,11 @@ class RepairingStream(FrameStream):
         self.ending: list[Callable[[], None]] = []        # subscriptions to end once repair is done
         self.ending_since = 0.0
         self.sm_since_ending = False
+        self.unread_since: float | None = None        # since when the socket is not read (flow control)
         socket_.add(self)
         self._activity = loop.call_every(min(1.0, max(activity_timeout / 4, 0.05)), self._check_activity)
+        if not self.listening():
+            self.reading_changed(False)               # joined while the shared socket is held back
 
     def _send_naks(self, sqns: list[int]) -> bool:
         """Send one NAK packet for `sqns` to the source."""
@@ -83,7 +89,8 @@ class RepairingStream(FrameStream):
             return
         window = self.window
         repaired = self.sm_since_ending and not window.missing and not window.buffered
-        if repaired or time.monotonic() - self.ending_since >= window.nak_generation:
+        waited = self.unread_since is None and time.monotonic() - self.ending_since >= window.nak_generation
+        if repaired or waited:
             callbacks, self.ending = self.ending, []
             for callback in callbacks:
                 callback()
@@ -93,7 +100,15 @@ class RepairingStream(FrameStream):
         if self._parse(payload) != len(payload):
             self._malformed("a datagram that is not whole frames", close=False)
 
+    def _malformed(self, what: str, close: bool = True) -> None:
+        """Each datagram is framed on its own: one whose frames are broken (a faulty or foreign
+        sender) loses what follows the break in it, never the session (which would end every
+        receiver on it, and lose what the source sends until they join again, untold)."""
+        super()._malformed(f"{what}, the rest of its datagram with it" if close else what, close=False)
+
     def _arm_naks(self) -> None:
+        if self.unread_since is not None:
+            return                                    # armed again once the socket is read
         due = self.window.next_deadline()
         if due is None or (self.nak_due is not None and self.nak_due <= due):
             return
@@ -139,6 +154,30 @@ class RepairingStream(FrameStream):
             self.expire_fragments(now - self.window.nak_generation - _FRAGMENT_GRACE)
 
     # -- flow control ----------------------------------------------------------------------------
+    def reading_changed(self, reading: bool) -> None:
+        """The socket stopped or started being read (flow control: this stream's consumer, or
+        another's on the same socket). Repair waits meanwhile, its clock too."""
+        if self.closed:
+            return
+        now = time.monotonic()
+        if not reading:
+            if self.unread_since is None:
+                self.unread_since = now
+                if self.nak_timer is not None:
+                    self.nak_timer.cancel()
+                    self.nak_timer = self.nak_due = None
+            return
+        if self.unread_since is None:
+            return
+        unread, self.unread_since = now - self.unread_since, None
+        self.window.postpone(unread)
+        for entry in self.fragments.values():
+            entry[2] += unread                        # their expiry counts read time only
+        if self.ending:
+            self.ending_since += unread
+            self.loop.call_later(max(0.0, self.ending_since + self.window.nak_generation - now), self._check_ending)
+        self._arm_naks()
+
     def pause(self) -> None:
         if not self.paused and not self.closed:
             self.paused = True

@@ -97,6 +97,11 @@ class SessionSocket:
         elif not want and self.reading and self.sock is not None:
             self.reading = False
             self.loop.remove_reader(self.sock.fileno())
+        else:
+            return
+        # Every session's repair waits while the socket is not read (router.um.repairing_stream).
+        for client in list(self.sessions.values()):
+            client.reading_changed(self.reading)
 
     def _readable(self) -> None:
         sock = self.sock

@@ -311,6 +311,29 @@ def test_due_at_next_deadline_always_makes_progress():
     assert w.due(deadline) == ([], payloads(2))
 
 
+def test_postponing_moves_every_nak_and_give_up_by_the_time_the_receiver_could_not_read():
+    """While flow control keeps the socket unread, the repair of a gap waits unread in the kernel:
+    the receiver postpones by that time, so NAKs and the give-up come as if it had not passed."""
+    w = window_with_gap_at_1(nak_initial_backoff=0.0, nak_backoff=0.25, nak_generation=2.0)
+    assert w.next_deadline() == 0.0
+    w.postpone(8.0)                                     # 8 s unread
+    assert w.next_deadline() == 8.0
+    assert w.due(7.75) == ([], [])
+    assert w.due(8.0) == ([1], [])
+    assert w.due(9.75) == ([1], [])                     # 1.75 s of reading: not given up
+    assert lost_counters(w) == (0, 0, 0)
+    assert w.data(1, payload(1), 9.8, retransmission=True) == payloads(1, 2)
+    assert w.next_deadline() is None and lost_counters(w) == (0, 0, 0)
+
+
+def test_what_is_still_missing_after_a_postponed_nak_generation_is_given_up():
+    w = window_with_gap_at_1(send_naks=False, nak_generation=2.0)
+    w.postpone(0.5)
+    assert w.next_deadline() == 2.5
+    assert w.due(2.5) == ([], payloads(2))
+    assert lost_counters(w) == (1, 0, 1)
+
+
 # -- send_naks=False ------------------------------------------------------------------------------
 
 def test_without_naks_nothing_is_naked_and_loss_is_declared_after_nak_generation():
@@ -350,6 +373,35 @@ def test_only_as_many_gaps_as_needed_are_given_up_for_max_buffered():
     assert out == [b"c" * 10]                          # giving 1 up releases 2: 20 bytes left
     assert set(w.missing) == {3}
     assert lost_counters(w) == (1, 1, 0)
+
+
+class _ScanCountingDict(dict):
+    """A dict that counts the entries every walk over it visits."""
+
+    visited = 0
+
+    def __iter__(self):
+        for key in super().__iter__():
+            self.visited += 1
+            yield key
+
+
+def test_giving_up_a_long_gap_for_max_buffered_walks_it_once():
+    """A receiver far behind has a gap of up to MAX_GAP numbers before what it buffers; when that
+    passes max_buffered, the gap is given up oldest first, each found where delivery stopped. A
+    search of the whole gap for each (quadratic: seconds with the receiver's loop blocked) is not
+    done."""
+    w = window(max_buffered=2500)
+    w.missing = _ScanCountingDict()
+    gap = 5000
+    w.data(0, b"a" * 1000, 0.0)
+    w.data(gap + 1, b"b" * 1000, 0.0)
+    w.data(gap + 2, b"c" * 1000, 0.0)
+    assert len(w.missing) == gap and w.missing.visited == 0
+    out = w.data(gap + 3, b"d" * 1000, 0.0)            # 3000 bytes wait: the whole gap goes
+    assert out == [b"b" * 1000, b"c" * 1000, b"d" * 1000]
+    assert lost_counters(w) == (gap, gap, 0) and not w.missing and w.expected == gap + 4
+    assert w.missing.visited <= gap
 
 
 # -- 32-bit wrap-around ---------------------------------------------------------------------------

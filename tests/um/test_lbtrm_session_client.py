@@ -1,0 +1,184 @@
+"""One joined LBT-RM session on real sockets: the receiving side (LbtrmGroup, LbtrmSessionClient)
+on its own event loop, and a plain UDP socket playing the source, so a test says exactly which
+datagrams arrive, in which order, and sees every NAK the receiver sends."""
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from router.um.lbtrm_receive_window import ReceiveWindow
+from router.um.lbtrm_receiver import LbtrmGroup, LbtrmSessionClient
+from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
+from router.um.wire.lbtrm import FLAG_RETRANSMISSION, LbtrmNak, decode_lbtrm, encode_lbtrm_data
+from tests.support.domains import new_domain
+from tests.support.processes import wait_for
+
+pytestmark = pytest.mark.integration
+
+TOPIC_INDEX = 7
+SESSION_ID = 0x5E55
+
+
+class _Application:
+    """What a receiver of the session's one topic is told."""
+
+    raw = False
+
+    def __init__(self):
+        self.messages: list[tuple[int, bytes]] = []
+        self.gaps: list[tuple[int, int]] = []
+        self.ended = False
+
+    def on_batch(self, messages):
+        self.messages.extend((sqn, bytes(payload)) for sqn, payload in messages)
+
+    def on_run(self, data, first, count, length):
+        size = length - MESSAGE_HEADER.size
+        self.messages.extend((first + n, bytes(data[n * length + MESSAGE_HEADER.size:][:size])) for n in range(count))
+
+    def on_gap(self, first, count):
+        self.gaps.append((first, count))
+
+    def on_eos(self):
+        self.ended = True
+
+
+def message(sqn: int, payload: bytes) -> bytes:
+    return MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_DATA, MESSAGE_HEADER.size + len(payload), TOPIC_INDEX,
+                               sqn) + payload
+
+
+class _Session:
+    """A plain UDP socket sending one LBT-RM session to the group, and the receiver joined on it."""
+
+    def __init__(self, loop, group: str, port: int, window: ReceiveWindow, activity_timeout: float = 60.0,
+                 beside: "_Session | None" = None):
+        self.loop, self.group, self.port = loop, group, port
+        self.source = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.source.bind(("127.0.0.1", 0))
+        self.source.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
+        self.source.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        self.source.settimeout(0.05)
+        self.naks: list[int] = []
+        self.application = _Application()
+        self.closed: list = []
+        source_port = self.source.getsockname()[1]
+
+        def join():
+            # `beside`: a session on the same group socket as another one's.
+            sockets = beside.client.socket if beside else LbtrmGroup(loop, "127.0.0.1", group, port, 1 << 20,
+                                                                     lambda _: None)
+            client = LbtrmSessionClient(loop, sockets, "127.0.0.1", source_port, SESSION_ID, self.closed.append,
+                                        activity_timeout=activity_timeout, window=window)
+            client.subscribe(TOPIC_INDEX, self.application)
+            return client
+
+        self.client = loop.call_and_wait(join)
+
+    def send(self, sqn: int, payload: bytes, retransmission: bool = False) -> None:
+        flags = FLAG_RETRANSMISSION if retransmission else 0
+        self.source.sendto(encode_lbtrm_data(SESSION_ID, sqn, payload, trail_sqn=0, flags=flags),
+                           (self.group, self.port))
+
+    def read_naks(self) -> list[int]:
+        """The sequence numbers NAKed since the last call (what has reached the source by now)."""
+        while True:
+            try:
+                datagram, _ = self.source.recvfrom(65536)
+            except (socket.timeout, BlockingIOError):
+                return self.naks
+            packet = decode_lbtrm(datagram)
+            if isinstance(packet, LbtrmNak):
+                self.naks.extend(packet.sqns)
+
+    def counters(self) -> dict:
+        return self.loop.call_and_wait(lambda: dict(self.client.counters))
+
+    def close(self) -> None:
+        self.loop.call_and_wait(self.client.close)
+        self.source.close()
+
+
+@pytest.fixture
+def session(loop, tmp_path):
+    opened = []
+
+    def open_session(beside: _Session | None = None, **options) -> _Session:
+        if beside is None:
+            domain = new_domain(tmp_path)
+            group, port = domain.lbtrm_group, domain.port
+        else:
+            group, port = beside.group, beside.port
+        opened.append(_Session(loop, group, port, beside=beside, **options))
+        return opened[-1]
+
+    yield open_session
+    for each in reversed(opened):
+        each.close()
+
+
+# -- malformed datagrams -------------------------------------------------------------------------
+@pytest.mark.parametrize("broken, gaps", [
+    # A frame of length 0: nothing after it can be framed; the message it hid is told lost.
+    (b"\x02\x00\x00\x00" + b"\xff" * 20, [(2, 1)]),
+    # A fragment too short for its FRAG header: its frame is read (sqn 2) and dropped as malformed.
+    (MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_FRAG, 16, TOPIC_INDEX, 2) + b"\x00" * 4, []),
+], ids=["frame-length-0", "fragment-too-short"])
+def test_a_datagram_with_a_broken_frame_is_dropped_and_counted_and_the_session_goes_on(session, broken, gaps):
+    """Each datagram of a UDP session is framed on its own: one whose frames are broken (sent by a
+    faulty or foreign sender) is counted and dropped; the session and its receivers go on, and
+    the datagrams after it are delivered."""
+    joined = session(window=ReceiveWindow(nak_initial_backoff=0.0))
+    joined.send(0, message(0, b"zero") + message(1, b"one"))
+    joined.send(1, broken)
+    joined.send(2, message(3, b"three"))
+    app = joined.application
+    wait_for(lambda: len(app.messages) == 3 or app.ended, 10, message="the messages after the broken datagram")
+    counters = joined.counters()
+    assert not app.ended and not joined.closed, "one broken datagram ended the whole session"
+    assert app.messages == [(0, b"zero"), (1, b"one"), (3, b"three")]
+    assert counters["malformed"] == 1, counters
+    assert app.gaps == gaps
+
+
+# -- flow control --------------------------------------------------------------------------------
+def _loop_passes(loop, seconds: float) -> None:
+    """Wait until the receiving loop has run its timers due within `seconds` from now (the NAK and
+    give-up timers among them)."""
+    passed = threading.Event()
+    loop.call_soon_threadsafe(loop.call_later, seconds, passed.set)
+    assert passed.wait(seconds + 10), "the receiving loop stalled"
+
+
+@pytest.mark.parametrize("held_by", ["its own consumer", "another session's consumer"])
+def test_repair_waits_while_the_socket_is_not_read_and_the_repair_that_waited_is_delivered(session, loop, held_by):
+    """Flow control (a router's rings full) stops reading the group socket: the retransmission
+    that fills a gap waits in the kernel. Meanwhile no NAK goes (each would only queue another
+    copy) and the gap is not given up (its repair is here, unread): once the socket is read
+    again, everything is delivered in order and nothing is told lost."""
+    generation = 0.3
+    joined = session(window=ReceiveWindow(nak_initial_backoff=0.0, nak_backoff=0.05, nak_generation=generation))
+    holder = joined if held_by == "its own consumer" else session(beside=joined, window=ReceiveWindow())
+    joined.send(0, message(0, b"zero"))
+    joined.send(2, message(2, b"two"))
+    wait_for(lambda: 1 in joined.read_naks(), 10, message="the gap is NAKed")
+    loop.call_and_wait(holder.client.pause)
+    naked = len(joined.read_naks())
+
+    joined.send(1, message(1, b"one"), retransmission=True)
+    joined.send(3, message(3, b"three"))
+    _loop_passes(loop, 3 * generation)
+    naks_while_unread = joined.read_naks()[naked:]
+    counters = joined.counters()
+    loop.call_and_wait(holder.client.resume)
+
+    app = joined.application
+    wait_for(lambda: any(sqn == 3 for sqn, _ in app.messages), 10, message="the message sent while held back")
+    after = joined.counters()
+    assert counters["lost"] == 0 and counters["unrecovered_tmo"] == 0, counters
+    assert naks_while_unread == [], "NAKed while the socket was not read"
+    assert app.messages == [(0, b"zero"), (1, b"one"), (2, b"two"), (3, b"three")]
+    assert app.gaps == [] and not app.ended
+    assert after["lost"] == 0 and after["duplicate_data"] == 0, after
