@@ -13,7 +13,8 @@ from pathlib import Path
 
 def run_report(input_dir, output_dir, *, master: str | None = None, spark=None, quiet: bool = False) -> Path:
     """Run the whole pipeline and return the HTML report's path. Builds (and stops) a local
-    session unless `spark` is given; progress lines go to stderr unless `quiet`."""
+    session unless `spark` is given; progress lines go to stderr unless `quiet`, and what the input held
+    that the report leaves out always does."""
     from spark_pipeline.job import run
     from spark_pipeline.session import build_session
     say = (lambda line: None) if quiet else (lambda line: print(f"spark_pipeline: {line}", file=sys.stderr,
@@ -22,7 +23,8 @@ def run_report(input_dir, output_dir, *, master: str | None = None, spark=None, 
     if own:
         spark = build_session(master, ui=False)
     try:
-        return run(spark, input_dir, Path(output_dir), say=say).report
+        return run(spark, input_dir, Path(output_dir), say=say,
+                   warn=lambda line: print(f"spark_pipeline: {line}", file=sys.stderr, flush=True)).report
     finally:
         if own:
             spark.stop()

@@ -16,6 +16,17 @@ from spark_pipeline.job import run  # noqa: E402
 from spark_pipeline.session import build_session  # noqa: E402
 
 
+def positive_seconds(text: str) -> int:
+    """A bucket length: whole seconds above zero (buckets are counted up from the epoch)."""
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds above 0")
+    return seconds
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m spark_pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--input", required=True,
@@ -23,7 +34,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output", required=True, help="directory for tables, charts and index.html")
     parser.add_argument("--master", default=None,
                         help="Spark master URL (default local[*]; under spark-submit, spark-submit's)")
-    parser.add_argument("--bucket", type=int, default=None, metavar="SECONDS",
+    parser.add_argument("--bucket", type=positive_seconds, default=None, metavar="SECONDS",
                         help="chart and rate bucket length (default: chosen from the time span)")
     parser.add_argument("--driver-memory", default="2g", help="for local masters (default 2g)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -38,7 +49,8 @@ def main(argv=None, spark=None) -> int:
     if own:
         spark = build_session(args.master, driver_memory=args.driver_memory)
     try:
-        result = run(spark, args.input, Path(args.output), bucket_seconds=args.bucket, say=say)
+        result = run(spark, args.input, Path(args.output), bucket_seconds=args.bucket, say=say,
+                     warn=lambda line: print(f"spark_pipeline: {line}", file=sys.stderr, flush=True))
     except NoStatistics as err:
         print(f"spark_pipeline: {err}", file=sys.stderr)
         return 2

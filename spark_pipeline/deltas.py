@@ -16,6 +16,15 @@ So a rate is never negative (no subtraction across a reset) and never doubled (a
 the totals is not treated as a reset). A missing interval only makes `interval_s` longer: the delta
 covers both intervals and the rate over them is their average, not a spike.
 
+"Previous" is in the order the sink read the counters, not in wall-clock order: `ts` is the wall
+clock, which NTP or an operator can step back (a VM resumed, a host synchronised after the router
+started), and rows read after such a step carry earlier times than rows read before it. In `ts`
+order their counters would seem to fall and rise again, and every fall would count the whole total
+once more. So rows are ordered by epoch, then by `heartbeat_ns`, then by `ts`: `heartbeat_ns` is
+the host's monotonic clock (never stepped), written by the worker at every beat and by the
+supervisor when it starts one, so within an epoch it never goes back, restarts included. An interval
+whose wall-clock length is not positive has no known length (its deltas still count in totals).
+
 The expressions are SQL strings on purpose: built from Column objects, this frame took thousands
 of Python→JVM calls (seconds per query on any input); as SQL it is one call per column.
 
@@ -29,7 +38,8 @@ from pyspark.sql import functions as F
 
 from spark_pipeline.schemas import DROP_BYTES, DROP_REASONS, INTERVALS, MAP_GAUGES, MEASURES, STATS, conform
 
-BY_PORTAL = "PARTITION BY router, portal ORDER BY ts"
+# Reading order (see above): data sets without heartbeats (zeros, nulls) fall back to `ts`.
+BY_PORTAL = "PARTITION BY router, portal ORDER BY counters_epoch, heartbeat_ns, ts"
 TRAFFIC_COUNTERS = tuple(dict.fromkeys(
     c for group in (*MEASURES.values(), *DROP_REASONS.values(), *DROP_BYTES.values()) for c in group))
 # A running total of RTT: its delta over the samples' delta is the interval's mean. Exact when the
@@ -84,10 +94,11 @@ def interval_rows(stats: DataFrame) -> DataFrame:
     total_rtt = f"coalesce(CAST({RTT_SUM} AS DOUBLE), {from_mean})" if RTT_SUM in STATS.fieldNames() else from_mean
     derived = stats.withColumn(RTT_TOTAL, F.expr(total_rtt))
     staged = with_previous(derived, (*TRAFFIC_COUNTERS, "rtt_samples", RTT_TOTAL))
-    kept = ("router", "portal", "portal_kind", "ts", *_CARRIED, *MAP_GAUGES, *_RTT_GAUGES)
+    kept = ("router", "portal", "portal_kind", "ts", "heartbeat_ns", *_CARRIED, *MAP_GAUGES, *_RTT_GAUGES)
     deltas = staged.selectExpr(
         *kept,
-        f"CASE WHEN {SAME_EPOCH} THEN (unix_micros(ts) - unix_micros(prev_ts)) / 1e6 END AS interval_s",
+        f"CASE WHEN {SAME_EPOCH} AND ts > prev_ts THEN (unix_micros(ts) - unix_micros(prev_ts)) / 1e6 END "
+        "AS interval_s",
         f"{began_with(TRAFFIC_COUNTERS)} AS began_with",
         *[f"{delta(c)} AS {c}" for c in (*TRAFFIC_COUNTERS, "rtt_samples")],
         f"{delta(RTT_TOTAL, reset_by='rtt_samples')} AS {RTT_TOTAL}")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from spark_pipeline import charts, load
 from spark_pipeline.deltas import interval_rows, intervals_table
-from spark_pipeline.extract import describe, read_stats
+from spark_pipeline.extract import describe, left_out, read_stats, statistics_rows
 from spark_pipeline.fleet import fleet_summary
 from spark_pipeline.gauges import map_sizes, router_map_sizes, rtt_percentiles
 from spark_pipeline.report import write_report
@@ -50,13 +50,18 @@ class Progress:
                  f"(total {time.monotonic() - self.started:.1f} s)")
 
 
-def run(spark, input_path, output: Path, bucket_seconds: int | None = None, say=print) -> Result:
+def run(spark, input_path, output: Path, bucket_seconds: int | None = None, say=print, warn=None) -> Result:
+    """`say`: progress lines; `warn`: what the input held that the report leaves out (default `say`)."""
+    warn = warn or say
     output = Path(output).resolve()
     output.mkdir(parents=True, exist_ok=True)
     progress = Progress(say)
     with progress.stage("extract"):
         stats = read_stats(spark, input_path)
         facts = describe(stats, input_path)
+        stats = statistics_rows(stats)
+        for line in left_out(facts):
+            warn(line)
         facts.update(input=str(input_path), bucket_s=bucket_seconds or choose_bucket_seconds(facts["span_s"]),
                      partitions=size_shuffles(spark, facts["rows"]))
         say(f"    {facts['rows']:,} rows, {facts['routers']} routers, {facts['portals']} portals, "
@@ -99,7 +104,7 @@ def run(spark, input_path, output: Path, bucket_seconds: int | None = None, say=
     with progress.stage("report"):
         links = {name: (load.csv_path(output, name), load.parquet_path(output, name)) for name in tables}
         links["intervals"] = (None, load.parquet_path(output, "intervals"))
-        result.report = write_report(output, facts, tables["fleet_summary"], drawn, links, notes)
+        result.report = write_report(output, facts, tables["fleet_summary"], drawn, links, left_out(facts) + notes)
     result.seconds = progress.seconds
     say(f"report: {result.report}")
     return result

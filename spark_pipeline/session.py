@@ -29,7 +29,20 @@ def build_session(master: str | None = None, app_name: str = "umrouter-stats", u
                    .config("spark.ui.showConsoleProgress", "true"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_skipped_file_warnings(spark)
     return spark
+
+
+def _quiet_skipped_file_warnings(spark) -> None:
+    """Spark logs every file it skips as unreadable (extract.read_stats: ignoreCorruptFiles) with a
+    WARN and a Java stack trace, once per pass over the input; the job names those files itself,
+    once and plainly (extract.left_out). Where log4j is not reachable the warnings just stay."""
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.sql.execution.datasources.FileScanRDD", jvm.org.apache.logging.log4j.Level.ERROR)
+    except Exception:           # noqa: BLE001 - a logging nicety, never a reason not to run
+        pass
 
 
 def size_shuffles(spark, rows: int, rows_per_partition: int = 250_000) -> int:

@@ -80,7 +80,9 @@ def segments(rows: DataFrame) -> DataFrame:
         F.min_by("worker_pid", "ts").alias("worker_pid"),
         F.min_by("worker_restarts", "ts").alias("worker_restarts"),
         F.min_by("counters_epoch", "ts").alias("counters_epoch"),
-        F.min_by("began_with", "ts").alias("began_with"), F.count(F.lit(1)).alias("rows"),
+        # Only a segment's first row says why it began (deltas.began_with): its first in reading
+        # order, which after a wall clock stepped back is not the one of the earliest `ts`.
+        F.max("began_with").alias("began_with"), F.count(F.lit(1)).alias("rows"),
         F.sum("msgs_in").alias("msgs_in"), F.sum("msgs_out").alias("msgs_out"))
     return conform(grouped, SEGMENTS)
 

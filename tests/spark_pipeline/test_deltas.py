@@ -112,3 +112,16 @@ def test_interval_rtt_mean_is_exact_from_the_rtt_sum(spark, make_stats):
     actual = deltas_of(make_stats, rows, ("ts", "rtt_samples", "rtt_mean_us"))
     assertDataFrameEqual(actual, expected(spark, [(at(0), 0, None), (at(5), 1, 100.0), (at(10), 2, 150.0)],
                                           ("ts", "rtt_samples", "rtt_mean_us")))
+
+
+def test_a_run_whose_clock_overlaps_the_previous_run_counts_both_in_full(spark, make_stats):
+    """A host rebooted with its clock behind (no RTC, NTP not yet synchronised) starts a new
+    counter epoch whose rows carry the same times as the last rows of the run before: each run's
+    deltas come from its own rows, not from the other run's rows interleaved by time."""
+    beat = 1_000_000_000
+    first = [stats_row(t, heartbeat_ns=(1000 + t) * beat, **{SENT: 100 * t}) for t in range(5)]
+    second = [stats_row(t, pid=300, epoch=2, heartbeat_ns=(10 + t) * beat, **{SENT: 100 * (t - 2)})
+              for t in range(2, 7)]
+    actual = deltas_of(make_stats, first + second, ("ts", "segment", "msgs_out"))
+    assert sorted((r["segment"], r["msgs_out"]) for r in actual.collect()) == \
+        [(1, 0), (1, 100), (1, 100), (1, 100), (1, 100), (2, 0), (2, 100), (2, 100), (2, 100), (2, 100)]
