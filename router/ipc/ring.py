@@ -38,6 +38,7 @@ from .ring_consumer import DEFAULT_BATCH_LIMIT, RingConsumer
 from .ring_format import (
     Claim,
     ConsumerLapped,
+    MalformedRecord,
     OverflowPolicy,
     RecordTooLarge,
     RingCounters,
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_BATCH_LIMIT",
     "Claim",
     "ConsumerLapped",
+    "MalformedRecord",
     "OverflowPolicy",
     "RecordTooLarge",
     "RingConsumer",

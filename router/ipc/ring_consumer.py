@@ -28,6 +28,7 @@ from .ring_format import (
     _TAIL,
     _TAIL_INTENT,
     ConsumerLapped,
+    MalformedRecord,
     _monotonic_ns,
     _RingView,
     _slot,
@@ -146,18 +147,23 @@ class RingConsumer(_RingView):
         span_end = min(stop, capacity)
         delivered = 0
         budget = max_bytes
+        overrun = False
         while True:
             while index < span_end:  # the hot loop: locals only, one header unpack per record
                 length, record_type, dest_mask = unpack_header_from(data, index)
+                end = index + ((length + align_up) & align_mask)
+                if end > span_end:  # past what was published (or the region's end): no producer wrote it
+                    overrun = True
+                    break
                 if dest_mask & bit:
                     payload_start = index + header
                     handler(record_type, data[payload_start : payload_start + length])
                     delivered += 1
                     budget -= length
                     if delivered == limit or budget <= 0:
-                        index += (length + align_up) & align_mask
+                        index = end
                         break
-                index += (length + align_up) & align_mask
+                index = end
             else:
                 if span_end == capacity and stop > capacity:
                     # The padding record ended exactly at the end of the region: continue at 0.
@@ -169,6 +175,8 @@ class RingConsumer(_RingView):
             break
         if load_acquire(slots, _TAIL_INTENT) - capacity > head:
             self._skip_to_tail(views_stale=True)
+        if overrun:
+            self._skip_malformed(head + (index - start))
         self._advance(head + (index - start))
         return delivered
 
@@ -190,6 +198,14 @@ class RingConsumer(_RingView):
         self.bytes_lost += lost
         self._advance(tail)
         raise ConsumerLapped(self.index, lost, views_stale)
+
+    def _skip_malformed(self, position: int) -> None:
+        """The record at ``position`` says it is longer than what was published: move on to the
+        tail (reading on would take its length's word, and never find the tail again)."""
+        lost = load_acquire(self._slots, _TAIL) - position
+        self.bytes_lost += lost
+        self._advance(position + lost)
+        raise MalformedRecord(self.index, lost, position)
 
     # -- sleeping -----------------------------------------------------------------------------
 

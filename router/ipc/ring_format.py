@@ -60,6 +60,16 @@ class ConsumerLapped(Exception):
         super().__init__(f"consumer {consumer} lost {bytes_lost} bytes of records, overwritten {when}")
 
 
+class MalformedRecord(ConsumerLapped):
+    """A record's header said it runs past what the producer published (memory written by
+    someone else); the consumer's head now is the tail."""
+
+    def __init__(self, consumer: int, bytes_lost: int, position: int):
+        super().__init__(consumer, bytes_lost, views_stale=False)
+        self.args = (f"consumer {consumer} skipped {bytes_lost} bytes from position {position}: a record there "
+                     f"runs past what the producer published",)
+
+
 @dataclass(slots=True)
 class Claim:
     """Space for one record; write the payload into ``payload``, then commit or abort."""

@@ -15,11 +15,14 @@ count: that silence is ours.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
 
-from router.ipc.ring import ConsumerLapped
+import posix_ipc
+
+from router.ipc.ring import ConsumerLapped, MalformedRecord
 from router.ipc.ring_consumer import RingConsumer
 from router.ipc.shm import SharedSegment, pid_alive, remove_stale
 from router.ipc.wakeup import RingWakeups
@@ -33,6 +36,44 @@ READ_LIMIT = 1024
 CHECK_INTERVAL = 1.0
 
 
+class UnreadableSession(OSError):
+    """An advertised session's shared memory holds no ring this receiver can read (a source of
+    another ring layout, or anything else under its name): malformed transport data."""
+
+
+def _attach_segment(name: str, description: str) -> SharedSegment:
+    """Map a session's segment; what stands in the way is an OSError that says what it was."""
+    try:
+        return SharedSegment.attach(name)
+    except posix_ipc.ExistentialError:
+        raise FileNotFoundError(errno.ENOENT, f"{description}: its source closed as it was joined") from None
+    except posix_ipc.PermissionsError:
+        raise PermissionError(errno.EACCES, f"{description}: its shared memory {name} may not be "
+                                            f"read by this user") from None
+    except ValueError as err:               # an empty file: nothing to map
+        raise UnreadableSession(errno.EINVAL, f"{description}: {name} holds no ring ({err})") from None
+
+
+def _consume(segment: SharedSegment, slot: int, wakeups: RingWakeups, description: str) -> RingConsumer:
+    """A consumer of the session's ring in `slot`, its wakeup open; nothing held if it fails."""
+    problem = None
+    try:
+        consumer = RingConsumer(segment.memory, slot, wakeups=wakeups)
+    except ValueError as err:               # no ring of our layout, or fewer slots than ours
+        problem = str(err)
+    if problem is not None:
+        # Raised out here: the error caught holds views of the segment in its frames until then.
+        raise UnreadableSession(errno.EINVAL, f"{description}: {segment.name} holds no ring this "
+                                              f"receiver can read ({problem})")
+    try:
+        consumer.fileno()                   # opens the wakeup FIFO: gone if the source is closing
+    except BaseException:
+        consumer.close()
+        wakeups.close()
+        raise
+    return consumer
+
+
 class LbtipcSessionClient(FrameStream):
     def __init__(self, loop, host_id: int, session_id: int, xport_id: int, on_closed, *,
                  activity_timeout: float = 60.0):
@@ -44,14 +85,28 @@ class LbtipcSessionClient(FrameStream):
             raise OSError(f"no LBT-IPC session {xport_id}/{session_id:08x} on this host")
         self.description = f"LBT-IPC session {xport_id}/{session_id:08x}"
         self.owner_pid = int(name.split(".")[2])
-        self.segment = SharedSegment.attach(name)
-        self.slot = naming.claim_slot(name, SLOTS)
-        self.wakeups = RingWakeups.fifos(name, SLOTS, create=False)
-        self.consumer = RingConsumer(self.segment.memory, self.slot, wakeups=self.wakeups)
+        self.segment = _attach_segment(name, self.description)
+        try:
+            self.slot = naming.claim_slot(name, SLOTS)
+            try:
+                self.wakeups = RingWakeups.fifos(name, SLOTS, create=False)
+                self.consumer = _consume(self.segment, self.slot, self.wakeups, self.description)
+            except BaseException:
+                naming.release_slot(name, self.slot)
+                raise
+        except BaseException:
+            self.segment.close()
+            raise
         self.ended = False
         self.source_gone = False          # the source closed or died: EOS once the ring is read
         self.activity_timeout = activity_timeout
         self.last_heard = time.monotonic()
+        # While a read of the ring runs, its records are views into the mapping and the consumer
+        # stores its head when the read ends: a callback that closes the stream meanwhile (an
+        # application closing its receiver on the message it waited for) leaves the letting go
+        # of the ring to the end of the read.
+        self._reading = False
+        self._ring_released = False
         loop.add_reader(self.consumer.fileno(), self._woken)
         check = min(CHECK_INTERVAL, max(activity_timeout / 4, 0.05)) if activity_timeout > 0 else CHECK_INTERVAL
         self._check = loop.call_every(check, self._check_source)
@@ -62,12 +117,22 @@ class LbtipcSessionClient(FrameStream):
             return
         consumer = self.consumer
         consumer.unpark()
-        while not self.closed:
+        while True:
+            self._reading = True
             try:
                 delivered = consumer.read_batch(self._record, READ_LIMIT)
-            except ConsumerLapped as err:
+            except ConsumerLapped as err:          # MalformedRecord too: what the ring held is skipped
                 self.counters["malformed"] += 1
+                if isinstance(err, MalformedRecord) and self.context_counters is not None:
+                    self.context_counters["transport_malformed"] += 1
                 log.warning("%s: %s", self.description, err)
+                delivered = None
+            finally:
+                self._reading = False
+            if self.closed:
+                self._release_ring()            # closed by a callback of that read
+                return
+            if delivered is None:
                 continue
             if delivered:
                 self.last_heard = time.monotonic()
@@ -85,6 +150,8 @@ class LbtipcSessionClient(FrameStream):
             consumer.unpark()
 
     def _record(self, record_type: int, payload) -> None:
+        if self.closed:
+            return                  # closed by a callback of this read: the rest is nobody's
         if record_type == RECORD_FRAMES:
             data = bytes(payload)
             self.counters["bytes"] += len(data)
@@ -134,6 +201,14 @@ class LbtipcSessionClient(FrameStream):
     def _close_transport(self) -> None:
         self._check.cancel()
         self.loop.remove_reader(self.consumer.fileno())
+        if not self._reading:
+            self._release_ring()
+
+    def _release_ring(self) -> None:
+        """Detach from the ring, give up the slot, unmap: once no read of the ring is running."""
+        if self._ring_released:
+            return
+        self._ring_released = True
         self.consumer.close()
         self.wakeups.close()
         naming.release_slot(self.segment.name, self.slot)

@@ -5,7 +5,9 @@ source waits for the slowest live receiver (as LBT-IPC does); a router's proxy s
 the full ring cannot take, up to its max_queue, then drops and counts (and reports the backlog, so
 its portal holds records in the router's rings meanwhile: router.worker.datapath). A receiver that
 dies stops holding the source back after the ring's heartbeat timeout. Closing writes an
-end-of-session record, so receivers see EOS at once. A session that wrote nothing for
+end-of-session record, so receivers see EOS at once; with the ring full, an application's close
+waits a little for room, the loop's thread (a router's proxy) does not: the record follows when
+there is room. A session that wrote nothing for
 `transport_lbtipc_sm_interval` writes a session message (a record with no frames), so its
 receivers can tell an idle source from a hung one (their `transport_lbtipc_activity_timeout`).
 
@@ -40,6 +42,7 @@ SLOTS = 16
 HEARTBEAT_TIMEOUT = 5.0
 WAITING_RECHECK_INTERVAL = 0.25    # s: a proxy's queue looks for dead receivers this often
 HOLD_CHECK_INTERVAL = 0.005        # s: a proxy holding batches for its first receiver looks this often
+CLOSE_END_TIMEOUT = 2.0            # s a closing session waits for room for its end record
 _ALL = (1 << SLOTS) - 1
 
 
@@ -79,6 +82,8 @@ class LbtipcSourceSession(BatchingSession):
         self.sm_interval = sm_interval
         self._sm_timer = None
         self._position_at_sm = self.producer.position
+        self._end_retry = None                    # closed on the loop with the ring full: see close
+        self._end_deadline = 0.0
         loop.call_soon_threadsafe(self._start_session_messages)
 
     def advertised_info(self) -> LbtipcInfo:
@@ -253,11 +258,46 @@ class LbtipcSourceSession(BatchingSession):
                 self.waiting.clear()
                 self.waiting_bytes = 0
                 self._stop_waiting()              # proxies close on the loop's thread
-            deadline = time.monotonic() + 2.0
-            while not self.producer.offer(RECORD_END, b"", _ALL) and time.monotonic() < deadline:
-                self.producer.wait_for_space(0, 0.1)
-        self.producer.close()
-        self.wakeups.close()
+            ended = self.producer.offer(RECORD_END, b"", _ALL)
+            on_loop = self.loop.in_loop_thread()
+            deadline = time.monotonic() + CLOSE_END_TIMEOUT
+            while not ended and not on_loop and time.monotonic() < deadline:
+                self.producer.wait_for_space(0, 0.1)         # an application's thread waits
+                ended = self.producer.offer(RECORD_END, b"", _ALL)
+        if ended or not on_loop:
+            self._release()
+            return
+        # The loop's thread (a router deleting its last proxy source on the session) does not wait
+        # for a receiver behind: every portal of its worker would stand still meanwhile. The names
+        # go now (nothing is left behind if the process ends first, and receivers see the source
+        # closed once they have read the ring); the end record follows when there is room for it.
+        self._unlink_names()
+        self._end_deadline = deadline
+        self.loop.add_reader(self.wakeups.producer.fileno(), self._write_end)
+        self._end_retry = self.loop.call_every(WAITING_RECHECK_INTERVAL, self._write_end)
+
+    def _write_end(self) -> None:
+        """On the loop, after a close that found the ring full: the end record once it fits, or
+        nothing once CLOSE_END_TIMEOUT has passed; then the ring is let go."""
+        if self._end_retry is None:
+            return
+        self.wakeups.producer.drain()
+        self.producer.unpark()
+        if not self.producer.offer(RECORD_END, b"", _ALL) and time.monotonic() < self._end_deadline:
+            self.producer.wait_for_space(0, 0)          # parked: a receiver moving on wakes us
+            return
+        self.loop.remove_reader(self.wakeups.producer.fileno())
+        self._end_retry.cancel()
+        self._end_retry = None
+        self._release()
+
+    def _unlink_names(self) -> None:
         self.wakeups.unlink()
         naming.remove_slots(self.segment.name, SLOTS)
+        self.segment.unlink()
+
+    def _release(self) -> None:
+        self.producer.close()
+        self.wakeups.close()
+        self._unlink_names()
         self.segment.close()

@@ -42,7 +42,7 @@ from router.um.source_cache import Candidate
 from router.um.unicast_immediate import (NoRouteToDomain, Uim, UimReassembly, decode_uim, is_uim_frame,
                                          parse_target, source_of, uim_frames)
 from router.um.wire.lbmc_headers import Destination, Request
-from router.lbtipc.receiver import LbtipcSessionClient
+from router.lbtipc.receiver import LbtipcSessionClient, UnreadableSession
 from router.lbtipc.source import LbtipcSourceSession
 from router.um.late_join import LateJoinClient, LateJoinServer, LateJoinSettings
 from router.um.otr import OtrRecovery, OtrSettings
@@ -815,6 +815,8 @@ class Context:
                     return False
             except OSError as err:
                 log.info("cannot join %s: %s", candidate.source_string, err)
+                if isinstance(err, UnreadableSession):
+                    self.stream_counters["transport_malformed"] += 1
                 return False
             client.context_counters = self.stream_counters
             self.clients[key] = client

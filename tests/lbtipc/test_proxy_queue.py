@@ -5,6 +5,7 @@ that attached and then stopped)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 from router.ipc.ring_consumer import RingConsumer
@@ -122,4 +123,31 @@ def test_a_receiver_counts_once_it_reads_the_ring_not_when_it_claims_its_slot():
         finally:
             if consumer is not None:
                 consumer.close()
+            naming.release_slot(name, slot)
+
+
+def test_a_proxy_session_closed_on_its_loop_with_the_ring_full_does_not_wait_for_room():
+    """A router deletes its last proxy source on a session while the receiver is a full ring
+    behind: the close returns at once (the worker's loop, every portal on it, went on only after
+    two seconds of waiting for room for the end record, and then ended without it), the
+    session's names are gone, and the end record follows once the receiver has made room."""
+    with _session_and_its_segment(hold=0.0) as (loop, session, segment):
+        name = session.segment.name
+        slot = naming.claim_slot(name, source.SLOTS)
+        receiver = RingConsumer(segment.memory, slot)
+        try:
+            while not session.waiting:                # 128-byte records: the ring fills to its last byte
+                session.send_raw(bytes(100))
+            session.close()
+            assert not os.path.exists(f"{naming.SHM_DIRECTORY}/{name.lstrip('/')}")
+            kinds = []
+            deadline = time.monotonic() + 10
+            while source.RECORD_END not in kinds and time.monotonic() < deadline:
+                receiver.read_batch(lambda record_type, payload: kinds.append(record_type))
+                loop.run_once(0.05)
+            assert kinds.count(source.RECORD_FRAMES) == session.counters["batches"] - \
+                session.counters["dropped_would_block_batches"]
+            assert kinds[-1] == source.RECORD_END
+        finally:
+            receiver.close()
             naming.release_slot(name, slot)
