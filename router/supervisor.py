@@ -28,7 +28,8 @@ from router.eventlog import claim_log_file, event, roll_log_if_due
 from router.ipc import bus_messages as bm
 from router.ipc.bus import BusHub
 from router.ipc import layout
-from router.ipc.shm import PREFIX as SEGMENT_PREFIX, SharedMemoryFull, SharedSegment, free_bytes, remove_stale
+from router.ipc.shm import (PREFIX as SEGMENT_PREFIX, SHM_DIRECTORY, SharedMemoryFull, SharedSegment, free_bytes,
+                            remove_stale)
 from router.monitor.counters import SEGMENT_BYTES, PortalCounters
 from router.monitor.views import version
 from router.routing.service import RoutingService
@@ -55,7 +56,6 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 STABLE_AFTER = 60.0              # a worker up this long has its backoff reset
 CRASH_LOOP_RESTARTS = 5          # deaths in a row, each before STABLE_AFTER: say so, loudly, once
 STOP_TIMEOUT = 10.0
-SHM_DIRECTORY = "/dev/shm"       # where POSIX shared memory segments are files (Linux)
 
 EXIT_CONFIG_ERROR = 2
 EXIT_BOOT_FAILED = 3
@@ -137,10 +137,10 @@ class Supervisor:
 
     # -- start ---------------------------------------------------------------------------------
     def run(self) -> int:
-        removed = remove_stale(f"{SEGMENT_PREFIX}.{self.name}")
-        if removed:
-            log.info("removed %d shared-memory segments of a crashed run", len(removed))
-        reused = _remove_segments_named_with_this_pid(self.name)
+        removed = remove_stale(f"{SEGMENT_PREFIX}.{self.name}", ours_too=True)
+        reused = [entry for entry in removed if entry.startswith(f"/{SEGMENT_PREFIX}.{self.name}.{self.pid}.")]
+        if len(removed) > len(reused):
+            log.info("removed %d shared-memory segments of a crashed run", len(removed) - len(reused))
         if reused:
             log.warning("removed %d shared-memory segments an earlier run of router %s left with this pid (%d): "
                         "it was killed, and this run got its pid (a container's router has the same pid at "
@@ -759,22 +759,6 @@ def _domain_adjacency(portal) -> Adjacency:
 def _pages(size: int) -> int:
     """``size`` bytes as a tmpfs holds them: in whole pages."""
     return -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
-
-
-def _remove_segments_named_with_this_pid(name: str) -> list[str]:
-    """Segments /umr.NAME.PID.* with this process's pid, found before it created any: left by an
-    earlier run that had this pid and was killed. remove_stale keeps them (their owner's pid is
-    alive: it is this process), and creating this run's segments would fail on every start."""
-    prefix = f"{SEGMENT_PREFIX}.{name}.{os.getpid()}."
-    removed = []
-    for entry in sorted(os.listdir(SHM_DIRECTORY)):
-        if entry.startswith(prefix):
-            try:
-                os.unlink(os.path.join(SHM_DIRECTORY, entry))
-            except OSError:         # gone meanwhile, or another user's (not this run's to remove)
-                continue
-            removed.append(entry)
-    return removed
 
 
 def _drain_socket(sock: socket.socket) -> None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import re
 import sys
 
 from router.admin.client import Ambiguous, Unreachable, find_endpoint, request
 from router.admin.commands import commands
 from router.admin.protocol import Errno
 from router.cli.common import at_least, exits_quietly
+from router.hostnames import is_host_name
 
 EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_DAEMON_ERROR = 0, 1, 2, 3
 
@@ -26,9 +26,6 @@ EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_DAEMON_ERROR = 0, 1, 2, 3
 # longer than anyone waits on a prompt, and far inside that.
 MAX_TIMEOUT = 86_400.0
 _timeout = at_least(0.0, float, above=True, at_most=MAX_TIMEOUT)
-# A host name (RFC 1123 labels, and the "_" /etc/hosts allows): what ZeroMQ can resolve, unlike
-# "*" or a name with a blank.
-_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*\.?")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,7 +73,7 @@ def _connectable_host(host: str) -> bool:
             return True
         except ValueError:
             return False
-    return _HOST_NAME.fullmatch(host) is not None
+    return is_host_name(host)
 
 
 @exits_quietly

@@ -12,6 +12,7 @@ from lxml import etree
 
 from router.config.model import Ace, Acl, Condition
 from router.config.reader import UINT32_MAX, ElementReader
+from router.hostnames import is_host_name
 from router.um.wildcard_patterns import compile_wildcard
 from router.um.xml_config import children
 
@@ -71,7 +72,7 @@ def _condition(reader: ElementReader, element: etree._Element) -> Condition:
 def _host(reader: ElementReader, element: etree._Element, value: str, multicast: bool) -> str:
     """An IPv4 address (checked) or a DNS name (resolved later, when the ACL is put to use)."""
     if not re.fullmatch(r"[0-9.]+", value):
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", value):
+        if not is_host_name(value):
             reader.fail(element, f"'{value}' is neither an IPv4 address nor a DNS name")
         return value
     try:

@@ -11,6 +11,7 @@ from lxml import etree
 from router.config.model import (DaemonConfig, HashMapConfig, LogConfig, MonitorConfig, RouteInfo,
                                  RouteRecalculation, WebMonitorConfig, WorkerGroup)
 from router.config.reader import INT32_MAX, UINT32_MAX, ElementReader
+from router.hostnames import is_host_name
 from router.ipc.shm import segment_name
 from router.um import monitoring
 from router.um.config import ConfigError, UMConfig, load_file
@@ -213,7 +214,7 @@ def _web_monitor_host_problem(host: str) -> str:
             ipaddress.IPv4Network(host, strict=False)
         elif re.fullmatch(r"[0-9.]+", host):
             ipaddress.IPv4Address(host)
-        elif not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", host):
+        elif not is_host_name(host):
             return "is not a name"
     except ValueError as err:
         return f"is not valid: {err}"

@@ -26,7 +26,7 @@ import re
 import posix_ipc
 
 PREFIX = "umr"
-_SHM_DIRECTORY = "/dev/shm"
+SHM_DIRECTORY = "/dev/shm"
 _NAME_PART = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -44,9 +44,9 @@ class SharedMemoryFull(OSError):
     def __init__(self, name: str, size: int, free: int):
         self.name, self.size, self.free = name, size, free
         super().__init__(errno.ENOSPC, (
-            f"cannot reserve {size} bytes of shared memory for segment {name}: {_SHM_DIRECTORY} has "
+            f"cannot reserve {size} bytes of shared memory for segment {name}: {SHM_DIRECTORY} has "
             f"{free} bytes free; give the host or container more shared memory (docker run "
-            f"--shm-size, or the size= of the tmpfs mounted on {_SHM_DIRECTORY})"))
+            f"--shm-size, or the size= of the tmpfs mounted on {SHM_DIRECTORY})"))
 
     def __str__(self) -> str:
         return self.strerror
@@ -54,7 +54,7 @@ class SharedMemoryFull(OSError):
 
 def free_bytes() -> int:
     """Bytes of /dev/shm not in use now (what new segments can still reserve)."""
-    stats = os.statvfs(_SHM_DIRECTORY)
+    stats = os.statvfs(SHM_DIRECTORY)
     return stats.f_bavail * stats.f_frsize
 
 
@@ -158,24 +158,27 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale(prefix: str = PREFIX) -> list[str]:
+def remove_stale(prefix: str = PREFIX, *, ours_too: bool = False) -> list[str]:
     """Unlink segments (and wakeup FIFOs) named ``<prefix>...`` whose owner pid is not alive.
 
     ``prefix`` is ``umr`` or ``umr.<owner>`` to limit the sweep to one router. A pid that has been
     reused by an unrelated live process keeps its segments: removal errs on the safe side.
-    Returns the names removed.
+    ``ours_too``, for a process that has created none yet: those named with its own pid go as well,
+    left by an earlier process that had this pid and was killed (a container's router is pid 1 at
+    every start). Returns the names removed.
     """
     removed = []
-    for entry in sorted(os.listdir(_SHM_DIRECTORY)):
+    for entry in sorted(os.listdir(SHM_DIRECTORY)):
         if not entry.startswith(prefix + ".") and entry != prefix:
             continue
         fields = entry.split(".")
         if len(fields) < 4 or fields[0] != PREFIX or not fields[2].isdigit():
             continue
-        if pid_alive(int(fields[2])):
+        pid = int(fields[2])
+        if pid_alive(pid) and not (ours_too and pid == os.getpid()):
             continue
         try:
-            os.unlink(os.path.join(_SHM_DIRECTORY, entry))
+            os.unlink(os.path.join(SHM_DIRECTORY, entry))
         except FileNotFoundError:
             continue
         removed.append("/" + entry)

@@ -12,10 +12,9 @@ import hashlib
 import os
 import socket
 
-from router.ipc.shm import pid_alive, remove_stale
+from router.ipc.shm import SHM_DIRECTORY, pid_alive, remove_stale
 
 OWNER = "lbtipc"
-SHM_DIRECTORY = "/dev/shm"
 
 
 def host_id() -> int:

@@ -1,6 +1,5 @@
 """Endpoint portals: three domains, interest-driven proxies, purge and final advertisements,
 cost and hop count on the wire, both directions at once."""
-import socket
 
 import pytest
 
@@ -92,13 +91,7 @@ class FinalAdvertisementWatcher:
 
     def __init__(self, domain, topic: str):
         self.topic = topic
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self.sock.bind((domain.group, domain.port))
-        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                             socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
-        self.sock.setblocking(False)
+        self.sock = domain.resolver_listener()
         self.seen = False
 
     def heard(self) -> bool:

@@ -38,13 +38,7 @@ class PlayedReceiver:
         self.out.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("127.0.0.1"))
         self.out.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
         self.out.bind(("127.0.0.1", 0))
-        self.listen = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listen.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self.listen.bind((domain.group, domain.port))
-        self.listen.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                               socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
-        self.listen.setblocking(False)
+        self.listen = domain.resolver_listener()
         self.queries: list[float] = []          # when each use query for TOPIC was heard
 
     def send(self, body) -> None:

@@ -4,7 +4,6 @@
 router hears them."""
 from __future__ import annotations
 
-import socket
 
 import pytest
 
@@ -28,13 +27,7 @@ class InterestListener:
     """Every gateway interest record sent into `domain`, counted by (pattern?, symbol)."""
 
     def __init__(self, domain):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self.sock.bind((domain.group, domain.port))
-        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                             socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
-        self.sock.setblocking(False)
+        self.sock = domain.resolver_listener()
         self.heard: dict[tuple[bool, str], int] = {}
 
     def poll(self) -> dict[tuple[bool, str], int]:

@@ -3,7 +3,6 @@ its resolver_datagram_max_size (a UM context reads no more than that of one), an
 interest stays alive on its receivers' answers."""
 from __future__ import annotations
 
-import socket
 
 import pytest
 
@@ -37,14 +36,7 @@ class UseQueryWatcher:
     and the topics they ask about."""
 
     def __init__(self, domain):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 1024 * 1024)
-        self.sock.bind((domain.group, domain.port))
-        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                             socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
-        self.sock.setblocking(False)
+        self.sock = domain.resolver_listener(receive_buffer=8 * 1024 * 1024)
         self.sizes: list[int] = []
         self.asked: dict[str, int] = {}
 

@@ -19,6 +19,7 @@ import functools
 import itertools
 import os
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,8 @@ def claimed_ports() -> frozenset[int]:
     return frozenset(ports)
 
 
+_IP_MULTICAST_ALL = 49        # Linux: deliver only the groups this socket joined
+
 @dataclass
 class Domain:
     group: str
@@ -63,6 +66,22 @@ class Domain:
                 "transport_tcp_port_low": self.tcp_low, "transport_tcp_port_high": self.tcp_high,
                 "request_tcp_port_low": self.request_low, "request_tcp_port_high": self.request_high,
                 **self.lbtrm_overrides(), **self.lbtru_overrides()}
+
+    def resolver_listener(self, timeout: float | None = 0.0, receive_buffer: int = 0):
+        """A socket of our own on the domain's resolver group, hearing what every UM context in the
+        domain hears (and nothing of other tests' groups on the same port). `timeout` as
+        socket.settimeout (0: non-blocking)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.IPPROTO_IP, _IP_MULTICAST_ALL, 0)
+        if receive_buffer:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.bind((self.group, self.port))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                        socket.inet_aton(self.group) + socket.inet_aton("127.0.0.1"))
+        sock.settimeout(timeout)
+        return sock
 
     def lbtrm_overrides(self) -> dict:
         """LBT-RM sessions on the domain's own group; UDP source ports may reuse the TCP range's

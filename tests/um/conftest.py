@@ -1,6 +1,7 @@
 """Fixtures shared by the UM library's tests."""
 import pytest
 
+from router.um.context import Context
 from router.um.loop import EventLoop
 
 
@@ -11,3 +12,17 @@ def loop():
     running.start_thread()
     yield running
     running.close()
+
+
+@pytest.fixture
+def contexts(domain):
+    """Opens UM contexts in the test's domain (keyword arguments: more options); closes them after."""
+    opened = []
+
+    def open_context(**extra):
+        ctx = Context(**domain.overrides(), **extra)
+        opened.append(ctx)
+        return ctx
+    yield open_context
+    for ctx in opened:
+        ctx.close()

@@ -35,19 +35,6 @@ class Collector:
             return [m.data for m in self.messages]
 
 
-@pytest.fixture
-def contexts(domain):
-    opened = []
-
-    def open_context(**extra):
-        ctx = Context(**domain.overrides(), **extra)
-        opened.append(ctx)
-        return ctx
-    yield open_context
-    for ctx in opened:
-        ctx.close()
-
-
 def test_two_sources_with_different_otids_both_reach_the_receiver(contexts):
     publisher_a, publisher_b, subscriber = contexts(), contexts(), contexts()
     got = Collector()
@@ -250,14 +237,7 @@ def test_a_final_advertisement_ends_a_joined_source_the_cache_no_longer_holds(co
 
 
 def _resolver_listener(domain) -> socket.socket:
-    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    listener.bind((domain.group, domain.port))
-    listener.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                        socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
-    listener.settimeout(0.2)
-    return listener
+    return domain.resolver_listener(timeout=0.2)
 
 
 def test_use_query_responses_and_wildcard_queries_fit_the_resolver_datagram_size(contexts, domain):

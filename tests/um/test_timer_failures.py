@@ -6,7 +6,6 @@ once, as a transient error or one odd input would) and then waits for the timer'
 the wire or in the receiver again. The loop counts the failure (callback_errors)."""
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
@@ -19,8 +18,6 @@ from tests.support.processes import wait_for
 from tests.um.test_otr import _OTR, _SOURCE, Collector, Dropper, _joined, _payload, _send, _stream
 
 pytestmark = pytest.mark.integration
-
-_IP_MULTICAST_ALL = 49
 
 
 class FailOnce:
@@ -42,14 +39,7 @@ class ResolverListener:
     on its group (as any UM context in the domain hears them)."""
 
     def __init__(self, domain):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        self.sock.setsockopt(socket.IPPROTO_IP, _IP_MULTICAST_ALL, 0)
-        self.sock.bind((domain.group, domain.port))
-        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
-                             socket.inet_aton(domain.group) + socket.inet_aton("127.0.0.1"))
-        self.sock.settimeout(0.05)
+        self.sock = domain.resolver_listener(timeout=0.05)
         self.tirs: dict[str, int] = {}
         self.lock = threading.Lock()
         self.running = True
@@ -86,19 +76,6 @@ def listener(domain):
     heard = ResolverListener(domain)
     yield heard
     heard.close()
-
-
-@pytest.fixture
-def contexts(domain):
-    opened = []
-
-    def open_context(**extra):
-        ctx = Context(**domain.overrides(), **extra)
-        opened.append(ctx)
-        return ctx
-    yield open_context
-    for ctx in opened:
-        ctx.close()
 
 
 # Advertisements every 100 ms (UM's sustaining phase at its fastest), from the start.
