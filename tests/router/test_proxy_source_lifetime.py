@@ -65,6 +65,16 @@ def test_a_proxy_source_that_could_not_be_created_is_tried_again(routers, tools,
     source.stop()
 
 
+def _kernel_tcp_buffers() -> int:
+    """The most one loopback connection's kernel buffers hold: the sender's send buffer as it
+    grows and the receiver's 4 MiB SO_RCVBUF (router.um.tcp_receiver), doubled by the kernel and
+    capped by rmem_max."""
+    def read(name: str) -> int:
+        with open(f"/proc/sys/net/{name}") as f:
+            return int(f.read().split()[-1])
+    return read("ipv4/tcp_wmem") + 2 * min(4 * 1024 * 1024, read("core/rmem_max"))
+
+
 def test_what_a_deleted_proxy_source_never_delivered_to_a_stuck_receiver_is_counted(routers, tools, make_domain):
     """LAN2's receiver stops reading; its proxy source's queue fills and the rest is dropped. The
     stream then ends and the proxy source goes: what the stuck receiver's connection still held
@@ -75,7 +85,11 @@ def test_what_a_deleted_proxy_source_never_delivered_to_a_stuck_receiver_is_coun
                            endpoint_xml("LAN2", 2, lan2.config_path, before_config="      <max-queue>200000</max-queue>\n")
                            ).wait_ready()
     stuck = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 120, "stuck.topic")
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", 2_000, "-l", 8192, "--start-on-stdin",
+    # The stopped receiver's kernel buffers take what they can first (what fills fast is dropped
+    # meanwhile); only what comes once they are full waits in the connection's queue for good:
+    # three times what the buffers can hold is sent.
+    messages = 3 * _kernel_tcp_buffers() // 8192
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", messages, "-l", 8192, "--start-on-stdin",
                          "stuck.topic")
     stuck.wait_for_stderr("Beginning of Transport Session", 30)
     stuck.proc.send_signal(signal.SIGSTOP)

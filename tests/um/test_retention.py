@@ -112,7 +112,9 @@ def test_it_keeps_what_ums_rules_keep_whatever_the_numbers(steps, size_limit, st
        age=st.sampled_from([0.5, 3.0]), size_limit=st.sampled_from([400, 1_000_000]))
 def test_frames_older_than_the_age_threshold_go_as_ums_rules_say(gaps, age, size_limit):
     retention, model = Retention(size_limit, age), Model(size_limit, age)
-    sqn, now = 100, 1000.0
+    # The frames are added at times that all lie in the past, more than `age` before now: the
+    # questions below take the time from time.monotonic(), which starts near zero at boot.
+    sqn, now = 100, time.monotonic() - sum(later for _, later in gaps) - age - 1.0
     for length, later in gaps:
         sqn, now = sqn + 1, now + later
         retention.add(sqn, _frame(sqn, length), now)
