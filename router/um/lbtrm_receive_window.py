@@ -28,6 +28,9 @@ from router.um.wire.lbtrm import NCF_IGNORED, NCF_NO_RETRY, NCF_RX_DELAY, NCF_SH
 _WRAP = 1 << 32
 _HALF = 1 << 31
 MAX_GAP = 65536          # a jump further than this is not worth NAKing one by one: given up at once
+# A lead further ahead than this is not believed (a corrupt or forged datagram): more datagrams than
+# a source sends in a minute (the default activity timeout) at 1 Gbit/s of 500-byte datagrams.
+MAX_LEAD = 1 << 24
 YOUNG_SESSION = 16       # datagrams a session may have sent for its first DATA to start at its trail
 
 
@@ -63,6 +66,12 @@ class ReceiveWindow:
         if diff >= _HALF:
             diff -= _WRAP
         return base + diff
+
+    def believable(self, sqn: int) -> bool:
+        """Whether a source could have sent up to `sqn` by now: not if it leads the highest
+        sequence number known by more than MAX_LEAD. Believed, such a lead would declare most of
+        the sequence space lost and leave the source's real datagrams behind, as old."""
+        return self.expected is None or self._unwrap(sqn) - self.high <= MAX_LEAD
 
     # -- what arrives ----------------------------------------------------------------------------
     def data(self, sqn: int, payload: bytes, now: float, retransmission: bool = False,

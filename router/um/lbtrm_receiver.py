@@ -78,7 +78,7 @@ class LbtrmSessionClient(RepairingStream):
                          on_closed, activity_timeout=activity_timeout, window=window)
 
     def packet(self, packet, now: float) -> None:
-        if self.closed:
+        if self.closed or not self._believable(packet):
             return
         self.last_heard = now
         if isinstance(packet, LbtrmData):

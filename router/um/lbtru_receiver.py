@@ -128,6 +128,10 @@ class LbtruSessionClient(RepairingStream):
         was_connected, self.connected = self.connected, False
         if was_connected:
             log.info("%s: reset by the source; connecting again", self.description)
+            # The attempts run from this first one: the timer that ran since the client started
+            # could tick a moment after it, and the attempts would end short of their interval.
+            self.connect_timer.cancel()
+            self.connect_timer = self.loop.call_every(self.connect_interval, self._connect_tick)
             self._connect_tick()
 
     def _ack_tick(self) -> None:
@@ -142,7 +146,7 @@ class LbtruSessionClient(RepairingStream):
 
     # -- datagrams -------------------------------------------------------------------------------
     def packet(self, packet, now: float) -> None:
-        if self.closed:
+        if self.closed or not self._believable(packet):
             return
         self.last_heard = now
         if isinstance(packet, LbtruData):

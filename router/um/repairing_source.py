@@ -275,9 +275,12 @@ class RepairingSourceSession(BatchingSession):
                 payload = pending.popleft()
                 self.pending_bytes -= len(payload)
                 self._send_new(payload)
-            if pending:
-                self._arm_pump()
         finally:
+            # Even after a send that raised (the loop counts and logs it; the datagram had its
+            # sequence number, so receivers NAK it or learn it is lost): the rest must not wait
+            # for the application's next send, which may never come.
+            if self.pending:
+                self._arm_pump()
             self.lock.release()
 
     def _send_new(self, payload) -> None:
@@ -398,15 +401,20 @@ class RepairingSourceSession(BatchingSession):
         self.rx_pump = None
         now = time.monotonic()
         delayed = self.rx_delayed
-        while delayed and self.rx_rate.take(delayed[0][1], now):
-            sqn, size, to = delayed.popleft()
-            self.rx_delayed_bytes -= size
-            with self.window_lock:
-                datagram = self.window.get(sqn)
-            if datagram is not None:             # else it left the window: the next NAK hears so
-                self._retransmit(datagram, to)
-                self.retransmitted[(sqn, self._retransmission_scope(to))] = now
-        self._arm_rx_pump(now)
+        try:
+            while delayed and self.rx_rate.take(delayed[0][1], now):
+                sqn, size, to = delayed.popleft()
+                self.rx_delayed_bytes -= size
+                with self.window_lock:
+                    datagram = self.window.get(sqn)
+                if datagram is not None:             # else it left the window: the next NAK hears so
+                    self._retransmit(datagram, to)
+                    self.retransmitted[(sqn, self._retransmission_scope(to))] = now
+        finally:
+            # Even after one that raised (the loop counts and logs it; its receiver asks again
+            # once its NCF's suppress interval is over): the rest were promised ("rx delay"), and
+            # held back they would also fill the delay queue, shedding every NAK after.
+            self._arm_rx_pump(now)
 
     # -- state -----------------------------------------------------------------------------------
     def queued_bytes(self) -> int:

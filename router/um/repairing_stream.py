@@ -8,6 +8,8 @@ control does not count: what the source sent meanwhile waits in the kernel). Rep
 while the socket is not read, for the same reason: no NAK goes (its answer would wait unread, and
 each NAK more would only queue another copy behind it), and that time does not count towards
 giving loss up, ending the stream after a final advertisement, or expiring a partial message.
+A DATA or SM claiming a lead no source can have reached (lbtrm_receive_window.MAX_LEAD ahead) is
+counted as malformed and dropped: believed, it would give up most of the sequence space.
 A subclass reads its packet types into `_data`, `_sm` and `_ncf`, and sends NAKs its transport's way.
 """
 from __future__ import annotations
@@ -54,6 +56,22 @@ class RepairingStream(FrameStream):
         raise NotImplementedError
 
     # -- datagrams -------------------------------------------------------------------------------
+    def _believable(self, packet) -> bool:
+        """Whether what `packet` says of how far the source has sent (a DATA's sequence number, an
+        SM's lead) can be true. One that cannot (a corrupt or forged datagram) is counted as
+        malformed and dropped, and is no sign of the source's activity: a source that really
+        jumped that far is heard no more, and its stream ends after the activity timeout."""
+        lead = getattr(packet, "lead_sqn", getattr(packet, "sqn", None))
+        if lead is None or self.window.believable(lead):
+            return True
+        count = self.counters["malformed"] = self.counters["malformed"] + 1
+        if self.context_counters is not None:
+            self.context_counters["transport_malformed"] += 1
+        if not count & (count - 1):
+            log.warning("%s: %s claiming sequence number %d, far beyond any the source can have sent; "
+                        "dropped (%d malformed so far)", self.description, type(packet).__name__, lead, count)
+        return False
+
     def _data(self, sqn: int, payload, now: float, retransmission: bool, trail: int) -> None:
         self._delivered(self.window.data(sqn, bytes(payload), now, retransmission, trail))
 

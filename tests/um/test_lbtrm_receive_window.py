@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.um.lbtrm_receive_window import MAX_GAP, YOUNG_SESSION, ReceiveWindow
+from router.um.lbtrm_receive_window import MAX_GAP, MAX_LEAD, YOUNG_SESSION, ReceiveWindow
 from router.um.wire.lbtrm import NCF_IGNORED, NCF_NO_RETRY, NCF_RX_DELAY, NCF_SHED
 
 WRAP = 1 << 32
@@ -465,6 +465,17 @@ def test_a_jump_past_max_gap_whose_recent_part_is_repaired():
     assert out == payloads(*range(far - MAX_GAP, far + 1))
     assert w.counters["lost"] == 99
     assert w.expected == far + 1 and not w.jumps
+
+
+def test_a_lead_is_believable_up_to_max_lead_past_the_highest_known_across_the_wrap_too():
+    w = window()
+    assert w.believable(12345)                          # nothing heard: anything may start it
+    start = WRAP - 10
+    feed(w, [start, start + 2])                         # the highest known is start + 2
+    assert w.believable((start + 2 + MAX_LEAD) % WRAP)
+    assert not w.believable((start + 3 + MAX_LEAD) % WRAP)
+    assert not w.believable((start + (1 << 31) - 1) % WRAP)
+    assert w.believable(start - 5)                      # behind: a duplicate, the window's to count
 
 
 def test_a_late_datagram_inside_a_jumped_range_is_not_left_buffered():

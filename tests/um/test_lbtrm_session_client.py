@@ -11,7 +11,7 @@ import pytest
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.lbtrm_receiver import LbtrmGroup, LbtrmSessionClient
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
-from router.um.wire.lbtrm import FLAG_RETRANSMISSION, LbtrmNak, decode_lbtrm, encode_lbtrm_data
+from router.um.wire.lbtrm import FLAG_RETRANSMISSION, LbtrmNak, decode_lbtrm, encode_lbtrm_data, encode_lbtrm_sm
 from tests.support.domains import new_domain
 from tests.support.processes import wait_for
 
@@ -82,6 +82,9 @@ class _Session:
         self.source.sendto(encode_lbtrm_data(SESSION_ID, sqn, payload, trail_sqn=0, flags=flags),
                            (self.group, self.port))
 
+    def send_sm(self, lead: int, trail: int) -> None:
+        self.source.sendto(encode_lbtrm_sm(SESSION_ID, 0, 0, lead, trail), (self.group, self.port))
+
     def read_naks(self) -> list[int]:
         """The sequence numbers NAKed since the last call (what has reached the source by now)."""
         while True:
@@ -141,6 +144,34 @@ def test_a_datagram_with_a_broken_frame_is_dropped_and_counted_and_the_session_g
     assert app.messages == [(0, b"zero"), (1, b"one"), (3, b"three")]
     assert counters["malformed"] == 1, counters
     assert app.gaps == gaps
+
+
+@pytest.mark.parametrize("claim", ["DATA", "SM"])
+@pytest.mark.parametrize("lead", [(1 << 31) - 1, 1 << 29], ids=["2^31-1 ahead", "2^29 ahead"])
+def test_a_lead_no_source_could_have_reached_is_dropped_as_malformed_and_the_session_goes_on(session, claim, lead):
+    """A datagram of the session (a corrupt or forged one) claiming a sequence number far beyond
+    what any source could have sent since the last one heard is not believed: it is counted as
+    malformed, and declares nothing lost, sends no NAK and never makes the session's own data
+    look old; what the source sends next is delivered."""
+    joined = session(window=ReceiveWindow(nak_initial_backoff=0.0, nak_backoff=0.05))
+    joined.send(0, message(0, b"zero"))
+    joined.send(1, message(1, b"one"))
+    app = joined.application
+    wait_for(lambda: len(app.messages) == 2, 10, message="the first two messages")
+    if claim == "DATA":
+        joined.send(1 + lead, message(2, b"forged"))
+    else:
+        joined.send_sm(1 + lead, 0)
+    joined.send(2, message(2, b"two"))
+    joined.send(3, message(3, b"three"))
+    wait_for(lambda: len(app.messages) == 4 or app.ended or joined.counters()["duplicate_data"], 10,
+             message="the messages after the forged datagram")
+    _loop_passes(joined.loop, 0.2)             # NAKs for the forged gap would be out by now
+    counters = joined.counters()
+    assert app.messages == [(0, b"zero"), (1, b"one"), (2, b"two"), (3, b"three")]
+    assert not app.ended and not joined.closed and app.gaps == []
+    assert counters["malformed"] == 1 and counters["lost"] == 0 and counters["unrecovered_txw"] == 0, counters
+    assert joined.read_naks() == [] and counters["naks_sent"] == 0
 
 
 # -- flow control --------------------------------------------------------------------------------

@@ -443,6 +443,97 @@ def test_a_source_that_never_answers_is_given_up_after_the_connection_attempts(t
         silent.close()
 
 
+class _RawSource:
+    """A plain UDP socket playing an LBT-RU source, and a session client of the receiving side's
+    port (on its own loop) joined to it and connected."""
+
+    SESSION_ID = 0x5EED
+
+    def __init__(self, domain, **client_options):
+        self.sock = _raw_socket()
+        self.loop = EventLoop("raw-source")
+        self.loop.start_thread()
+        self.closed_at: list[float] = []
+        self.port = self.loop.call_and_wait(LbtruPort, self.loop, "127.0.0.1", domain.request_low,
+                                            domain.request_high, 65536, lambda _: None)
+        self.client = self.loop.call_and_wait(lambda: LbtruSessionClient(
+            self.loop, self.port, "127.0.0.1", self.sock.getsockname()[1], self.SESSION_ID,
+            lambda _: self.closed_at.append(time.monotonic()), **client_options))
+        _receive(self.sock, LbtruCreq)
+        self.send(encode_lbtru_sm(self.SESSION_ID, 0, 0, 0, syn=True))      # its stream starts at 1
+        wait_for(lambda: self.client.connected, 10, message="the session client connects")
+
+    def send(self, datagram: bytes) -> None:
+        self.sock.sendto(datagram, ("127.0.0.1", self.port.port))
+
+    def send_data(self, sqn: int) -> None:
+        frame = MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_DATA, MESSAGE_HEADER.size + 4, 1, sqn) + b"data"
+        self.send(encode_lbtru_data(self.SESSION_ID, sqn, frame, trail_sqn=1))
+
+    def counters(self) -> dict:
+        return self.loop.call_and_wait(lambda: dict(self.client.counters))
+
+    def close(self) -> None:
+        self.loop.call_and_wait(self.client.close)
+        self.loop.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def raw_source(tmp_path):
+    made = []
+
+    def make(**client_options) -> _RawSource:
+        made.append(_RawSource(new_domain(tmp_path), **client_options))
+        return made[-1]
+    yield make
+    for each in made:
+        each.close()
+
+
+def test_after_a_reset_the_connection_attempts_take_their_configured_time(raw_source):
+    """An RST (the source forgot this receiver) makes the receiver connect again: a request at
+    once, the next ones transport_lbtru_connect_interval apart, and it gives up no sooner than
+    its transport_lbtru_maximum_connect_attempts take, not at the next tick of a timer that ran
+    from when it first connected (which may come a moment after that first request)."""
+    interval, attempts = 1.0, 2
+    source = raw_source(connect_interval=interval, maximum_connect_attempts=attempts,
+                        acknowledgement_interval=interval / 4)
+    client = source.client
+    # Half a connect interval after the client started (its connection and ack timers started with it).
+    wait_for(lambda: client.counters["acks_sent"] >= 2, 10, message="two acknowledgements")
+    creqs = client.counters["creqs_sent"]
+    reset_at = time.monotonic()
+    source.send(encode_lbtru_rst())
+    wait_for(lambda: source.closed_at, 10 + attempts * interval, message="the client gives up")
+    counters = source.counters()
+    assert counters["rsts_rcved"] == 1 and counters["creqs_sent"] == creqs + attempts, counters
+    assert source.closed_at[0] - reset_at >= attempts * interval, "gave up before its attempts' time"
+
+
+@pytest.mark.parametrize("forged", ["DATA", "SM"])
+def test_a_lead_no_source_could_have_reached_is_dropped_as_malformed_and_the_session_goes_on(raw_source, forged):
+    """A datagram of the session claiming a sequence number about 2^31 beyond the last one (corrupt
+    or forged) is counted as malformed: it declares nothing lost, sends no NAK, and what the
+    source sends next is delivered."""
+    source = raw_source(acknowledgement_interval=0.05)
+    source.send_data(1)
+    source.send_data(2)
+    wait_for(lambda: source.counters()["msgs_rcved"] == 2, 10, message="the first two datagrams")
+    far = 2 + (1 << 31) - 1
+    if forged == "DATA":
+        source.send_data(far)
+    else:
+        source.send(encode_lbtru_sm(source.SESSION_ID, 1, far, 1))
+    source.send_data(3)
+    wait_for(lambda: source.counters()["msgs_rcved"] == 3 or source.counters()["duplicate_data"], 10,
+             message="the datagram after the forged one")
+    counters = source.counters()
+    assert counters["msgs_rcved"] == 3 and counters["duplicate_data"] == 0, counters
+    assert counters["malformed"] == 1 and counters["lost"] == 0 and counters["naks_sent"] == 0, counters
+    assert not source.closed_at
+
+
 # -- held data -----------------------------------------------------------------------------------
 def test_what_a_holding_source_sent_before_any_receiver_reaches_the_first_one(tmp_path):
     domain = new_domain(tmp_path)
