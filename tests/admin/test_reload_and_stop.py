@@ -83,7 +83,7 @@ def test_cost_reload_readvertises_without_restarts_then_stop_cleans_up(runtime_d
     assert text.code == 0 and "<daemon> changes take effect when the router restarts: worker-scheduling" in \
         text.stdout, text.explain()
     assert worker_pids() == pids
-    assert "take effect when the router restarts: worker-scheduling" in router.log()
+    router.wait_for_log("take effect when the router restarts: worker-scheduling")
 
     source.stop()
     assert routerctl("--json", "stop").json() == {"stopping": True, "pid": router.pid}

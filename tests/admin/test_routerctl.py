@@ -114,7 +114,7 @@ def test_recalculate_forces_a_route_recalculation_at_once(runtime_dir, routers, 
     done = routerctl("--json", "recalculate").json()
     assert done["recalculations"] == before["recalculations"] + 1 and done["map_version"] > before["map_version"]
     assert done["last_changes"] == ["FORCED RECALC (routerctl)"] and done["signature"] == before["signature"]
-    assert "route recalculation triggered: FORCED RECALC (routerctl)" in router.log()
+    router.wait_for_log("route recalculation triggered: FORCED RECALC (routerctl)")
     text = routerctl("recalculate")
     assert text.code == 0 and "routes recalculated" in text.stdout, text.explain()
 

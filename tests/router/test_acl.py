@@ -57,8 +57,8 @@ def test_inbound_and_outbound_acls_decide_what_crosses(routers, tools, make_doma
     for topic in ("blocked.news", "open.secret"):
         receivers[topic].stop()
         assert "Beginning of Transport Session" not in receivers[topic].stderr
-    assert "inbound ACL rejects topic blocked.news" in router.log()
-    assert "outbound ACL rejects topic open.secret: its interest is not passed on" in router.log()
+    router.wait_for_log("inbound ACL rejects topic blocked.news")
+    router.wait_for_log("outbound ACL rejects topic open.secret: its interest is not passed on")
 
 
 def test_peer_portal_acls_over_a_link(routers, tools, make_domain):
@@ -96,8 +96,8 @@ def test_peer_portal_acls_over_a_link(routers, tools, make_domain):
     for receiver in blocked.values():
         receiver.stop()
         assert "Beginning of Transport Session" not in receiver.stderr
-    assert "inbound ACL rejects topic link.blocked" in b.log()
-    assert "outbound ACL rejects topic link.secret: its interest is not passed on" in a.log()
+    b.wait_for_log("inbound ACL rejects topic link.blocked")
+    a.wait_for_log("outbound ACL rejects topic link.secret: its interest is not passed on")
 
 
 def test_an_outbound_acl_added_at_reload_withdraws_the_interest_it_rejects(routers, make_domain):
@@ -127,4 +127,4 @@ def test_an_outbound_acl_added_at_reload_withdraws_the_interest_it_rejects(route
                  message="LAN1 stops pulling in the topic LAN2's new outbound ACL rejects")
         wait_for(lambda: router.counters()[1]["local_interest_topics"] == 1, 10,
                  message="LAN2 keeps the interest its ACL lets through")
-    assert "outbound ACL rejects topic ours.secret: its interest is not passed on" in router.log()
+    router.wait_for_log("outbound ACL rejects topic ours.secret: its interest is not passed on")

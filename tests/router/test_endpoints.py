@@ -164,7 +164,7 @@ def test_fragment_larger_than_the_egress_datagram_size_is_dropped_and_counted(ro
              message="ten oversized frames counted")
     got = receiver.result(60)
     assert got["received"] == 10 and list(got["per_source"]) == ["00000005"], got
-    assert "UMR-3001-2" in router.log()
+    router.wait_for_log("UMR-3001-2")
 
 
 def test_protocol_conversion_lbt_ipc_in_tcp_out(routers, tools, make_domain):

@@ -46,11 +46,11 @@ def test_a_router_started_as_root_runs_as_the_configured_user(runtime_dir, route
         daemon_extra=AS_NOBODY + f'    <monitor interval="1"><format-module module="parquet" options="dir={stats}"/>'
                                  f"</monitor>\n    <web-monitor>127.0.0.1:{port}</web-monitor>\n").wait_ready()
     if os.geteuid() != 0:           # not root: it keeps its identity, and says so
-        assert "for a router started as root" in router.log()
+        router.wait_for_log("for a router started as root")
         assert ids(router.pid) == ({os.geteuid()}, {os.getegid()})
         cross_traffic(tools, lan1, lan2, "identity.topic", 1000, 64)
         return
-    assert f"running as uid {NOBODY} gid {NOBODY}" in router.log()
+    router.wait_for_log(f"running as uid {NOBODY} gid {NOBODY}")
     workers = router.worker_pids()
     assert len(workers) == 2
     for pid in (router.pid, *workers.values()):

@@ -154,7 +154,7 @@ def test_large_immediate_messages_cross_in_fragments_and_a_smaller_egress_drops_
     assert lan1_counters["immediate_topic_fragments_rcvd"] == 4 * count
     assert lan3_counters["immediate_topic_fragments_sent"] == 4 * count
     assert lan2_counters["immediate_topic_fragments_sent"] == count
-    assert "UMR-3001-4" in router.log()
+    router.wait_for_log("UMR-3001-4")
 
 
 def test_immediate_messages_cross_portals_that_share_a_worker(routers, tools, make_domain):

@@ -49,7 +49,7 @@ def test_a_failing_callback_in_a_worker_shows_as_the_portals_internal_errors(run
             return {name: portals[name]["counters"]["internal_errors"] for name in ("LAN1", "LAN2")}
         wait_for(lambda: internal_errors() == {"LAN1": 1, "LAN2": 1}, 10, interval=0.2,
                  message="each portal's failing callback counted")
-        assert "one refresh of the queue counters fails" in router.log()
+        router.wait_for_log("one refresh of the queue counters fails")
         status = {p["name"]: p for p in routerctl(router, "status")["portals"]}
         assert status["LAN1"]["state"] == status["LAN2"]["state"] == "up"
         assert status["LAN1"]["restarts"] == status["LAN2"]["restarts"] == 0

@@ -154,7 +154,8 @@ def test_a_tls_and_lz4_peer_link_delivers_everything_and_hides_it(routers, tools
     frames = decode(pcap, [f"tcp.port=={port},tls"], fields=["tls.app_data"])
     assert sum(len(f.get("tls.app_data", [])) for f in frames) > 10
     assert b"secret.topic" not in pcap.read_bytes()
-    assert "UMR-1201-1" in a.log() and "TO_B has just established a connection" in a.log()
+    a.wait_for_log("UMR-1201-1")
+    a.wait_for_log("TO_B has just established a connection")
 
 
 def test_transit_domain(routers, tools, make_domain, tmp_path):
@@ -232,7 +233,7 @@ def test_interest_of_a_router_gone_silent_is_removed_a_few_topics_a_pass(routers
             passes.append([stamp])
     assert max(len(one) for one in passes) <= 2, removed
     # A's route-info connection to B failed too: said once, nothing raised.
-    assert "UMR-3005-4" in a.log()
+    a.wait_for_log("UMR-3005-4")
 
 
 def kill_router(router) -> None:
@@ -562,7 +563,7 @@ def test_dual_tcp_peer_link_from_the_seed(routers, tools, make_domain):
     a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + dual_peer_xml("TO_B", port_a, port_b), "dua")
     b = start(routers, dual_peer_xml("TO_A", port_b, port_a) + endpoint_xml("LAN2", 2, lan2.config_path), "dub")
     a.wait_ready(), b.wait_ready()
-    assert "eliminated" in a.log()
+    a.wait_for_log("eliminated")
     wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
     [got] = send_and_receive(tools, lan1, [lan2], "dual.topic", 5000, rate=10000)
     assert (got["received"], got["gaps"], got["duplicates"]) == (5000, 0, 0), got

@@ -33,5 +33,5 @@ def test_the_router_and_its_workers_may_open_as_many_files_as_the_hard_limit_all
     assert len(workers) == 2
     for pid in [router.pid, *workers.values()]:
         assert open_files_limits(pid) == (hard, hard), f"pid {pid}: {open_files_limits(pid)}"
-    assert "open files limit raised from 1024" in router.log()
+    router.wait_for_log("open files limit raised from 1024")
     assert router.stop() == 0

@@ -77,7 +77,7 @@ def test_a_udp_peer_link_delivers_everything_both_ways_through_loss(routers, too
     window = a_link["udp"]["transmission_window"]
     assert window["limit"] == 8_000_000 and window["size"] == 25165824 and window["datagrams"] > 0, window
     assert window["bytes_counted_for_limit"] <= 8_000_000, window
-    assert "dropping 5.0% of received DATA datagrams on purpose (LBTRU_LOSS_RATE)" in b.log()
+    b.wait_for_log("dropping 5.0% of received DATA datagrams on purpose (LBTRU_LOSS_RATE)")
     assert a.counters()[1]["data_fragments_sent"] >= count
     # The portals' counters (web monitor, Parquet, /metrics) carry the path's, kept up each keepalive tick.
     wait_for(lambda: b.counters()[0]["udp_retransmissions_rcvd"] > 0 and a.counters()[1]["udp_naks_rcvd"] > 0, 10,

@@ -125,7 +125,7 @@ def stop_cleanly(router, worker_pids) -> None:
     except Exception:
         raise AssertionError(f"the router did not exit within 30 s of SIGTERM:\n{router.log()[-3000:]}")
     assert router.tool.proc.returncode == 0, router.log()[-3000:]
-    assert "UMR-1001-3" in router.log()
+    router.wait_for_log("UMR-1001-3")
     left = [pid for pid in worker_pids if pid and alive(pid)]
     assert not left, f"worker processes outlived the router: {left}"
     assert glob.glob(f"/dev/shm/umr.{router.name}.{router.pid}.*") == []
@@ -262,7 +262,7 @@ def test_changed_lbm_config_file_and_acl_restart_only_their_portal(routers, tool
     assert (now["LAN1"], now["LAN4"]) == (pids["LAN1"], pids["LAN4"])
     # A planned restart, said as such (information), not as a worker that died and backs off.
     for lan in ("LAN2", "LAN3"):
-        assert f"[information] UMR-1101-7: portal {lan}: worker pid {pids[lan]} stopped after" in router.log()
+        router.wait_for_log(f"[information] UMR-1101-7: portal {lan}: worker pid {pids[lan]} stopped after")
     assert "UMR-1101-2" not in router.log() and "UMR-1101-3" not in router.log()
     assert {name: p["restarts"] for name, p in status(router).items()} == dict.fromkeys(pids, 0)
     delivers(tools, lan1, lan2, "edited.after")
@@ -376,7 +376,7 @@ def test_hung_worker_changed_by_reload_is_killed_and_restarted(routers, tools, m
             os.kill(pids["LAN2"], signal.SIGCONT)
         except ProcessLookupError:
             pass
-    assert "UMR-1101-4" in router.log(), "the hang is reported"
+    router.wait_for_log("UMR-1101-4")
     finish_stream(stream, count)
     assert {k: v for k, v in pids_of(router).items() if k != "LAN2"} == \
         {k: v for k, v in pids.items() if k != "LAN2"}

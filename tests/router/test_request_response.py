@@ -90,7 +90,7 @@ def test_requests_cross_the_router_and_every_response_comes_back(routers, tools,
     finally:
         stranger.close()
     assert router.counters()[0]["unicast_data_msgs_forwarded"] == count
-    assert "UMR-3004-3" in router.log()
+    router.wait_for_log("UMR-3004-3")
 
 
 def test_requests_and_responses_cross_two_routers_hop_by_hop(routers, tools, make_domain):

@@ -48,7 +48,7 @@ def test_stalled_receiver_does_not_slow_the_others(routers, tools, make_domain, 
         lan2_counters = router.counters()[1]
         assert lan2_counters["data_bytes_enqueued_max"] <= 200_000 + 65_536
         assert router.counters()[2]["transport_topic_fragment_bytes_dropped_would_block"] == 0
-        assert "UMR-3001-1" in router.log()
+        router.wait_for_log("UMR-3001-1")
         began = [line for line in router.log().splitlines() if "UMR-3001-7" in line]
         assert began and all("portal LAN2: began enqueueing" in line for line in began), began
         stalled.proc.send_signal(signal.SIGCONT)
@@ -84,14 +84,15 @@ def test_killed_worker_is_restarted_and_traffic_resumes(routers, tools, make_dom
     assert per_source["last_seq"] >= rate * seconds - rate // 2, "traffic resumed after the restart"
     assert got["duplicates"] == 0
     assert lost < rate * 5
-    assert "UMR-1101-2" in router.log() and "UMR-1101-3" in router.log()
+    router.wait_for_log("UMR-1101-2")
+    router.wait_for_log("UMR-1101-3")
     if victim == 1:
         # What LAN1 forwarded for LAN2 while no worker of LAN2 read it: counted by the new worker
         # and logged, not skipped unseen.
         wait_for(lambda: router.counters()[1]["ring_records_missed_while_down"] > 0, 10,
                  message="the restarted worker counts the records it missed")
         assert router.counters()[1]["ring_record_bytes_missed_while_down"] > 0
-        assert "UMR-3002-3: portal LAN2: " in router.log()
+        router.wait_for_log("UMR-3002-3: portal LAN2: ")
     else:
         assert router.counters()[0]["ring_records_missed_while_down"] == 0     # nothing came for LAN1
 
@@ -176,7 +177,8 @@ def test_reload_with_an_invalid_file_keeps_the_old_configuration(routers, tools,
     router.config.write_text(good.replace("<domain-id>2</domain-id>", "<domain-id>two</domain-id>"))
     router.signal(signal.SIGHUP)
     wait_for(lambda: "UMR-1002-2" in router.log(), 10, message="the rejected reload is logged")
-    assert f"{router.config}:" in router.log() and "domain-id" in router.log()
+    router.wait_for_log(f"{router.config}:")
+    router.wait_for_log("domain-id")
     assert router.worker_pids() == pids
     receiver = tools.umrcv("-c", lan2.config_path, "--json", "-C", 1000, "--timeout", 60, "still.routing")
     source = tools.umsrc("-c", lan1.config_path, "--json", "-M", 1000, "--start-on-stdin", "still.routing")

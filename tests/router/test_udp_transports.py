@@ -63,4 +63,4 @@ def test_the_routers_proxy_receiver_repairs_its_own_loss(routers, tools, make_do
     count = 20_000
     receiver = start_receiver(tools, lan2, "udp.lossy", count)
     send_and_receive(start_source(tools, lan1, "udp.lossy", count, size=200), receiver, count)
-    assert f"dropping 3.0% of received DATA datagrams on purpose ({loss_variable})" in router.log()
+    router.wait_for_log(f"dropping 3.0% of received DATA datagrams on purpose ({loss_variable})")

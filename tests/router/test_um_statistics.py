@@ -14,7 +14,7 @@ def test_portal_contexts_publish_their_transport_statistics_into_lan1(routers, t
                f'    </monitor>\n')
     router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + endpoint_xml("LAN2", 2, lan2.config_path),
                            monitor).wait_ready()
-    assert "UM statistics of the endpoint portals' contexts every 1 s" in router.log()
+    router.wait_for_log("UM statistics of the endpoint portals' contexts every 1 s")
     # The source and the receiver stay while the statistics are read: they are of the sessions that exist.
     receiver = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, "stats.topic")
     source = tools.umsrc("-c", lan1.config_path, "--json", "-M", 1000, "-l", 64, "-L", 30, "--start-on-stdin",

@@ -121,6 +121,11 @@ class Router:
     def log(self) -> str:
         return self.tool.stderr
 
+    def wait_for_log(self, text: str, timeout: float = 15.0) -> None:
+        """Until the router's log holds `text`: a worker's lines reach it over the control bus and
+        the supervisor, after what they tell is already seen elsewhere (a counter in shared memory)."""
+        self.tool.wait_for_stderr(text, timeout)
+
     def worker_pids(self) -> dict[str, int]:
         from router.monitor.counters import INDEX
         import numpy as np

@@ -193,7 +193,23 @@ def assert_no_expert_info(pcap_path, decode_as: list[str], prefs: list[str] = ()
                if not _tcp_recovery(row)] if not frames else []
     if frames or summary:
         details = "\n".join(f"  frame {number}: {'; '.join(items)}" for number, items in sorted(frames.items()))
-        raise AssertionError(f"tshark reports expert info in {pcap_path}:\n{details or summary}")
+        raise AssertionError(f"tshark reports expert info in {pcap_path}:\n{details or summary}"
+                             f"{_frames_around(pcap_path, decode_as, prefs, sorted(frames))}")
+
+
+def _frames_around(pcap_path, decode_as, prefs, numbers: list[int]) -> str:
+    """The TCP segments before and at the first offending frames (sequence numbers, lengths, TCP's
+    own analysis): whether the capture began inside a message, missed a segment, or the bytes
+    themselves are wrong is then told by the failure message, after the capture file is gone."""
+    if not numbers:
+        return ""
+    first, last = max(1, numbers[0] - 5), numbers[min(len(numbers), 10) - 1]
+    rows = decode(pcap_path, decode_as, prefs,
+                  fields=["tcp.stream", "tcp.seq", "tcp.len", "_ws.col.Info"],
+                  display_filter=f"frame.number >= {first} && frame.number <= {last}")
+    lines = [" ".join(f"{name.rsplit('.', 1)[-1]}={','.join(row.get(name, []))}" for name in
+                      ("frame.number", "tcp.stream", "tcp.seq", "tcp.len", "_ws.col.Info")) for row in rows[:40]]
+    return "\nframes around them:\n  " + "\n  ".join(lines)
 
 
 class LiveCapture:
@@ -237,7 +253,10 @@ class LiveCapture:
         canary.bind(("127.0.0.1", 0))
         canary_port = self.canary_port = canary.getsockname()[1]
         capture_filter = f"({self.capture_filter}) or (udp dst port {canary_port})"
-        args = [tshark_path(), "-n", "-i", self.interface, "-f", capture_filter, "-w", str(self.path)]
+        # A kernel buffer of 16 MiB (dumpcap's default is 2): on a loaded machine dumpcap may wait
+        # for a core while a test's burst arrives, and a packet dropped there breaks the TCP
+        # reassembly of everything after it. What is dropped anyway fails the block (stop()).
+        args = [tshark_path(), "-n", "-i", self.interface, "-B", "16", "-f", capture_filter, "-w", str(self.path)]
         # Own session: tshark and its dumpcap child form a group we can always clean up.
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -292,6 +311,12 @@ class LiveCapture:
             self._reader.join(timeout=5)
         self.process = None
 
+    @property
+    def dropped(self) -> int:
+        """Packets the capture lost (tshark says "N packets dropped from lo" as it stops)."""
+        return sum(int(line.split()[0]) for line in self._stderr
+                   if " dropped from " in line and line.split()[0].isdigit())
+
     @staticmethod
     def _group_gone(process: subprocess.Popen, wait: float) -> bool:
         """True once no process of tshark's group (tshark, dumpcap) is left."""
@@ -318,5 +343,8 @@ class LiveCapture:
     def __enter__(self) -> "LiveCapture":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         self.stop()
+        if exc_type is None and self.dropped:
+            raise TsharkError(f"the capture into {self.path} lost {self.dropped} packets (the machine too busy "
+                              f"for dumpcap): what it holds cannot be checked\n{self.stderr}")
