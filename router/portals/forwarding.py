@@ -87,12 +87,15 @@ class ForwardingView:
     def crossing(self, origin: int, destination: int) -> tuple[str | None, str | None]:
         """The portals by which the path origin -> destination enters and leaves this router
         ((None, None): not through it)."""
+        if origin == destination or origin not in self._domains or destination not in self._domains:
+            # A stream's origin domain is its advertisement's to write: one no path reaches is not
+            # remembered, or every distinct one would stay until the next route change.
+            return (None, None)
         key = (origin, destination)
         crossing = self._crossings.get(key)
         if crossing is None:
-            crossing = self._crossings[key] = (
-                (None, None) if self.routes is None or origin == destination
-                else (self.routes.ingress_portal(origin, destination), self.routes.egress_portal(origin, destination)))
+            crossing = self._crossings[key] = (self.routes.ingress_portal(origin, destination),
+                                               self.routes.egress_portal(origin, destination))
         return crossing
 
     def next_hop(self, destination: int) -> str | None:
@@ -108,9 +111,10 @@ class ForwardingView:
 
     def entry_portals(self, destination: int) -> frozenset[str]:
         """Portals through which chosen paths toward ``destination`` enter this router."""
+        if destination not in self._domains:
+            return frozenset()      # remote interest names any domain: not remembered (see next_hop)
         if destination not in self._entry:
-            self._entry[destination] = frozenset(() if self.routes is None
-                                                 else self.routes.interest_portals(destination))
+            self._entry[destination] = frozenset(self.routes.interest_portals(destination))
         return self._entry[destination]
 
     def mask_for(self, topic: str, origin: int) -> int:

@@ -293,12 +293,13 @@ class Topology:
         """Every forbidden construct in the current map, in a stable order."""
         found: list[ForbiddenTopology] = []
         # Our own record first: it names our portals. Both ends of a doubled link report it; once is enough.
-        reported: set[tuple] = set()
+        doubled_links: set[tuple[int, ...]] = set()
         for record in sorted(self.routers(), key=lambda r: not r.is_local):
-            for item in _duplicate_peer_links(record, self._records) + _duplicate_endpoints(record):
-                if (item.kind, item.routers) not in reported:
-                    reported.add((item.kind, item.routers))
+            for item in _duplicate_peer_links(record, self._records):
+                if item.routers not in doubled_links:
+                    doubled_links.add(item.routers)
                     found.append(item)
+            found += _duplicate_endpoints(record)
         found += _domain_with_two_ids(self.routers())
         for (low, high), (evidence, _) in sorted(self._domain_id_conflicts.items()):
             found.append(ForbiddenTopology(

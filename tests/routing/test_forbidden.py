@@ -36,6 +36,18 @@ def test_two_endpoints_of_one_router_on_one_domain():
         "a router may have only one endpoint portal per domain")
 
 
+def test_every_doubled_domain_of_one_router_is_reported():
+    """An operator fixes what the list shows: a second doubled domain must be on it too."""
+    net = Net().router("A", 7).endpoint("A", 4, portal="LAN4a").endpoint("A", 4, portal="LAN4b")
+    net.endpoint("A", 5, portal="LAN5a").endpoint("A", 5, portal="LAN5b")
+    net.router("B", 8).endpoint("B", 6).endpoint("B", 6).peer("A", "B")
+    messages = [f.message for f in net.topology("A").forbidden()]
+    assert len(messages) == 3, messages
+    assert "2 endpoint portals on domain 4 (portals LAN4a, LAN4b)" in messages[0]
+    assert "2 endpoint portals on domain 5 (portals LAN5a, LAN5b)" in messages[1]
+    assert "router B (node 0x8) has 2 endpoint portals on domain 6" in messages[2]
+
+
 def test_one_router_reaching_one_domain_under_two_ids():
     net = Net().router("A", 7).endpoint("A", 4, identity="239.1.1.1:12965").endpoint("A", 5,
                                                                                       identity="239.1.1.1:12965")
