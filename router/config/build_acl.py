@@ -12,7 +12,6 @@ from lxml import etree
 
 from router.config.model import Ace, Acl, Condition
 from router.config.reader import UINT32_MAX, ElementReader
-from router.hostnames import is_host_name
 from router.um.wildcard_patterns import compile_wildcard
 from router.um.xml_config import children
 
@@ -70,15 +69,7 @@ def _condition(reader: ElementReader, element: etree._Element) -> Condition:
 
 
 def _host(reader: ElementReader, element: etree._Element, value: str, multicast: bool) -> str:
-    """An IPv4 address (checked) or a DNS name (resolved later, when the ACL is put to use)."""
-    if not re.fullmatch(r"[0-9.]+", value):
-        if not is_host_name(value):
-            reader.fail(element, f"'{value}' is neither an IPv4 address nor a DNS name")
-        return value
-    try:
-        address = ipaddress.IPv4Address(value)
-    except ValueError:
-        reader.fail(element, f"'{value}' is not an IPv4 address")
-    if multicast and not address.is_multicast:
+    host = reader.host(element, value)
+    if multicast and re.fullmatch(r"[0-9.]+", host) and not ipaddress.IPv4Address(host).is_multicast:
         reader.fail(element, f"'{value}' is not a multicast address")
-    return str(address)
+    return host

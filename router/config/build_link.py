@@ -59,7 +59,8 @@ def _tcp_options(reader: ElementReader, element: etree._Element) -> SingleTcpLin
 def _initiator(reader: ElementReader, element: etree._Element | None) -> Initiator | None:
     if element is None:
         return None
-    return Initiator(address=reader.child_text(element, "address"),
+    address = reader.child(element, "address")
+    return Initiator(address=reader.host(address, reader.child_text(element, "address")),
                      port=_port(reader, element, "port"),
                      reconnect_interval=reader.attr_int(element, "reconnect-interval", 5000, 1))
 

@@ -94,6 +94,10 @@ def _context(portal: Portal, base: UMConfig, documents: tuple[UMXmlDocument, ...
             raise _of_portal(portal, err) from None
     if name:
         config.set("context", "context_name", name)
+    try:
+        config.check_ranges()
+    except ConfigError as err:
+        raise _of_portal(portal, err) from None
     return config
 
 
@@ -129,7 +133,8 @@ def _option_on_line(path: str | None, line: int | None) -> str | None:
     except (OSError, TypeError, IndexError):
         return None
     parts = text.split("#", 1)[0].split()
-    return parts[1] if len(parts) >= 2 else None
+    # A line of another encoding (UTF-16's NULs between letters) names no option worth showing.
+    return parts[1] if len(parts) >= 2 and parts[1].isprintable() else None
 
 
 # ------------------------------------------------------------------------------ domains

@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from lxml import etree
 
+from router.hostnames import is_host_name
 from router.um.xml_config import XML_SPACE, XmlFile, children
 
 log = logging.getLogger("router.config")
@@ -140,6 +141,17 @@ class ElementReader:
             return str(ipaddress.IPv4Address(text))
         except ValueError:
             self.fail(element, f"'{text}' is not an IPv4 address or network (a.b.c.d or a.b.c.0/24)")
+
+    def host(self, element: etree._Element, value: str) -> str:
+        """An IPv4 address (checked, normalised) or a DNS name (resolved later, when put to use)."""
+        if not re.fullmatch(r"[0-9.]+", value):
+            if not is_host_name(value):
+                self.fail(element, f"'{value}' is neither an IPv4 address nor a DNS name")
+            return value
+        try:
+            return str(ipaddress.IPv4Address(value))
+        except ValueError:
+            self.fail(element, f"'{value}' is not an IPv4 address")
 
     def key_values(self, element: etree._Element, attribute: str) -> dict[str, str]:
         """'k=v;k=v' (DRO module options); empty items are skipped."""

@@ -144,7 +144,8 @@ def _check_xml_config(daemon: DaemonConfig) -> None:
         return
     where = daemon.locations.get("xml-config", (None, daemon.line))
     if not daemon.xml_config.is_file():
-        raise ConfigError(f"cannot read xml-config file '{daemon.xml_config}': no such file",
+        problem = "no such file" if not daemon.xml_config.exists() else "not a regular file"
+        raise ConfigError(f"cannot read xml-config file '{daemon.xml_config}': {problem}",
                           *where, "xml-config")
     check_xml_config(daemon.xml_config)
     daemon.xml_config_digest = content_digest([daemon.xml_config])

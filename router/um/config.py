@@ -5,11 +5,12 @@ because an operator with forty configuration files needs to know which one to op
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from router.um.options import OPTIONS, OptionError, UnicastDaemon, lookup
+from router.um.options import OPTIONS, RANGES, OptionError, UnicastDaemon, lookup
 
 
 class ConfigError(ValueError):
@@ -58,6 +59,18 @@ class UMConfig:
         else:
             self.origins.pop(key, None)
 
+    def check_ranges(self) -> None:
+        """Each low..high pair names at least one value (UM checks these when a context is created).
+        Run once every layer is in: a file may move one end past the other's default that a later
+        layer moves too. The error is at the line that set the high end, else the low end."""
+        for scope, low_name, high_name in RANGES:
+            low, high = self.get(scope, low_name), self.get(scope, high_name)
+            if _ordered(low) <= _ordered(high):
+                continue
+            path, line = self.origins.get((scope, high_name)) or self.origins.get((scope, low_name), (None, None))
+            raise ConfigError(f"{low_name} ({low}) must not be above {high_name} ({high}): the range is empty",
+                              path, line)
+
     def merged(self, other: "UMConfig") -> "UMConfig":
         """A copy with `other`'s values taking precedence."""
         origins = {key: where for key, where in self.origins.items() if key not in other.values}
@@ -84,6 +97,11 @@ class UMConfig:
         return rows
 
 
+def _ordered(value: int | str) -> int:
+    """A port or id as is; an address as the number it is."""
+    return int(ipaddress.IPv4Address(value)) if isinstance(value, str) else value
+
+
 def _as_text(value: Any) -> str:
     """Keyword overrides may pass Python values; they go through the same parser as file text."""
     if isinstance(value, bool):
@@ -101,6 +119,10 @@ def _default(spec, scope: str) -> Any:
 
 def _shown(value: Any) -> str:
     return "" if value is None else _as_text(value)
+
+
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 def parse_lines(lines: Iterable[str], path: str | None = None, into: UMConfig | None = None) -> UMConfig:
@@ -133,8 +155,10 @@ def decode_lines(data: bytes, path: str | None = None) -> list[str]:
     comment may be in any encoding (an editor's Latin-1 "réseau"); what is parsed, scope, option
     and value, must be UTF-8, else the error names the line. A leading byte-order mark is the
     editor's, not part of the first scope."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
+    if data.startswith(UTF16_BOMS):
+        raise ConfigError("UTF-16 text (it starts with a UTF-16 byte-order mark); save it as UTF-8 or ASCII",
+                          path, 1)
+    data = data.removeprefix(UTF8_BOM)
     lines = []
     for number, raw in enumerate(data.splitlines(), start=1):
         content = raw.split(b"#", 1)[0]

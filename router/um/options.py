@@ -18,12 +18,27 @@ class OptionError(ValueError):
     """An unknown option or a value out of range; the reader adds file and line."""
 
 
+# Decimal (no leading zeros: C reads those as octal) or 0x hexadecimal, in ASCII: Python's int()
+# also takes "13_965" and other scripts' digits, which UM does not, so a typo became another number.
+_INTEGER = re.compile(r"[+-]?(0[xX][0-9a-fA-F]+|0+|[1-9][0-9]*)")
+_MAX_DIGITS = 20                # more than any option's range has (2**63 - 1 has 19)
+
+
+def _number(text: str) -> str:
+    """The integer as written, checked to be one."""
+    number = str(text).strip()
+    if not _INTEGER.fullmatch(number):
+        raise OptionError(f"'{text}' is not an integer")
+    return number
+
+
 def _int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        try:
-            value = int(str(text).strip(), 0)
-        except ValueError:
-            raise OptionError(f"'{text}' is not an integer") from None
+        number = _number(text)
+        digits = len(number.lstrip("+-"))
+        if digits > _MAX_DIGITS:        # out of range, and Python refuses to convert thousands of digits
+            raise OptionError(f"a {digits}-digit number is outside {low}..{high}")
+        value = int(number, 0)
         if not low <= value <= high:
             raise OptionError(f"{value} is outside {low}..{high}")
         return value
@@ -84,8 +99,9 @@ def _choice(*values: str) -> Callable[[str], str]:
 def _int_choice(*values: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
-            value = int(str(text).strip(), 0)
-        except ValueError:
+            number = _number(text)
+            value = int(number, 0) if len(number) <= _MAX_DIGITS else None
+        except OptionError:
             value = None
         if value not in values:
             raise OptionError(f"'{text}' is not one of {', '.join(map(str, values))}")
@@ -336,6 +352,19 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("source_cost_evaluation_function", "context", None, _string),
     _spec("operational_mode", "context", "embedded", _choice("embedded", "sequential")),
 )}
+
+
+# (scope, low end, high end) of the options that give a range of ports, ids or multicast groups.
+RANGES = (
+    ("context", "resolver_unicast_port_low", "resolver_unicast_port_high"),
+    ("context", "transport_tcp_port_low", "transport_tcp_port_high"),
+    ("context", "transport_lbtipc_id_low", "transport_lbtipc_id_high"),
+    ("context", "transport_lbtrm_multicast_address_low", "transport_lbtrm_multicast_address_high"),
+    ("context", "transport_lbtrm_source_port_low", "transport_lbtrm_source_port_high"),
+    ("context", "transport_lbtru_port_low", "transport_lbtru_port_high"),
+    ("receiver", "transport_lbtru_port_low", "transport_lbtru_port_high"),
+    ("context", "request_tcp_port_low", "request_tcp_port_high"),
+)
 
 
 def lookup(scope: str, name: str) -> OptionSpec:

@@ -24,7 +24,7 @@ from typing import Iterator
 
 from lxml import etree
 
-from router.um.config import ConfigError, UMConfig
+from router.um.config import UTF8_BOM, UTF16_BOMS, ConfigError, UMConfig
 from router.um.options import OptionError, lookup
 
 ROUTER_APPLICATION = "tnwgd"    # the application name the router's contexts look up (seed §4.1)
@@ -388,12 +388,16 @@ def _hash_meaning(sha, element: etree._Element) -> None:
 
 
 def is_xml_config(path: str | Path) -> bool:
-    """True when a UM configuration file is XML rather than plain text (its first character is '<')."""
+    """True when a UM configuration file is XML rather than plain text (its first character is '<').
+    A byte-order mark comes before that character: editors write one, and XML allows it."""
     try:
         with open(path, "rb") as handle:
-            return handle.read(512).lstrip().startswith(b"<")
+            head = handle.read(512)
     except OSError:
         return False
+    if head.startswith(UTF16_BOMS):
+        return head.decode("utf-16", errors="replace").lstrip().startswith("<")
+    return head.removeprefix(UTF8_BOM).lstrip().startswith(b"<")
 
 
 def load_xml_config(path: str | Path | UMXmlDocument, application: str | None = None,

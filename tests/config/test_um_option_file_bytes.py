@@ -56,3 +56,33 @@ def test_the_monitoring_contexts_file_may_have_a_latin1_comment(write_gateway):
                                 '</monitor>')
     (path.parent / "mon.cfg").write_bytes(LATIN1_COMMENT)
     assert load_gateway_config(path).daemon.monitor.interval == 5
+
+
+UM_XML = ('<?xml version="1.0" encoding="{encoding}"?>\n<um-configuration version="1.0"><applications>'
+          '<application name="tnwgd"><contexts><context><options type="context">'
+          '<option name="resolver_multicast_port" default-value="13001"/></options></context></contexts>'
+          '</application></applications></um-configuration>\n')
+
+
+@pytest.mark.parametrize("data", [b"\xef\xbb\xbf" + UM_XML.format(encoding="UTF-8").encode(),
+                                  UM_XML.format(encoding="UTF-16").encode("utf-16")],
+                         ids=["utf8-with-bom", "utf16"])
+def test_a_um_xml_lbm_config_with_a_byte_order_mark_is_read_as_xml(write_gateway, data):
+    # As <xml-config> the same file loaded; as <lbm-config> it was taken for plain text and refused
+    # with "expected 'scope option value', got '<?xml ...'".
+    path = write_gateway(endpoint("A", 1, "a.xml") + endpoint("B", 2, "lan2.cfg"))
+    (path.parent / "a.xml").write_bytes(data)
+    config = load_gateway_config(path)
+    assert config.portal("A").receiver_um.get("context", "resolver_multicast_port") == 13001
+
+
+def test_a_utf16_plain_text_file_is_named_as_such(write_gateway):
+    # Windows editors save "Unicode" as UTF-16: the error showed the line with a NUL between letters.
+    path = write_gateway(endpoint("A", 1, "a.cfg") + endpoint("B", 2, "lan2.cfg"))
+    (path.parent / "a.cfg").write_bytes("context resolver_multicast_port 13001\n".encode("utf-16"))
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    err = caught.value
+    assert (err.path, err.line) == (str(path.parent / "a.cfg"), 1)
+    assert "\0" not in str(err)
+    assert "UTF-16" in err.reason and "portal 'A'" in err.reason

@@ -1,0 +1,41 @@
+"""A portal's UM options whose low..high range is empty are refused at load, where they were set."""
+from __future__ import annotations
+
+import pytest
+
+from router.config import ConfigError, load_gateway_config
+from tests.config.samples import endpoint
+
+
+def test_an_empty_port_range_in_lbm_config_is_refused_at_its_line(write_gateway):
+    # Accepted, it failed only when the portal wanted its first proxy source, long after start.
+    path = write_gateway(endpoint("A", 1, "ports.cfg") + endpoint("B", 2, "lan2.cfg"),
+                         ports__cfg="context resolver_multicast_port 13965\n"
+                                    "context transport_tcp_port_low 19000\n")
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    err = caught.value
+    assert (err.path, err.line) == (str(path.parent / "ports.cfg"), 2)
+    assert "transport_tcp_port_low (19000) must not be above transport_tcp_port_high (14390)" in err.reason
+    assert "portal 'A'" in err.reason
+
+
+def test_a_range_that_lbm_attributes_completes_is_accepted(write_gateway):
+    attributes = ('<lbm-attributes><option scope="context" name="transport_tcp_port_high" value="19009"/>'
+                  '</lbm-attributes>')
+    path = write_gateway(endpoint("A", 1, "ports.cfg", after=attributes) + endpoint("B", 2, "lan2.cfg"),
+                         ports__cfg="context resolver_multicast_port 13965\n"
+                                    "context transport_tcp_port_low 19000\n")
+    source = load_gateway_config(path).portal("A").source_um
+    assert (source.get("context", "transport_tcp_port_low"), source.get("context", "transport_tcp_port_high")) \
+        == (19000, 19009)
+
+
+def test_an_empty_range_from_lbm_attributes_is_refused_at_the_element(write_gateway):
+    attributes = ('<lbm-attributes><option scope="receiver" name="transport_lbtru_port_high" value="100"/>'
+                  '</lbm-attributes>')
+    path = write_gateway(endpoint("A", 1, "lan1.cfg", after=attributes) + endpoint("B", 2, "lan2.cfg"))
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    assert (caught.value.path, caught.value.line) == (str(path), 4)
+    assert "transport_lbtru_port_high (100)" in caught.value.reason

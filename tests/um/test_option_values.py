@@ -1,0 +1,67 @@
+"""UM option values: what a number is, and ranges that name no value at all."""
+import pytest
+from hypothesis import given, strategies as st
+
+from router.um.config import ConfigError, load_file, parse_lines
+
+
+@pytest.mark.parametrize("text", ["13_965", "\u0661\u0663\u0669\u0666\u0665", "\uff11\uff13\uff19\uff16\uff15",
+                                  "1 3965"])
+def test_a_number_is_written_in_ascii_digits_only(text):
+    # Python's int() takes digit-group underscores and any script's digits; UM's reader does not,
+    # and "13_965" silently becoming 13965 hides a typo.
+    with pytest.raises(ConfigError) as caught:
+        parse_lines([f"context resolver_multicast_port {text}"], "lan.cfg")
+    assert (caught.value.path, caught.value.line) == ("lan.cfg", 1)
+    assert "is not an integer" in caught.value.reason
+
+
+def test_a_huge_number_is_refused_without_repeating_it():
+    with pytest.raises(ConfigError) as caught:
+        parse_lines(["context resolver_multicast_port " + "9" * 5000], "lan.cfg")
+    assert caught.value.reason == "a 5000-digit number is outside 0..65535"
+
+
+@given(st.integers(min_value=0, max_value=65535), st.sampled_from(["{}", "+{}", "0x{:x}", "0X{:X}", "  {}  "]))
+def test_decimal_and_hexadecimal_numbers_are_read(value, form):
+    config = parse_lines([f"context resolver_multicast_port {form.format(value)}"])
+    assert config.get("context", "resolver_multicast_port") == value
+
+
+@given(st.text(st.sampled_from("0123456789abcdefxX_+- ") | st.characters(categories=("Nd", "No")),
+               min_size=1, max_size=8).filter(str.strip))
+def test_any_value_is_a_number_or_a_config_error(text):
+    try:
+        config = parse_lines([f"context resolver_multicast_ttl {text}"])
+    except ConfigError:
+        return
+    assert 0 <= config.get("context", "resolver_multicast_ttl") <= 255
+    assert text.strip().isascii()
+
+
+@pytest.mark.parametrize("lines, option, line", [
+    (["context transport_tcp_port_low 19000", "context transport_tcp_port_high 18000"],
+     "transport_tcp_port_high", 2),
+    (["context request_tcp_port_high 14000"], "request_tcp_port_high", 1),
+    (["receiver transport_lbtru_port_low 30000"], "transport_lbtru_port_low", 1),
+    (["context transport_lbtrm_multicast_address_low 239.0.0.9",
+      "context transport_lbtrm_multicast_address_high 239.0.0.1"], "transport_lbtrm_multicast_address_high", 2),
+    (["context transport_lbtipc_id_low 30000"], "transport_lbtipc_id_low", 1),
+])
+def test_a_low_above_its_high_is_an_error_at_the_line_that_set_it(tmp_path, lines, option, line):
+    # An empty range passed every check and failed only when a source or request port was
+    # wanted, long after start (every proxy source of the portal, each with a runtime error).
+    path = tmp_path / "lan.cfg"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_file(path).check_ranges()
+    assert (caught.value.path, caught.value.line) == (str(path), line)
+    assert option in caught.value.reason
+    assert "must not be above" in caught.value.reason
+
+
+def test_a_range_is_checked_once_every_layer_is_in():
+    # A file may move the low end past the default high end that a later layer moves too.
+    config = parse_lines(["context transport_tcp_port_low 20000"])
+    config.set("context", "transport_tcp_port_high", "20009")
+    config.check_ranges()
