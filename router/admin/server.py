@@ -13,17 +13,27 @@ import os
 import socket
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from router.admin.dispatch import dispatch, malformed
 from router.admin.protocol import MAX_REQUEST_BYTES, Errno, encode_reply
 from router.eventlog import event
+from router.log_rate import LogRate, unsaid
 from router.runtime import admin_endpoint
 
 log = logging.getLogger(__name__)
 
 # ZeroMQ drops a peer that sends a bigger frame without telling it; below this, oversized
-# requests get a proper REQUEST_TOO_LARGE reply, above it memory is protected.
+# requests get a proper REQUEST_TOO_LARGE reply, above it memory is protected. ZeroMQ does not
+# tell the router either: the socket's monitor says only that a connection ended, so a connection
+# that ended after its ZeroMQ handshake without delivering a request is counted as cut off. (Raw
+# bytes not starting with ZMTP 3's signature are taken for ZeroMQ 2's protocol, whose messages carry
+# no source descriptor: such a peer's end counts as cut off whatever it delivered.)
 HARD_FRAME_LIMIT = 16 * MAX_REQUEST_BYTES
+_CONNECTION_EVENTS = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                      | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+_HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                     zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 MAX_FRAMES = 8                 # identity, REQ delimiter, payload: more is not a request
 REPLY_LINGER_MS = 500          # let the reply to `stop` leave before the socket closes
 # Requests answered per turn of the supervisor's loop. The loop also dispatches signals, reaps and
@@ -39,6 +49,13 @@ class AdminServer:
         self.path = _ipc_path(endpoint)
         self.requests = 0
         self.rejected = 0
+        self.cut_off = 0
+        self._cut_off_said = LogRate()
+        # Descriptor -> identities of the connections on it that delivered a request, not yet
+        # matched with an end (see _connection_event).
+        self._delivered: dict[int, set[bytes]] = {}
+        self._held_event = None              # a connection's end, judged once its requests are read
+        self._handshake_failed = False       # the next end is that of a connection never ZeroMQ's
         self._next_turn = None       # the loop's timer that reads on, while requests wait
         self.socket = supervisor.zmq.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, REPLY_LINGER_MS)
@@ -54,6 +71,9 @@ class AdminServer:
             os.chmod(self.path, 0o600)
         self.fd = self.socket.getsockopt(zmq.FD)
         supervisor.loop.add_reader(self.fd, self._readable)
+        self.monitor = self.socket.get_monitor_socket(_CONNECTION_EVENTS)
+        self.monitor_fd = self.monitor.getsockopt(zmq.FD)
+        supervisor.loop.add_reader(self.monitor_fd, self._connection_events)
         log.info("admin socket at %s", endpoint)
 
     def _readable(self) -> None:
@@ -63,14 +83,63 @@ class AdminServer:
             self._next_turn.cancel()
             self._next_turn = None
         for _ in range(REQUESTS_PER_TURN):
-            if self.socket is None or not self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if not self._request_waiting():
+                self._connection_events()
                 return
             try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=True)
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            self._handle(frames)
+            try:
+                self._delivered.setdefault(frames[-1].get(zmq.SRCFD), set()).add(frames[0].bytes)
+            except zmq.ZMQError:      # a ZeroMQ 2 (ZMTP 1.0) peer's messages carry no descriptor
+                pass
+            self._handle([frame.bytes for frame in frames])
         self._read_next_turn()
+
+    def _request_waiting(self) -> bool:
+        return self.socket is not None and bool(self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+
+    def _connection_events(self) -> None:
+        # A connection's end is judged only when no request waits: one it sent just before it
+        # ended may still be on the socket. Edge-triggered like the socket's: read until empty.
+        while self.socket is not None:
+            if self._held_event is None:
+                try:
+                    self._held_event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+            if self._held_event["event"] == zmq.EVENT_DISCONNECTED and self._request_waiting():
+                self._read_next_turn()
+                return
+            event, self._held_event = self._held_event, None
+            self._connection_event(event["event"], event["value"])
+
+    def _connection_event(self, kind: int, fd: int) -> None:
+        if kind in _HANDSHAKE_FAILED:
+            self._handshake_failed = True            # libzmq tells its end right after
+        elif kind == zmq.EVENT_DISCONNECTED:
+            never_zeromq, self._handshake_failed = self._handshake_failed, False
+            if never_zeromq:
+                return
+            # The descriptor may already carry the next connection, whose requests can be read
+            # before this end: any delivering connection's identity is taken for this one's. The
+            # totals come out right (each delivering connection is matched with one end), a
+            # cut-off frame only counted at the next connection's end instead.
+            delivered = self._delivered.get(fd)
+            if delivered:
+                delivered.pop()
+            else:
+                self._delivered.pop(fd, None)
+                self._count_cut_off()
+
+    def _count_cut_off(self) -> None:
+        self.cut_off += 1
+        unsaid_before = self._cut_off_said.due()
+        if unsaid_before is not None:
+            log.warning("admin socket: a client's connection ended before a whole request came, %d so far; a "
+                        "frame over %d bytes is cut off by ZeroMQ, which drops the client's connection "
+                        "and the frame%s", self.cut_off, HARD_FRAME_LIMIT, unsaid(unsaid_before))
 
     def _read_next_turn(self) -> None:
         # A timer, not call_soon: the loop runs callbacks added by callbacks in the same turn.
@@ -111,9 +180,12 @@ class AdminServer:
         if self.socket is None:
             return
         self.supervisor.loop.remove_reader(self.fd)
+        self.supervisor.loop.remove_reader(self.monitor_fd)
         if self._next_turn is not None:
             self._next_turn.cancel()
             self._next_turn = None
+        self.socket.disable_monitor()
+        self.monitor.close()
         self.socket.close()
         self.socket = None
         if self.path is not None:
@@ -121,6 +193,11 @@ class AdminServer:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+
+    def counters(self) -> dict[str, int]:
+        """For `routerctl status`: requests read, those answered with an error unparsed (several
+        frames, too large), and connections that ended before a whole request came (cut off)."""
+        return {"requests": self.requests, "rejected": self.rejected, "cut_off": self.cut_off}
 
 
 def _ipc_path(endpoint: str) -> str | None:

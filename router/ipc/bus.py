@@ -20,6 +20,7 @@ from typing import Callable
 import zmq
 
 from router.ipc import bus_messages as bm
+from router.log_rate import LogRate, unsaid
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class BusHub:
         self.interest: dict[tuple[str, int, int, str], bm.Interest] = {}   # (portal, domain, kind, symbol)
         self.portals: dict[str, tuple[int, int]] = {}        # portal -> (index, generation)
         self.keepalives: dict[str, float] = {}
-        self.counters = {"messages": 0, "malformed": 0}
+        self.counters = {"messages": 0, "malformed": 0}     # routerctl status shows them
+        self._malformed_said = LogRate()
         self.on_message: Callable[[str, object], None] | None = None
         loop.add_reader(self.router.getsockopt(zmq.FD), self._readable)
 
@@ -60,14 +62,13 @@ class BusHub:
     def _handle(self, frames: list[bytes]) -> None:
         self.counters["messages"] += 1
         if len(frames) != 2:
-            self.counters["malformed"] += 1
+            self._malformed(frames[0], f"{len(frames) - 1} frames, not one")
             return
         identity, payload = frames
         try:
             message = bm.decode(payload)
         except bm.BusError as err:
-            self.counters["malformed"] += 1
-            log.warning("dropped a malformed bus message from %r: %s", identity, err)
+            self._malformed(identity, str(err))
             return
         if isinstance(message, bm.Probe):
             self.publish(message)         # back to the worker: its subscription is in place
@@ -80,6 +81,15 @@ class BusHub:
             self.keepalives[message.portal] = message.timestamp
         if self.on_message is not None:
             self.on_message(identity.decode(errors="replace"), message)
+
+    def _malformed(self, identity: bytes, reason: str) -> None:
+        # Only a process of the router's user can reach the bus, but one that sends garbage
+        # would otherwise fill the log.
+        self.counters["malformed"] += 1
+        unsaid_before = self._malformed_said.due()
+        if unsaid_before is not None:
+            log.warning("dropped a malformed bus message from %r: %s (%d so far)%s", identity, reason,
+                        self.counters["malformed"], unsaid(unsaid_before))
 
     def _reply(self, identity: bytes, message) -> None:
         try:
@@ -143,13 +153,17 @@ PROBE_INTERVAL = 0.05       # seconds between probes while a worker's subscripti
 
 
 class BusClient:
-    """A worker's end of the bus. `on_message(message)` gets the snapshot, then newer updates."""
+    """A worker's end of the bus. `on_message(message)` gets the snapshot, then newer updates;
+    `on_malformed()` hears of each message dropped because it did not decode (the worker counts
+    it in its portal's bus_messages_malformed)."""
 
     def __init__(self, context: zmq.Context, request_endpoint: str, publish_endpoint: str, portal: str,
-                 loop, on_message: Callable[[object], None]):
+                 loop, on_message: Callable[[object], None], on_malformed: Callable[[], None] | None = None):
         self.loop = loop
         self.portal = portal
         self.on_message = on_message
+        self.on_malformed = on_malformed
+        self._malformed_said = LogRate()
         self.subscriber = context.socket(zmq.SUB)
         self.subscriber.setsockopt(zmq.LINGER, 0)
         self.subscriber.setsockopt(zmq.RCVHWM, 100_000)
@@ -201,7 +215,12 @@ class BusClient:
             return bm.decode(payload)
         except bm.BusError as err:
             self.counters["malformed"] += 1
-            log.warning("dropped a malformed bus message: %s", err)
+            if self.on_malformed is not None:
+                self.on_malformed()
+            unsaid_before = self._malformed_said.due()
+            if unsaid_before is not None:
+                log.warning("dropped a malformed bus message: %s (%d so far)%s", err, self.counters["malformed"],
+                            unsaid(unsaid_before))
             return None
 
     def _dealer_readable(self) -> None:

@@ -167,13 +167,17 @@ MISSED_WHILE_DOWN_COUNTERS = ("ring_records_missed_while_down", "ring_record_byt
 # Callbacks of the portal's worker loop (timers, sockets, the bus) that raised: each was logged, and
 # what it was doing was cut short (router/worker/process.py). Portals sharing a worker show its figure.
 INTERNAL_ERROR_COUNTERS = ("internal_errors",)
+# Responses (and unicast immediate messages) an endpoint portal's request port refused, closing the
+# connection they came on (router/um/request_port.py): larger than a request port takes, or a
+# stream that breaks the framing. They were counted only in the portal's UM context.
+REQUEST_PORT_REFUSED_COUNTERS = ("responses_too_large", "responses_malformed")
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
                  + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS
                  + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS
                  + BATCH_COUNTERS + LAPPED_COUNTERS + ROUTE_INFO_DROP_COUNTERS + LATE_JOIN_UNANSWERED_COUNTERS
-                 + MISSED_WHILE_DOWN_COUNTERS + INTERNAL_ERROR_COUNTERS)
+                 + MISSED_WHILE_DOWN_COUNTERS + INTERNAL_ERROR_COUNTERS + REQUEST_PORT_REFUSED_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

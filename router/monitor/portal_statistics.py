@@ -216,7 +216,9 @@ def _worker(*more: tuple[str, str]) -> Section:
 
 ENDPOINT_WORKER = _worker(("Malformed transport data (ignored)", "transport_malformed"),
                           ("Malformed immediate messages (ignored)", "immediate_malformed"),
-                          ("Malformed unicast immediate messages (ignored)", "unicast_malformed"))
+                          ("Malformed unicast immediate messages (ignored)", "unicast_malformed"),
+                          ("Responses refused: larger than a request port takes", "responses_too_large"),
+                          ("Malformed response streams (connection closed)", "responses_malformed"))
 PEER_WORKER = _worker()
 
 # The lines above the statistics: (label, counter).

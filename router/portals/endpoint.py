@@ -13,7 +13,7 @@ import time
 
 from router.eventlog import RateLimitedEvents
 from router.ipc import bus_messages as bm
-from router.monitor.counters import ContinuedTotals
+from router.monitor.counters import REQUEST_PORT_REFUSED_COUNTERS, ContinuedTotals
 from router.portals.acl import PortalAccess
 from router.portals.domain_routes import DomainRouteChannel
 from router.portals.egress_records import EgressRecords
@@ -676,6 +676,9 @@ class EndpointPortal(EgressRecords):
         if immediate is not None:
             totals.update("immediate_malformed", [(immediate, immediate.counters["mim_malformed"]
                                                    + immediate.reassembly.counters.get("mim_fragments_malformed", 0))])
+        port = context.request_port
+        for name in REQUEST_PORT_REFUSED_COUNTERS:
+            totals.update(name, [(port, port.counters[name])] if port is not None else [])
         enqueued = waiting = 0
         sessions = self.egress.sessions()
         for session in sessions:

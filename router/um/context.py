@@ -34,7 +34,8 @@ from router.um.messages import Message, RequestMessage
 from router.um.netif import resolve_interface
 from router.um.receiver import Accept, OnBatch, OnEvent, OnMessage, Receiver, WildcardReceiver
 from router.um.request_port import RequestPort
-from router.um.requests import PendingRequest, RequestIndexes, RequestOrigin, RequestPortUnavailable, Response
+from router.um.requests import (MAX_RESPONSE_BYTES, PendingRequest, RequestIndexes, RequestOrigin,
+                                RequestPortUnavailable, Response, ResponseTooLarge)
 from router.um.responder import ResponseSender
 from router.um.retention import Retention
 from router.um.source import Source
@@ -617,7 +618,12 @@ class Context:
         """Answer a request (RequestMessage.respond calls this). From any thread; never blocks:
         what cannot be sent yet is queued, and what cannot be sent at all is counted
         (responses_dropped) and logged with the requester's address. `outcome(sent)` hears which
-        (router.um.responder)."""
+        (router.um.responder). ResponseTooLarge, at once, for more than MAX_RESPONSE_BYTES: the
+        requester's request port would refuse it."""
+        size = memoryview(data).nbytes
+        if size > MAX_RESPONSE_BYTES:
+            raise ResponseTooLarge(f"a response of {size} bytes; a request port takes at most "
+                                   f"{MAX_RESPONSE_BYTES} bytes")
         if origin.domain is None or origin.domain == self.resolver.domain_id:
             self.responder.respond(origin, data, outcome)
         elif self.closed:            # its loop may be closed too: nothing may wake it

@@ -53,7 +53,8 @@ class OtrMessage(NamedTuple):
 
 class RequestMessage(NamedTuple):
     """A request (another source's lbm_send_request), delivered in sequence with that source's
-    messages. `respond(data)` answers it, as often as wanted, from any thread."""
+    messages. `respond(data)` answers it, as often as wanted, from any thread (ResponseTooLarge
+    for data over router.um.requests.MAX_RESPONSE_BYTES, which no request port takes)."""
 
     topic: str
     source: str

@@ -7,7 +7,9 @@ topic index is the request index (router.um.requests); fragments are reassembled
 (qidx, first_sqn), each set aside in full on its first piece: at most MAX_PARTIAL_BYTES a
 connection and PORT_MAX_PARTIAL_BYTES the whole port, whatever size first pieces claim on however
 many connections. A whole response goes to `on_response(qidx, data, source)`. A connection that
-breaks the framing is counted, logged and closed; the port and the other connections go on.
+breaks the framing is counted, logged and closed; the port and the other connections go on. One
+that begins a response over MAX_PARTIAL_BYTES is closed the same way, counted apart
+(responses_too_large): a responder's application, not its library, is likely at fault.
 A requester never sends on these connections, so it cannot tell one whose responder vanished
 without a word (a crashed host, a dropped NAT entry) from one that is merely quiet, and a client
 may connect again and again and never send: the port holds at most MAX_CONNECTIONS; beyond that
@@ -25,7 +27,7 @@ from typing import Callable
 from router.log_rate import LogRate
 from router.um.accepting import accept_pending, listen_in_range
 from router.um.received_ranges import ReceivedRanges
-from router.um.requests import RequestPortUnavailable
+from router.um.requests import MAX_RESPONSE_BYTES, RequestPortUnavailable
 from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
 from router.um.wire.lbmc_constants import NHDR_DESTINATION
 
@@ -37,7 +39,7 @@ _READ_SIZE = 256 * 1024
 # As a receiver of source streams does (tcp_receiver): a large response arrives in few, full segments.
 _RECEIVE_BUFFER = 4 * 1024 * 1024
 # What one connection may hold in responses not yet whole: a responder cannot make us keep more.
-MAX_PARTIAL_BYTES = 64 * 1024 * 1024
+MAX_PARTIAL_BYTES = MAX_RESPONSE_BYTES
 # What all of a port's connections may hold: a few of the largest responses at once, however many
 # clients each send a small first piece claiming one (every claim is set aside in full).
 PORT_MAX_PARTIAL_BYTES = 4 * MAX_PARTIAL_BYTES
@@ -53,6 +55,11 @@ _unpack_frag = FRAG_HEADER.unpack_from
 
 class MalformedResponse(ValueError):
     """A frame that breaks the stream (bad length, impossible fragment): the connection goes."""
+
+
+class OversizedResponse(MalformedResponse):
+    """A response larger than any request port takes: counted apart (responses_too_large), since
+    its responder may be well-behaved and only its application mistaken."""
 
 
 class PartialBytes:
@@ -133,6 +140,8 @@ class UimConnection:
         key = (qidx, first_sqn)
         entry = self.partial.get(key)
         if entry is None:
+            if total > MAX_PARTIAL_BYTES:
+                raise OversizedResponse(f"fragmented response of {total} bytes (at most {MAX_PARTIAL_BYTES})")
             if self.partial_bytes + total > MAX_PARTIAL_BYTES:
                 raise MalformedResponse(f"fragmented response of {total} bytes, with {self.partial_bytes} "
                                         f"bytes of others pending (at most {MAX_PARTIAL_BYTES})")
@@ -179,7 +188,7 @@ class RequestPort:
         # By fd, the connection silent the longest first: each one heard from moves to the end.
         self.connections: dict[int, tuple[socket.socket, UimConnection]] = {}
         self.counters = {"response_connections": 0, "responses_malformed": 0, "response_frames_unknown": 0,
-                         "response_connections_evicted": 0}
+                         "response_connections_evicted": 0, "responses_too_large": 0}
         self._evictions_said = LogRate(_EVICTION_LOG_INTERVAL)
         self.closed = False
         loop.add_reader(self.listener.fileno(), self._accept)
@@ -210,8 +219,8 @@ class RequestPort:
         try:
             connection.take(data)
         except MalformedResponse as err:
-            self.counters["responses_malformed"] += 1
-            log.warning("request port %d: malformed response stream from %s (%s); connection closed",
+            self.counters["responses_too_large" if isinstance(err, OversizedResponse) else "responses_malformed"] += 1
+            log.warning("request port %d: response stream from %s refused (%s); connection closed",
                         self.address[1], connection.source, err)
             self._drop(fd)
 

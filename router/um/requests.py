@@ -74,6 +74,16 @@ class Response(NamedTuple):
     source: str
 
 
+# The largest response a request port takes (router.um.request_port sets aside a response in full
+# on its first piece): a responder refuses a larger one at once instead of sending what the
+# requester will drop.
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class ResponseTooLarge(ValueError):
+    """A response larger than MAX_RESPONSE_BYTES: no requester would take it."""
+
+
 class RequestPortUnavailable(OSError):
     """No port of request_tcp_port_low..high could be opened (an OSError: it is one, at heart)."""
 

@@ -52,7 +52,8 @@ class FakeSupervisor:
         self.workers["LAN1"].counters.add_pair("transport_topic_fragments_rcvd",
                                                "transport_topic_fragment_bytes_rcvd", 10, 640)
         self.hub = SimpleNamespace(interest={("LAN2", bm.INTEREST_TOPIC, "a.topic"): None,
-                                             ("LAN1", bm.INTEREST_PCRE, "^b.*"): None})
+                                             ("LAN1", bm.INTEREST_PCRE, "^b.*"): None},
+                                   counters={"messages": 0, "malformed": 0})
         self.extensions: list = []
         self.config = SimpleNamespace(path=Path("/etc/umrouter/fake.xml"))
         self.reload_result = {"ok": True, "added": [], "removed": [], "changed": ["LAN2"], "kept": ["LAN1"],

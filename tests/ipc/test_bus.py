@@ -6,6 +6,7 @@ from hypothesis import given, strategies as st
 
 from router.ipc import bus_messages as bm
 from router.ipc.bus import BusClient, BusHub
+from router.monitor.counters import PortalCounters
 from router.um.loop import EventLoop
 
 
@@ -37,10 +38,10 @@ def bus(tmp_path):
     hub = BusHub(context, f"ipc://{tmp_path}/bus", f"ipc://{tmp_path}/bus-pub", hub_loop)
     made = []
 
-    def client(name):
+    def client(name, **extra):
         loop = EventLoop(name)
         received = []
-        made.append((loop, BusClient(context, *hub.endpoints, name, loop, received.append)))
+        made.append((loop, BusClient(context, *hub.endpoints, name, loop, received.append, **extra)))
         return loop, made[-1][1], received
     yield hub, hub_loop, client
     for loop, c in made:
@@ -91,6 +92,19 @@ def test_malformed_frames_are_counted_not_fatal(bus, tmp_path):
     loop_a, a, got_a = client("A")
     a.hello(1, 1)
     spin([hub_loop, loop_a], lambda: any(isinstance(m, bm.Snapshot) for m in got_a))
+
+
+def test_a_malformed_update_a_worker_drops_reaches_its_portals_counters(bus):
+    """The portal counter bus_messages_malformed (routerctl stats, the portal page) is the worker's
+    count of what it could not decode: a message it drops does not go unseen."""
+    hub, hub_loop, client = bus
+    counters = PortalCounters()
+    loop_a, a, got_a = client("A", on_malformed=lambda: counters.add("bus_messages_malformed"))
+    a.hello(1, 1)
+    spin([hub_loop, loop_a], lambda: any(isinstance(m, bm.Snapshot) for m in got_a))
+    hub.publisher.send(b"\xc1garbage")
+    spin([hub_loop, loop_a], lambda: counters.get("bus_messages_malformed") == 1)
+    assert a.counters["malformed"] == 1
 
 
 def test_workers_starting_together_each_learn_of_every_portal(bus):

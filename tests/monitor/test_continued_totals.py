@@ -40,7 +40,8 @@ def endpoint_with(counters: PortalCounters, sessions: list) -> EndpointPortal:
     """An endpoint portal reduced to what refresh_queue_counters reads."""
     endpoint = EndpointPortal.__new__(EndpointPortal)
     channel = SimpleNamespace(counters={"packets_sent": 0, "malformed": 0})
-    endpoint.context = SimpleNamespace(channel=channel, stream_counters={"transport_malformed": 0}, immediate=None)
+    endpoint.context = SimpleNamespace(channel=channel, stream_counters={"transport_malformed": 0}, immediate=None,
+                                       request_port=None)
     endpoint.egress = SimpleNamespace(sessions=lambda: list(sessions))
     endpoint.counters = counters
     endpoint.worker_totals = ContinuedTotals(counters)

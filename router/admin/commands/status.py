@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from router.admin import tables
+from router.admin.server import AdminServer
 from router.admin.commands.base import Command
 from router.monitor.parquet_sink import ParquetSink
 from router.monitor.rates import rates_of
@@ -19,7 +20,7 @@ class Status(Command):
                     "heartbeat_age_s", "proxy_receivers", "proxy_sources", "state",
                     "rx_fragments_per_s", "rx_bytes_per_s", "tx_fragments_per_s", "tx_bytes_per_s",
                     "scheduling", "scheduling_slice_us", "worker_portals", "rss_bytes", "private_bytes"}],
-       "rss_bytes", "private_bytes", "statistics"}
+       "rss_bytes", "private_bytes", "statistics", "admin", "bus"}
     `pid` is null and `uptime_s` 0 while a portal's worker is down; `state` is up, starting or down;
     `scheduling` is the worker's kernel policy now, "normal" or "batch" (router/worker/scheduling.py;
     "fifo", "rr" or "idle" if the router was started with one), `scheduling_slice_us` the time slice
@@ -31,7 +32,12 @@ class Status(Command):
     process (portals sharing one report the same), null while it is down (router/monitor/memory.py).
     `statistics` is the Parquet sink's state (router/monitor/parquet_sink.py, ParquetSink.status:
     its directory, current file, writes, errors and the last one, retain_days, date directories
-    removed), null when `<monitor>` does not select it.
+    removed), null when `<monitor>` does not select it. `admin` is the admin socket's
+    {"requests", "rejected", "cut_off"} (router/admin/server.py, AdminServer.counters): requests read,
+    those answered with an error unparsed (several frames, too large), and connections that ended
+    before a whole request came (ZeroMQ drops one that sends a frame over 1 MiB, with the frame).
+    `bus` is the control bus hub's {"messages", "malformed"} (router/ipc/bus.py): messages the
+    workers sent the supervisor, and those dropped because they did not decode.
     """
 
     def execute(self, supervisor, props: dict) -> dict:
@@ -41,6 +47,9 @@ class Status(Command):
         status["version"] = version()
         sink = next((e for e in supervisor.extensions if isinstance(e, ParquetSink)), None)
         status["statistics"] = sink.status() if sink is not None else None
+        admin = next((e for e in supervisor.extensions if isinstance(e, AdminServer)), None)
+        status["admin"] = admin.counters() if admin is not None else None
+        status["bus"] = dict(supervisor.hub.counters)
         used = {p["pid"]: p for p in memory(supervisor, status)["processes"]}
         for entry in [status, *status["portals"]]:
             found = used.get(entry["pid"], {})
@@ -52,6 +61,8 @@ class Status(Command):
             ("router", data["router"]), ("node id", f"{data['node_id']:#018x}"), ("pid", data["pid"]),
             ("uptime", tables.duration(data["uptime_s"])), ("config", data["config"]),
             ("memory", _memory(data)), ("statistics", _statistics(data.get("statistics"))),
+            ("admin", _admin(data.get("admin"))),
+            ("bus", _bus(data.get("bus"))),
         ])
         rows = [[p["name"], p["kind"], p["domain_id"], p["cost"], p["state"], p["pid"],
                  tables.duration(p["uptime_s"]) if p["pid"] else "-",
@@ -73,6 +84,20 @@ def _statistics(sink: dict | None) -> str:
     errors = sink["write_errors"] + sink["tick_errors"]
     failing = f", {errors} errors, last: {sink['last_error']}" if errors else ""
     return f"{sink['dir']}, {sink['writes']} writes, {kept}{failing}"
+
+
+def _admin(admin: dict | None) -> str:
+    """"12 requests, 1 rejected, 0 cut off": what the admin socket refused or lost."""
+    if admin is None:
+        return "-"
+    return f"{admin['requests']} requests, {admin['rejected']} rejected, {admin['cut_off']} cut off"
+
+
+def _bus(bus: dict | None) -> str:
+    """"840 messages, 0 malformed": what the workers told the supervisor, and what it dropped."""
+    if bus is None:
+        return "-"
+    return f"{bus['messages']} messages, {bus['malformed']} malformed"
 
 
 def _mib(size: int | None) -> str:
