@@ -99,6 +99,7 @@ class Context:
             merged = load_file(config_file, into=merged)
         if overrides:
             merged = from_overrides(overrides, into=merged)
+        merged.check_ranges()         # as UM does when a context is made: an empty port range fails here
         self.config = merged
         self.name = merged.get("context", "context_name") or f"ctx-{os.getpid()}"
         monitor_settings = self._monitor_settings()        # a bad setting fails before anything opens

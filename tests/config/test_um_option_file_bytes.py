@@ -34,16 +34,21 @@ def test_a_value_that_is_not_utf8_is_an_error_at_its_line(tmp_path):
     assert "UTF-8" in caught.value.reason
 
 
+def _portal_reading(write_gateway, name: str, data: bytes):
+    """A gateway file whose portal A's <lbm-config> is `name`, written with `data`: its path."""
+    path = write_gateway(endpoint("A", 1, name) + endpoint("B", 2, "lan2.cfg"))
+    (path.parent / name).write_bytes(data)
+    return path
+
+
 def test_a_portal_whose_lbm_config_has_a_latin1_comment_loads(write_gateway):
-    path = write_gateway(endpoint("A", 1, "a.cfg") + endpoint("B", 2, "lan2.cfg"))
-    (path.parent / "a.cfg").write_bytes(LATIN1_COMMENT)
+    path = _portal_reading(write_gateway, "a.cfg", LATIN1_COMMENT)
     config = load_gateway_config(path)
     assert config.portal("A").receiver_um.get("context", "resolver_multicast_port") == 13999
 
 
 def test_a_portal_whose_lbm_config_has_a_bad_byte_in_a_value_names_file_line_and_portal(write_gateway):
-    path = write_gateway(endpoint("A", 1, "a.cfg") + endpoint("B", 2, "lan2.cfg"))
-    (path.parent / "a.cfg").write_bytes(b"# caf\xe9\ncontext context_name caf\xe9\n")
+    path = _portal_reading(write_gateway, "a.cfg", b"# caf\xe9\ncontext context_name caf\xe9\n")
     with pytest.raises(ConfigError) as caught:
         load_gateway_config(path)
     assert (caught.value.path, caught.value.line) == (str(path.parent / "a.cfg"), 2)
@@ -70,16 +75,14 @@ UM_XML = ('<?xml version="1.0" encoding="{encoding}"?>\n<um-configuration versio
 def test_a_um_xml_lbm_config_with_a_byte_order_mark_is_read_as_xml(write_gateway, data):
     # As <xml-config> the same file loaded; as <lbm-config> it was taken for plain text and refused
     # with "expected 'scope option value', got '<?xml ...'".
-    path = write_gateway(endpoint("A", 1, "a.xml") + endpoint("B", 2, "lan2.cfg"))
-    (path.parent / "a.xml").write_bytes(data)
+    path = _portal_reading(write_gateway, "a.xml", data)
     config = load_gateway_config(path)
     assert config.portal("A").receiver_um.get("context", "resolver_multicast_port") == 13001
 
 
 def test_a_utf16_plain_text_file_is_named_as_such(write_gateway):
     # Windows editors save "Unicode" as UTF-16: the error showed the line with a NUL between letters.
-    path = write_gateway(endpoint("A", 1, "a.cfg") + endpoint("B", 2, "lan2.cfg"))
-    (path.parent / "a.cfg").write_bytes("context resolver_multicast_port 13001\n".encode("utf-16"))
+    path = _portal_reading(write_gateway, "a.cfg", "context resolver_multicast_port 13001\n".encode("utf-16"))
     with pytest.raises(ConfigError) as caught:
         load_gateway_config(path)
     err = caught.value

@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from router.um.config import ConfigError, load_file, parse_lines
+from router.um.context import Context
 
 
 @pytest.mark.parametrize("text", ["13_965", "\u0661\u0663\u0669\u0666\u0665", "\uff11\uff13\uff19\uff16\uff15",
@@ -65,3 +66,12 @@ def test_a_range_is_checked_once_every_layer_is_in():
     config = parse_lines(["context transport_tcp_port_low 20000"])
     config.set("context", "transport_tcp_port_high", "20009")
     config.check_ranges()
+
+
+def test_an_application_context_with_an_empty_range_is_refused_at_its_creation(tmp_path):
+    # Every context checks, not only a router's portals: an application's failed on its first source.
+    path = tmp_path / "app.cfg"
+    path.write_text("context transport_tcp_port_low 20010\ncontext transport_tcp_port_high 20000\n")
+    with pytest.raises(ConfigError) as caught:
+        Context(path)
+    assert (caught.value.path, caught.value.line) == (str(path), 2)
