@@ -4,8 +4,14 @@
     worker:     BusClient DEALER (identity = portal name) + SUB
 
 State replication follows zguide's Clone pattern: a (re)started worker subscribes first, then
-asks for a snapshot; updates carry sequence numbers, and the worker applies only those newer than
-its snapshot, so nothing is lost or applied twice however the two race.
+asks for a snapshot; every publication carries a sequence number, and the worker applies only those
+newer than its snapshot, so nothing is lost or applied twice however the two race.
+
+A worker that falls behind by more than the high-water mark (stopped, a long GC, a burst of
+interest) loses publications: ZeroMQ's PUB drops them and tells no one. The numbers show it: at
+a gap the worker counts it, logs it (rate-limited) and asks for a fresh snapshot, and meanwhile
+holds what arrives, to apply what is newer than that snapshot. The hub publishes a heartbeat now
+and then, so updates lost just before a quiet spell show as a gap too.
 
 A subscription reaches the publisher some time after `connect` returns, and until it does the
 worker's share of every publication is dropped. So "subscribes first" is made true before the
@@ -15,6 +21,7 @@ the subscriber (asking again meanwhile). Whatever the hub publishes after that r
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Callable
 
 import zmq
@@ -23,6 +30,10 @@ from router.ipc import bus_messages as bm
 from router.log_rate import LogRate, unsaid
 
 log = logging.getLogger(__name__)
+
+HIGH_WATER_MARK = 100_000   # publications queued for a worker (each side) before ZeroMQ drops them
+HEARTBEAT_INTERVAL = 1.0    # seconds: how long a worker can miss the last publications unaware
+SEQUENCE = struct.Struct(">Q")      # a publication's first frame
 
 
 def _drain(sock: zmq.Socket, handle: Callable[[list[bytes]], None]) -> None:
@@ -36,7 +47,8 @@ def _drain(sock: zmq.Socket, handle: Callable[[list[bytes]], None]) -> None:
 
 
 class BusHub:
-    def __init__(self, context: zmq.Context, request_endpoint: str, publish_endpoint: str, loop):
+    def __init__(self, context: zmq.Context, request_endpoint: str, publish_endpoint: str, loop,
+                 high_water_mark: int = HIGH_WATER_MARK, heartbeat_interval: float = HEARTBEAT_INTERVAL):
         self.loop = loop
         self.router = context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
@@ -44,17 +56,20 @@ class BusHub:
         self.router.bind(request_endpoint)
         self.publisher = context.socket(zmq.PUB)
         self.publisher.setsockopt(zmq.LINGER, 0)
-        self.publisher.setsockopt(zmq.SNDHWM, 100_000)
+        self.publisher.setsockopt(zmq.SNDHWM, high_water_mark)
         self.publisher.bind(publish_endpoint)
         self.endpoints = (request_endpoint, publish_endpoint)
-        self.sequence = 0
+        self.sequence = 0                                    # of the last publication
+        self.route_table: bm.RouteTable | None = None       # the last published: a resyncing worker needs it
         self.interest: dict[tuple[str, int, int, str], bm.Interest] = {}   # (portal, domain, kind, symbol)
         self.portals: dict[str, tuple[int, int]] = {}        # portal -> (index, generation)
         self.keepalives: dict[str, float] = {}
-        self.counters = {"messages": 0, "malformed": 0}     # routerctl status shows them
+        # routerctl status shows them; resyncs: snapshots asked for by workers that fell behind
+        self.counters = {"messages": 0, "malformed": 0, "resyncs": 0}
         self._malformed_said = LogRate()
         self.on_message: Callable[[str, object], None] | None = None
         loop.add_reader(self.router.getsockopt(zmq.FD), self._readable)
+        self._heartbeat = loop.call_every(heartbeat_interval, lambda: self.publish(bm.Heartbeat()))
 
     def _readable(self) -> None:
         _drain(self.router, self._handle)
@@ -75,6 +90,11 @@ class BusHub:
             return
         if isinstance(message, bm.Hello):
             self._reply(identity, self.snapshot())
+        elif isinstance(message, bm.Resync):
+            self.counters["resyncs"] += 1
+            self._reply(identity, self.snapshot())
+            if self.route_table is not None:
+                self._reply(identity, self.route_table)
         elif isinstance(message, bm.Interest):
             self.apply_interest(message)
         elif isinstance(message, bm.Keepalive):
@@ -102,9 +122,8 @@ class BusHub:
         return bm.Snapshot(self.sequence, tuple(self.interest.values()), portals)
 
     def apply_interest(self, interest: bm.Interest) -> None:
-        self.sequence += 1
         numbered = bm.Interest(interest.portal, interest.domain_id, interest.kind, interest.symbol,
-                               interest.op, self.sequence)
+                               interest.op, self.sequence + 1)     # publish() numbers it so
         key = (interest.portal, interest.domain_id, interest.kind, interest.symbol)
         if interest.op == bm.OP_CANCEL:
             self.interest.pop(key, None)
@@ -113,8 +132,11 @@ class BusHub:
         self.publish(numbered)
 
     def publish(self, message) -> None:
+        self.sequence += 1
+        if isinstance(message, bm.RouteTable):
+            self.route_table = message
         try:
-            self.publisher.send(bm.encode(message), zmq.NOBLOCK)
+            self.publisher.send_multipart([SEQUENCE.pack(self.sequence), bm.encode(message)], zmq.NOBLOCK)
         except zmq.Again:
             log.warning("bus publisher is full; %s dropped", type(message).__name__)
         # Sending can consume the ROUTER's edge notification: look again.
@@ -144,6 +166,7 @@ class BusHub:
         self.loop.call_later(0, self._readable)
 
     def close(self) -> None:
+        self._heartbeat.cancel()
         self.loop.remove_reader(self.router.getsockopt(zmq.FD))
         self.router.close(0)
         self.publisher.close(0)
@@ -155,35 +178,42 @@ PROBE_INTERVAL = 0.05       # seconds between probes while a worker's subscripti
 class BusClient:
     """A worker's end of the bus. `on_message(message)` gets the snapshot, then newer updates;
     `on_malformed()` hears of each message dropped because it did not decode (the worker counts
-    it in its portal's bus_messages_malformed)."""
+    it in its portal's bus_messages_malformed), `on_gap()` of each gap in the publications' numbers
+    (bus_update_gaps). After a gap the fresh snapshot replaces what the worker had: portals that
+    went down or restarted meanwhile come as PortalDown before it, and those that came up as
+    PortalUp after it, as if their own updates had arrived."""
 
     def __init__(self, context: zmq.Context, request_endpoint: str, publish_endpoint: str, portal: str,
-                 loop, on_message: Callable[[object], None], on_malformed: Callable[[], None] | None = None):
+                 loop, on_message: Callable[[object], None], on_malformed: Callable[[], None] | None = None,
+                 on_gap: Callable[[], None] | None = None, high_water_mark: int = HIGH_WATER_MARK):
         self.loop = loop
         self.portal = portal
         self.on_message = on_message
         self.on_malformed = on_malformed
+        self.on_gap = on_gap
         self._malformed_said = LogRate()
+        self._gap_said = LogRate()
         self.subscriber = context.socket(zmq.SUB)
         self.subscriber.setsockopt(zmq.LINGER, 0)
-        self.subscriber.setsockopt(zmq.RCVHWM, 100_000)
+        self.subscriber.setsockopt(zmq.RCVHWM, high_water_mark)
         self.subscriber.setsockopt(zmq.SUBSCRIBE, b"")
         self.subscriber.connect(publish_endpoint)
         self.dealer = context.socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.LINGER, 0)
         self.dealer.setsockopt(zmq.IDENTITY, portal.encode())
         self.dealer.connect(request_endpoint)
-        self.snapshot_sequence: int | None = None
-        self.early_updates: list = []
+        self.sequence: int | None = None         # of the last publication applied; None: awaiting a snapshot
+        self.held: list[tuple[int, object]] = []   # publications that came while awaiting it
+        self.portals_up: dict[str, tuple[int, int]] | None = None   # as delivered; None before the first snapshot
         self._hello: bm.Hello | None = None      # waiting for the subscription to be in place
         self._probe_timer = None
-        self.counters = {"malformed": 0, "stale_updates": 0, "probes_sent": 0}
+        self.counters = {"malformed": 0, "stale_updates": 0, "probes_sent": 0, "gaps": 0, "updates_missed": 0}
         loop.add_reader(self.subscriber.getsockopt(zmq.FD), self._subscriber_readable)
         loop.add_reader(self.dealer.getsockopt(zmq.FD), self._dealer_readable)
 
     def hello(self, generation: int, pid: int) -> None:
         """Say hello (and get the snapshot) once this worker's subscription is in place."""
-        self.snapshot_sequence = None
+        self.sequence = None
         self._hello = bm.Hello(self.portal, generation, pid)
         if self._probe_timer is None:
             self._probe_timer = self.loop.call_every(PROBE_INTERVAL, self._probe)
@@ -214,14 +244,17 @@ class BusClient:
         try:
             return bm.decode(payload)
         except bm.BusError as err:
-            self.counters["malformed"] += 1
-            if self.on_malformed is not None:
-                self.on_malformed()
-            unsaid_before = self._malformed_said.due()
-            if unsaid_before is not None:
-                log.warning("dropped a malformed bus message: %s (%d so far)%s", err, self.counters["malformed"],
-                            unsaid(unsaid_before))
+            self._malformed(str(err))
             return None
+
+    def _malformed(self, reason: str) -> None:
+        self.counters["malformed"] += 1
+        if self.on_malformed is not None:
+            self.on_malformed()
+        unsaid_before = self._malformed_said.due()
+        if unsaid_before is not None:
+            log.warning("dropped a malformed bus message: %s (%d so far)%s", reason, self.counters["malformed"],
+                        unsaid(unsaid_before))
 
     def _dealer_readable(self) -> None:
         _drain(self.dealer, self._reply)
@@ -229,33 +262,76 @@ class BusClient:
     def _reply(self, frames: list[bytes]) -> None:
         message = self._decode(frames[-1])
         if isinstance(message, bm.Snapshot):
-            self.snapshot_sequence = message.sequence
-            self.on_message(message)
-            early, self.early_updates = self.early_updates, []
-            for update in early:
-                self._apply(update)
+            self._load_snapshot(message)
         elif message is not None:
             self.on_message(message)
 
-    def _subscriber_readable(self) -> None:
-        _drain(self.subscriber, lambda frames: self._update(frames[-1]))
+    def _load_snapshot(self, snapshot: bm.Snapshot) -> None:
+        portals = {name: (index, generation) for name, index, generation in snapshot.portals}
+        before, self.portals_up = self.portals_up, portals
+        if before is None:
+            self.on_message(snapshot)
+        else:
+            for name, (index, generation) in before.items():
+                if portals.get(name) != (index, generation):
+                    self.on_message(bm.PortalDown(name, index))
+            self.on_message(snapshot)
+            for name, (index, generation) in portals.items():
+                if before.get(name) != (index, generation):
+                    self.on_message(bm.PortalUp(name, index, generation))
+        self.sequence = snapshot.sequence
+        held, self.held = self.held, []
+        for sequence, update in held:
+            self._receive(sequence, update)
 
-    def _update(self, payload: bytes) -> None:
-        message = self._decode(payload)
+    def _subscriber_readable(self) -> None:
+        _drain(self.subscriber, self._publication)
+
+    def _publication(self, frames: list[bytes]) -> None:
+        if len(frames) != 2 or len(frames[0]) != SEQUENCE.size:
+            self._malformed(f"a publication is a {SEQUENCE.size}-byte sequence number and a message, "
+                            f"not {len(frames)} frames of {[len(f) for f in frames]} bytes")
+            return
+        message = self._decode(frames[1])
         if message is None:
             return
         if isinstance(message, bm.Probe):
-            self._probe_returned(message)
-            return
-        if self.snapshot_sequence is None:
-            self.early_updates.append(message)
-        else:
-            self._apply(message)
+            self._probe_returned(message)     # before the snapshot too: it is what lets us ask for one
+        self._receive(SEQUENCE.unpack(frames[0])[0], message)
 
-    def _apply(self, message) -> None:
-        if isinstance(message, bm.Interest) and message.sequence <= (self.snapshot_sequence or 0):
-            self.counters["stale_updates"] += 1
-            return
+    def _receive(self, sequence: int, message) -> None:
+        if self.sequence is None:
+            self.held.append((sequence, message))
+        elif sequence <= self.sequence:
+            self.counters["stale_updates"] += 1      # in the snapshot already
+        elif sequence > self.sequence + 1:
+            self._gap(sequence)
+            self.held.append((sequence, message))
+        else:
+            self.sequence = sequence
+            self._deliver(message)
+
+    def _gap(self, sequence: int) -> None:
+        missed = sequence - self.sequence - 1
+        self.counters["gaps"] += 1
+        self.counters["updates_missed"] += missed
+        if self.on_gap is not None:
+            self.on_gap()
+        unsaid_before = self._gap_said.due()
+        if unsaid_before is not None:
+            log.warning("portal %s fell behind the control bus: %d updates lost after number %d (%d gaps so far); "
+                        "asking for a fresh snapshot%s", self.portal, missed, self.sequence, self.counters["gaps"],
+                        unsaid(unsaid_before))
+        self.sequence = None
+        self.send(bm.Resync(self.portal))
+
+    def _deliver(self, message) -> None:
+        if isinstance(message, (bm.Probe, bm.Heartbeat)):
+            return                           # numbered like the rest, but no state
+        if isinstance(message, bm.PortalUp):
+            self.portals_up[message.portal] = (message.index, message.generation)
+        elif isinstance(message, (bm.PortalDown, bm.PortalRemoved)):
+            self.portals_up.pop(message.portal, None)
         self.on_message(message)
 
     def close(self) -> None:

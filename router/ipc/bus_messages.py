@@ -1,7 +1,8 @@
 """The control bus's message kinds and their msgpack codecs (never pickle).
 
 Each message is a msgpack array `[kind, field, field, ...]`; each kind is a frozen dataclass with
-a fixed field order, so a message is small, typed, and readable by any msgpack tool.
+a fixed field order, so a message is small, typed, and readable by any msgpack tool. What the hub
+publishes goes in two frames, `[sequence, message]` (router.ipc.bus numbers every publication).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ class Interest:
     kind: int           # INTEREST_TOPIC / _PCRE / _REGEX
     symbol: str
     op: int             # OP_ADD / OP_REFRESH / OP_CANCEL
-    sequence: int = 0   # set by the hub: updates apply in order, after a snapshot's sequence
+    sequence: int = 0   # set by the hub: the number it published this update under
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,19 @@ class Snapshot:
     sequence: int
     interest: tuple          # tuple of Interest as arrays
     portals: tuple           # tuple of (portal, index, generation)
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    """A worker saw a gap in the publications' numbers (it fell behind and ZeroMQ dropped some):
+    it wants a fresh snapshot, and the newest route table."""
+    portal: str
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Published now and then, numbered like every publication: a worker that lost the last
+    updates before a quiet spell sees the gap at the next one instead of never."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +164,8 @@ class Shutdown:
 
 
 KINDS: list[type] = [Hello, Interest, Snapshot, PortalUp, PortalDown, Keepalive, SetCost, Shutdown, PortalRemoved,
-                     Query, Answer, RouteTable, PeerState, RouteInfoMessage, DomainConflict, Probe]
+                     Query, Answer, RouteTable, PeerState, RouteInfoMessage, DomainConflict, Probe, Resync,
+                     Heartbeat]
 _KIND_OF = {cls: number for number, cls in enumerate(KINDS)}
 
 

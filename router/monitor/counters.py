@@ -171,13 +171,18 @@ INTERNAL_ERROR_COUNTERS = ("internal_errors",)
 # connection they came on (router/um/request_port.py): larger than a request port takes, or a
 # stream that breaks the framing. They were counted only in the portal's UM context.
 REQUEST_PORT_REFUSED_COUNTERS = ("responses_too_large", "responses_malformed")
+# Gaps in the numbers of the control bus's publications a portal's worker saw: it had fallen behind
+# by more than ZeroMQ's high-water mark, which drops publications silently (router/ipc/bus.py); each
+# gap made it take a fresh snapshot. Its interest and portals had diverged from the router's unseen.
+BUS_GAP_COUNTERS = ("bus_update_gaps",)
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
                  + REQUEST_COUNTERS + IMMEDIATE_COUNTERS + UDP_PEER_COUNTERS + LATE_JOIN_COUNTERS
                  + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS
                  + BATCH_COUNTERS + LAPPED_COUNTERS + ROUTE_INFO_DROP_COUNTERS + LATE_JOIN_UNANSWERED_COUNTERS
-                 + MISSED_WHILE_DOWN_COUNTERS + INTERNAL_ERROR_COUNTERS + REQUEST_PORT_REFUSED_COUNTERS)
+                 + MISSED_WHILE_DOWN_COUNTERS + INTERNAL_ERROR_COUNTERS + REQUEST_PORT_REFUSED_COUNTERS
+                 + BUS_GAP_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

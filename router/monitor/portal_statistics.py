@@ -209,6 +209,7 @@ def _worker(*more: tuple[str, str]) -> Section:
         ("Records for the portal while its worker was down (not sent)", "ring_records_missed_while_down"),
         ("Bytes of records for the portal while its worker was down", "ring_record_bytes_missed_while_down"),
         ("Malformed control bus messages (ignored)", "bus_messages_malformed"),
+        ("Gaps in the control bus updates (the worker fell behind; it took a fresh snapshot)", "bus_update_gaps"),
         ("Internal errors (failing callbacks of the worker, logged)", "internal_errors"),
         *more,
     ), paired=False)

@@ -86,6 +86,10 @@ class EndpointPortal(EgressRecords):
         self.domain_route_limit = _limiter(resolution.domain_route.rate_limit, now)
         self._domain_route_timer = None
         self.closed = False
+        # Only the first snapshot is this worker's previous incarnation's interest. A later one (a
+        # resync after falling behind the bus) can predate a cancel this worker has sent since:
+        # taking it back would make a new receiver of that topic look already known.
+        self._interest_restored = False
         self.interest_limits = {   # <remote-topic-interest>/<remote-pattern-interest>: to other routers
             bm.INTEREST_TOPIC: _limiter(resolution.remote_topic_interest.rate_limit, now),
             bm.INTEREST_PCRE: (remote_pattern_limit := _limiter(resolution.remote_pattern_interest.rate_limit, now)),
@@ -370,7 +374,8 @@ class EndpointPortal(EgressRecords):
             return
         changed = self.view.apply(message, self.datapath)
         if changed == "snapshot":
-            self._restore_interest(message)
+            if not self._interest_restored:
+                self._restore_interest(message)
             self._interest_changed()
             self._domains_reached_changed()
         elif changed in ("interest", "routes"):
@@ -397,6 +402,7 @@ class EndpointPortal(EgressRecords):
     def _restore_interest(self, snapshot: bm.Snapshot) -> None:
         """A restarted worker takes back the interest its previous incarnation had shared: the
         domain's receivers are still there; use queries will confirm or expire them."""
+        self._interest_restored = True
         now = time.monotonic()
         for interest in snapshot.interest:
             if interest.portal != self.name:

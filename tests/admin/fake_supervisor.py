@@ -53,7 +53,7 @@ class FakeSupervisor:
                                                "transport_topic_fragment_bytes_rcvd", 10, 640)
         self.hub = SimpleNamespace(interest={("LAN2", bm.INTEREST_TOPIC, "a.topic"): None,
                                              ("LAN1", bm.INTEREST_PCRE, "^b.*"): None},
-                                   counters={"messages": 0, "malformed": 0})
+                                   counters={"messages": 0, "malformed": 0, "resyncs": 0})
         self.extensions: list = []
         self.config = SimpleNamespace(path=Path("/etc/umrouter/fake.xml"))
         self.reload_result = {"ok": True, "added": [], "removed": [], "changed": ["LAN2"], "kept": ["LAN1"],

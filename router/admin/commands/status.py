@@ -36,8 +36,10 @@ class Status(Command):
     {"requests", "rejected", "cut_off"} (router/admin/server.py, AdminServer.counters): requests read,
     those answered with an error unparsed (several frames, too large), and connections that ended
     before a whole request came (ZeroMQ drops one that sends a frame over 1 MiB, with the frame).
-    `bus` is the control bus hub's {"messages", "malformed"} (router/ipc/bus.py): messages the
-    workers sent the supervisor, and those dropped because they did not decode.
+    `bus` is the control bus hub's {"messages", "malformed", "resyncs"} (router/ipc/bus.py): messages
+    the workers sent the supervisor, those dropped because they did not decode, and fresh snapshots
+    workers asked for because they fell behind the bus and lost updates (each portal's
+    bus_update_gaps says whose).
     """
 
     def execute(self, supervisor, props: dict) -> dict:
@@ -94,10 +96,11 @@ def _admin(admin: dict | None) -> str:
 
 
 def _bus(bus: dict | None) -> str:
-    """"840 messages, 0 malformed": what the workers told the supervisor, and what it dropped."""
+    """"840 messages, 0 malformed, 0 resyncs": what the workers told the supervisor, what it
+    dropped, and how often a worker fell behind its updates."""
     if bus is None:
         return "-"
-    return f"{bus['messages']} messages, {bus['malformed']} malformed"
+    return f"{bus['messages']} messages, {bus['malformed']} malformed, {bus['resyncs']} resyncs"
 
 
 def _mib(size: int | None) -> str:
