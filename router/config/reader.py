@@ -14,6 +14,7 @@ from typing import NoReturn
 from lxml import etree
 
 from router.hostnames import is_host_name
+from router.um.options import control_character
 from router.um.xml_config import XML_SPACE, XmlFile, children
 
 log = logging.getLogger("router.config")
@@ -57,9 +58,13 @@ class ElementReader:
     def text(self, element: etree._Element) -> str:
         """Element text; trimmed unless xml:space="preserve". Comments and processing
         instructions inside it are not part of it: `<cost><!-- WAN -->5</cost>` is 5, and
-        `<name>LAN<!-- B -->2</name>` is LAN2 (the text after one is that node's tail)."""
+        `<name>LAN<!-- B -->2</name>` is LAN2 (the text after one is that node's tail). A control
+        character (`&#9;`, `&#127;`) is refused: no name, path or number has one."""
         raw = (element.text or "") + "".join(child.tail or "" for child in element
                                              if not isinstance(child.tag, str))
+        found = control_character(raw)
+        if found:
+            self.fail(element, f"the text has a control character ({found})")
         return raw if element.get(XML_SPACE) == "preserve" else raw.strip()
 
     def child_text(self, parent: etree._Element | None, tag: str, default: str | None = None) -> str | None:

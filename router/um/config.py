@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from router.um.options import OPTIONS, RANGES, OptionError, UnicastDaemon, lookup
+from router.um.options import (INTERVAL_BOUNDS, OPTIONS, RANGES, OptionError, UnicastDaemon,
+                                check_no_control_characters, lookup)
 
 
 class ConfigError(ValueError):
@@ -47,10 +48,12 @@ class UMConfig:
         try:
             spec = lookup(scope, name)
             key = (scope.strip().lower(), spec.name)
+            text = _as_text(text)
+            check_no_control_characters(spec.name, text)
             if spec.add is not None and key in self.values:     # resolver_unicast_daemon: a list
-                value = spec.add(self.values[key], _as_text(text))
+                value = spec.add(self.values[key], text)
             else:
-                value = spec.parse(_as_text(text))
+                value = spec.parse(text)
         except OptionError as err:
             raise ConfigError(str(err), where[0], where[1]) from None
         self.values[key] = value
@@ -60,7 +63,8 @@ class UMConfig:
             self.origins.pop(key, None)
 
     def check_ranges(self) -> None:
-        """Each low..high pair names at least one value (UM checks these when a context is created).
+        """Each low..high pair names at least one value, and each minimum interval is at most its
+        maximum (UM checks these when a context is created).
         Run once every layer is in: a file may move one end past the other's default that a later
         layer moves too. The error is at the line that set the high end, else the low end."""
         for scope, low_name, high_name in RANGES:
@@ -70,6 +74,31 @@ class UMConfig:
             path, line = self.origins.get((scope, high_name)) or self.origins.get((scope, low_name), (None, None))
             raise ConfigError(f"{low_name} ({low}) must not be above {high_name} ({high}): the range is empty",
                               path, line)
+        self._check_interval_bounds()
+
+    def _check_interval_bounds(self) -> None:
+        """Each interval's minimum is at most its maximum: one above gave timers that start above
+        their cap and drop to it at the first doubling. A 0 at either end turns a resolver phase off
+        (router.um.schedule), so it bounds nothing."""
+        for scope, minimum_name, maximum_name in INTERVAL_BOUNDS:
+            minimum, maximum = self.get(scope, minimum_name), self.get(scope, maximum_name)
+            if minimum <= maximum or 0 in (minimum, maximum):
+                continue
+            path, line = (self.origins.get((scope, maximum_name))
+                          or self.origins.get((scope, minimum_name), (None, None)))
+            raise ConfigError(f"{minimum_name} ({minimum}, {self._set_where(scope, minimum_name)}) must not be "
+                              f"above {maximum_name} ({maximum}, {self._set_where(scope, maximum_name)})",
+                              path, line)
+
+    def _set_where(self, scope: str, name: str) -> str:
+        """Where a value came from, for an error naming two options that disagree."""
+        key = (scope, name)
+        if key not in self.values:
+            return "the default"
+        where = self.origins.get(key)
+        if where is None:
+            return "set by the program"
+        return f"set at {where[0]}:{where[1]}" if where[1] is not None else f"set in {where[0]}"
 
     def merged(self, other: "UMConfig") -> "UMConfig":
         """A copy with `other`'s values taking precedence."""

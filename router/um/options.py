@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -116,6 +117,23 @@ def _bool(text: str) -> bool:
     if value in ("0", "no", "false", "off"):
         return False
     raise OptionError(f"'{text}' is not a boolean (1/0)")
+
+
+def check_no_control_characters(name: str, text: str) -> None:
+    """UM refuses a value with a control character in it (a NUL, a tab, DEL): no address, name or
+    number has one, and C would cut the value at a NUL."""
+    found = control_character(text)
+    if found:
+        raise OptionError(f"the value of {name} has a control character ({found})")
+
+
+def control_character(text: str) -> str | None:
+    """The first control character in `text`, as 'U+0000 at character 4' (never the character
+    itself: a NUL or an escape would garble the message); whitespace around the text is not part of it."""
+    for position, char in enumerate(text.strip(), start=1):
+        if unicodedata.category(char) == "Cc":
+            return f"U+{ord(char):04X} at character {position}"
+    return None
 
 
 def _string(text: str) -> str:
@@ -364,6 +382,18 @@ RANGES = (
     ("context", "transport_lbtru_port_low", "transport_lbtru_port_high"),
     ("receiver", "transport_lbtru_port_low", "transport_lbtru_port_high"),
     ("context", "request_tcp_port_low", "request_tcp_port_high"),
+)
+
+
+# (scope, minimum, maximum) of the intervals that start at their minimum and double up to their
+# maximum (session messages, resolver queries and advertisements, OTR requests).
+INTERVAL_BOUNDS = (
+    ("source", "transport_lbtrm_sm_minimum_interval", "transport_lbtrm_sm_maximum_interval"),
+    ("source", "transport_lbtru_sm_minimum_interval", "transport_lbtru_sm_maximum_interval"),
+    ("source", "resolver_advertisement_minimum_initial_interval", "resolver_advertisement_maximum_initial_interval"),
+    ("receiver", "resolver_query_minimum_initial_interval", "resolver_query_maximum_initial_interval"),
+    ("wildcard_receiver", "resolver_query_minimum_interval", "resolver_query_maximum_interval"),
+    ("receiver", "otr_request_minimum_interval", "otr_request_maximum_interval"),
 )
 
 

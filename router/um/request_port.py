@@ -9,7 +9,8 @@ connection and PORT_MAX_PARTIAL_BYTES the whole port, whatever size first pieces
 many connections. A whole response goes to `on_response(qidx, data, source)`. A connection that
 breaks the framing is counted, logged and closed; the port and the other connections go on. One
 that begins a response over MAX_PARTIAL_BYTES is closed the same way, counted apart
-(responses_too_large): a responder's application, not its library, is likely at fault.
+(responses_too_large): a responder's application, not its library, is likely at fault. A client
+may do either in a loop: each refusal is counted, the log gets one line per kind every interval.
 A requester never sends on these connections, so it cannot tell one whose responder vanished
 without a word (a crashed host, a dropped NAT entry) from one that is merely quiet, and a client
 may connect again and again and never send: the port holds at most MAX_CONNECTIONS; beyond that
@@ -24,7 +25,7 @@ import logging
 import socket
 from typing import Callable
 
-from router.log_rate import LogRate
+from router.log_rate import LogRate, unsaid
 from router.um.accepting import accept_pending, listen_in_range
 from router.um.received_ranges import ReceivedRanges
 from router.um.requests import MAX_RESPONSE_BYTES, RequestPortUnavailable
@@ -46,7 +47,7 @@ PORT_MAX_PARTIAL_BYTES = 4 * MAX_PARTIAL_BYTES
 # Far more responders than a requester (or a router's portal) answers to at once; well below the
 # descriptors a process has.
 MAX_CONNECTIONS = 1024
-_EVICTION_LOG_INTERVAL = 10.0   # s: a client connecting in a loop gets one log line per interval
+_REFUSAL_LOG_INTERVAL = 10.0    # s: a client connecting in a loop gets one log line per interval
 _MESSAGE_SIZE = MESSAGE_HEADER.size
 _FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
 _unpack_message = MESSAGE_HEADER.unpack_from
@@ -189,7 +190,7 @@ class RequestPort:
         self.connections: dict[int, tuple[socket.socket, UimConnection]] = {}
         self.counters = {"response_connections": 0, "responses_malformed": 0, "response_frames_unknown": 0,
                          "response_connections_evicted": 0, "responses_too_large": 0}
-        self._evictions_said = LogRate(_EVICTION_LOG_INTERVAL)
+        self._refusals_said = LogRate(_REFUSAL_LOG_INTERVAL)     # by counter: each has its line
         self.closed = False
         loop.add_reader(self.listener.fileno(), self._accept)
 
@@ -219,22 +220,24 @@ class RequestPort:
         try:
             connection.take(data)
         except MalformedResponse as err:
-            self.counters["responses_too_large" if isinstance(err, OversizedResponse) else "responses_malformed"] += 1
-            log.warning("request port %d: response stream from %s refused (%s); connection closed",
-                        self.address[1], connection.source, err)
+            counter = "responses_too_large" if isinstance(err, OversizedResponse) else "responses_malformed"
+            self.counters[counter] += 1
+            not_said = self._refusals_said.due(counter)
+            if not_said is not None:
+                log.warning("request port %d: response stream from %s refused (%s); connection closed "
+                            "(%d so far)%s", self.address[1], connection.source, err, self.counters[counter],
+                            unsaid(not_said))
             self._drop(fd)
 
     def _evict_silent(self) -> None:
         fd = next(iter(self.connections))
         _, connection = self.connections[fd]
         self.counters["response_connections_evicted"] += 1
-        if self._evictions_said.due() is None:
-            log.debug("request port %d: the connection from %s, silent the longest, closed", self.address[1],
-                      connection.source)
-        else:
+        not_said = self._refusals_said.due("response_connections_evicted")
+        if not_said is not None:
             log.warning("request port %d: %d connections held; the one from %s, silent the longest, closed "
-                        "(%d so far)", self.address[1], len(self.connections), connection.source,
-                        self.counters["response_connections_evicted"])
+                        "(%d so far)%s", self.address[1], len(self.connections), connection.source,
+                        self.counters["response_connections_evicted"], unsaid(not_said))
         self._drop(fd)
 
     def _other(self, frame: bytes, connection: UimConnection) -> None:

@@ -39,3 +39,18 @@ def test_an_empty_range_from_lbm_attributes_is_refused_at_the_element(write_gate
         load_gateway_config(path)
     assert (caught.value.path, caught.value.line) == (str(path), 4)
     assert "transport_lbtru_port_high (100)" in caught.value.reason
+
+
+def test_a_minimum_above_its_maximum_across_lbm_config_and_lbm_attributes_names_both(write_gateway):
+    attributes = ('<lbm-attributes><option scope="source" name="transport_lbtru_sm_maximum_interval" value="100"/>'
+                  '</lbm-attributes>')
+    path = write_gateway(endpoint("A", 1, "sm.cfg", after=attributes) + endpoint("B", 2, "lan2.cfg"),
+                         sm__cfg="context resolver_multicast_port 13965\n"
+                                 "source transport_lbtru_sm_minimum_interval 500\n")
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    err = caught.value
+    assert (err.path, err.line) == (str(path), 4)
+    assert (f"transport_lbtru_sm_minimum_interval (500, set at {path.parent / 'sm.cfg'}:2) must not be above "
+            f"transport_lbtru_sm_maximum_interval (100, set at {path}:4)") in err.reason
+    assert "portal 'A'" in err.reason

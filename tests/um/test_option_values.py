@@ -75,3 +75,47 @@ def test_an_application_context_with_an_empty_range_is_refused_at_its_creation(t
     with pytest.raises(ConfigError) as caught:
         Context(path)
     assert (caught.value.path, caught.value.line) == (str(path), 2)
+
+
+MINIMUM_MAXIMUM_PAIRS = [
+    ("source", "transport_lbtrm_sm_minimum_interval", "transport_lbtrm_sm_maximum_interval"),
+    ("source", "transport_lbtru_sm_minimum_interval", "transport_lbtru_sm_maximum_interval"),
+    ("source", "resolver_advertisement_minimum_initial_interval", "resolver_advertisement_maximum_initial_interval"),
+    ("receiver", "resolver_query_minimum_initial_interval", "resolver_query_maximum_initial_interval"),
+    ("wildcard_receiver", "resolver_query_minimum_interval", "resolver_query_maximum_interval"),
+    ("receiver", "otr_request_minimum_interval", "otr_request_maximum_interval"),
+]
+
+
+@pytest.mark.parametrize("scope, minimum, maximum", MINIMUM_MAXIMUM_PAIRS)
+def test_a_minimum_above_its_maximum_names_both_options_and_where_they_were_set(tmp_path, scope, minimum, maximum):
+    # Accepted, the interval started above its cap: session messages, queries or OTR requests
+    # went out at the minimum, then dropped to the maximum at the first doubling.
+    path = tmp_path / "lan.cfg"
+    path.write_text(f"{scope} {maximum} 300\n# between\n{scope} {minimum} 900\n")
+    with pytest.raises(ConfigError) as caught:
+        load_file(path).check_ranges()
+    err = caught.value
+    assert (err.path, err.line) == (str(path), 1)       # as for a range: at the maximum, if set
+    assert f"{minimum} (900, set at {path}:3) must not be above {maximum} (300, set at {path}:1)" in err.reason
+
+
+def test_a_minimum_above_a_default_maximum_says_it_is_the_default():
+    with pytest.raises(ConfigError) as caught:
+        parse_lines(["receiver otr_request_minimum_interval 20000"], "lan.cfg").check_ranges()
+    assert "otr_request_maximum_interval (10000, the default)" in caught.value.reason
+
+
+def test_a_resolver_phase_turned_off_by_a_zero_is_not_a_minimum_above_its_maximum():
+    # 0 turns a resolver phase off (router.um.schedule.Phases.initial), whatever the other end says.
+    parse_lines(["source resolver_advertisement_maximum_initial_interval 0",
+                 "wildcard_receiver resolver_query_maximum_interval 0"]).check_ranges()
+
+
+def test_an_application_context_with_a_minimum_above_its_maximum_is_refused_at_its_creation(tmp_path):
+    path = tmp_path / "app.cfg"
+    path.write_text("source transport_lbtrm_sm_minimum_interval 20000\n")
+    with pytest.raises(ConfigError) as caught:
+        Context(path)
+    assert (caught.value.path, caught.value.line) == (str(path), 1)
+    assert "transport_lbtrm_sm_maximum_interval (10000, the default)" in caught.value.reason

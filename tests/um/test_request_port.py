@@ -1,6 +1,7 @@
 """A request port's connection (router/um/request_port.py) putting responses in pieces back together:
 a response is delivered once every byte of it came, and a stream that contradicts itself is closed;
 and the port itself, holding no more than its connections from clients that never send."""
+import logging
 import socket
 
 import pytest
@@ -108,6 +109,50 @@ def test_responses_in_pieces_on_many_connections_hold_no_more_than_the_ports_sha
         again.sendall(b"".join(pieces[2]))
         wait_for(lambda: len(responses) == 2, 10, message="a response the port has room for again")
         assert responses[1] == (3, bodies[2]) and port.counters["responses_malformed"] == 1
+    finally:
+        for client in clients:
+            client.close()
+        loop.call_and_wait(port.close)
+
+
+def _port_log_lines(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == "router.um.request_port"]
+
+
+@pytest.mark.integration
+def test_a_client_sending_garbage_in_a_loop_is_counted_each_time_and_logged_once(domain, loop, caplog):
+    """Each refused stream was a warning of its own: a client reconnecting in a loop filled the log.
+    The counter has every refusal; the log one line per interval."""
+    caplog.set_level(logging.DEBUG, logger="router.um.request_port")
+    port = loop.call_and_wait(lambda: RequestPort(loop, "127.0.0.1", domain.request_low, domain.request_high,
+                                                  lambda qidx, data, source: None))
+    try:
+        for refused in range(1, 6):
+            with socket.create_connection(port.address, timeout=10) as client:
+                client.sendall(b"\x00\x00\x00\x01")         # a frame length below its own header
+                assert client.recv(10) == b""               # hung up on
+            wait_for(lambda: loop.call_and_wait(lambda: port.counters["responses_malformed"]) == refused, 10,
+                     message=f"refusal {refused} counted")
+        lines = _port_log_lines(caplog)
+        assert len(lines) == 1 and "refused (frame length 1)" in lines[0], lines
+    finally:
+        loop.call_and_wait(port.close)
+
+
+@pytest.mark.integration
+def test_clients_evicted_in_a_loop_are_counted_each_time_and_logged_once(domain, loop, caplog):
+    caplog.set_level(logging.DEBUG, logger="router.um.request_port")
+    port = loop.call_and_wait(lambda: RequestPort(loop, "127.0.0.1", domain.request_low, domain.request_high,
+                                                  lambda qidx, data, source: None, max_connections=1))
+    clients = []
+    try:
+        for evicted in range(6):
+            clients.append(socket.create_connection(port.address, timeout=10))
+            wait_for(lambda: loop.call_and_wait(lambda: (port.counters["response_connections"],
+                                                         port.counters["response_connections_evicted"]))
+                     == (evicted + 1, evicted), 10, message=f"connection {evicted + 1} accepted")
+        lines = _port_log_lines(caplog)
+        assert len(lines) == 1 and "silent the longest, closed (1 so far)" in lines[0], lines
     finally:
         for client in clients:
             client.close()
