@@ -466,7 +466,7 @@ class EndpointPortal(EgressRecords):
         self.counters.set("proxy_requests", len(self.requests))
         if self.requests.evicted != evicted:
             self._rate_limited("proxy-requests-evicted",
-                               f"{self.requests.evicted} oldest proxy requests forgotten "
+                               f"{self.requests.evicted} least recently used proxy requests forgotten "
                                f"(at most {self.requests.capacity} are kept); their late responses are dropped")
         return self.egress_frames(ring, stream_id, count, longest, frames, now)
 

@@ -14,8 +14,10 @@ requester from its own context. So each domain only ever talks to the router's p
 with data.
 
 A request has no end on the wire (a requester may take many responses, until it deletes the
-request), so an entry lives until MAX_PROXY_REQUESTS newer requests push it out, oldest first;
-a response for it after that is counted as having no forwarding information.
+request), so an entry lives until MAX_PROXY_REQUESTS other requests push it out, the least
+recently used first: a fragment or a response keeps its request, which may be answered for
+long after many newer ones went quiet. A response for it after that is counted as having no
+forwarding information.
 """
 from __future__ import annotations
 
@@ -75,22 +77,31 @@ class ProxyRequestTable:
     def index_for(self, request: ProxyRequest) -> int:
         index = self.index_of.get(request)
         if index is not None:
+            self.by_index.move_to_end(index)
             return index
-        index = self.next_index
-        self.next_index = index % 0xFFFFFFFF + 1           # 1 .. 2**32-1, never 0
-        stale = self.by_index.pop(index, None)             # wrapped onto a live one: it goes
-        if stale is not None:
-            self.index_of.pop(stale, None)
+        index = self._unused_index()
         self.by_index[index] = request
         self.index_of[request] = index
         while len(self.by_index) > self.capacity:
-            _, oldest = self.by_index.popitem(last=False)
-            self.index_of.pop(oldest, None)
+            _, least_used = self.by_index.popitem(last=False)
+            self.index_of.pop(least_used, None)
             self.evicted += 1
         return index
 
+    def _unused_index(self) -> int:
+        """The next index (1 .. 2**32-1, never 0) no kept request has: once they wrap, a request
+        in use since then keeps its own and is still answered."""
+        while True:
+            index = self.next_index
+            self.next_index = index % 0xFFFFFFFF + 1
+            if index not in self.by_index:
+                return index
+
     def get(self, index: int) -> ProxyRequest | None:
-        return self.by_index.get(index)
+        request = self.by_index.get(index)
+        if request is not None:
+            self.by_index.move_to_end(index)
+        return request
 
     def rewrite(self, frames, portal: int, ipaddr: str | None = None,
                 port: int | None = None) -> tuple[bytearray, int, int]:

@@ -18,7 +18,8 @@ hears them before they hear it (they answer its CTXINFO before it answers theirs
 ``backoff-interval`` after that, it would forward alongside them until they recalculate. Routers
 whose map does not come to match its own within the route-info ``timeout`` (out of reach of its
 announcements) are not waited for.
-Forbidden topologies are logged once when they appear and listed by ``routerctl topology``.
+Forbidden topologies are logged once when they appear and listed by ``routerctl topology``. Two
+routers with one node id are one (topology.py): each route-info that shows it is also counted.
 """
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ class RoutingService:
         # runs: one line per portal every MALFORMED_LOG_INTERVAL_MS (the counter has them all).
         self._malformed_said = LogRate(MALFORMED_LOG_INTERVAL_MS, clock=now_ms)
         self.counters = {"route_info_sent": 0, "route_info_rcvd": 0, "route_info_forwarded": 0,
-                         "route_info_malformed": 0, "route_info_duplicates": 0}
+                         "route_info_malformed": 0, "route_info_duplicates": 0, "route_info_node_id_conflicts": 0}
 
     # -- what the workers report ---------------------------------------------------------------
     def set_adjacency(self, portal: str, adjacency: Adjacency | None, now: float | None = None) -> None:
@@ -142,7 +143,13 @@ class RoutingService:
             return
         self.counters["route_info_rcvd"] += 1
         result = self.topology.apply(announcement, now)
-        if result.outcome in (UpdateOutcome.DUPLICATE, UpdateOutcome.STALE, UpdateOutcome.OWN):
+        if result.outcome is UpdateOutcome.NODE_ID_CONFLICT:
+            self.counters["route_info_node_id_conflicts"] += 1
+            self.topology.note_node_id_conflict(
+                announcement.node_id, (result.record.name, announcement.name),
+                f"portal {portal} of {self.name} heard route-info from {announcement.name}", now)
+            self._report_forbidden()
+        elif result.outcome in (UpdateOutcome.DUPLICATE, UpdateOutcome.STALE, UpdateOutcome.OWN):
             self.counters["route_info_duplicates"] += 1
             # Not applied again; flooded on only if it may go further than the copy that was.
         elif result.changes_topology:

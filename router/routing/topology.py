@@ -19,6 +19,13 @@ computes the same value: operators compare it to tell a converged network.
 
 Forbidden topologies (spec/dro.md §2.5 "Unsupported") are reported, not refused: paths are still
 computed (deterministically) so traffic flows while an operator fixes the configuration.
+
+Node ids must be unique in the network. A router's name is fixed for as long as it runs and every
+run draws a new node id, so route-info under our node id that is not ours (another name, or a
+sequence number we have not sent yet), or under a known router's node id with another name, comes
+from a second router with that node id. The map keeps the router it had under that id (routes do
+not flap between the two); the other's announcements are flooded on, numbered apart, so every
+router between the two, and the two themselves, hear and report it.
 """
 from __future__ import annotations
 
@@ -41,6 +48,7 @@ DOMAIN_ID_CONFLICT_REPORT_INTERVAL_MS = 5000
 TWO_PEER_LINKS = "two-peer-links"
 TWO_ENDPOINTS_ON_ONE_DOMAIN = "two-endpoints-on-one-domain"
 TWO_DOMAIN_IDS_FOR_ONE_DOMAIN = "two-domain-ids-for-one-domain"
+TWO_ROUTERS_WITH_ONE_NODE_ID = "two-routers-with-one-node-id"
 
 
 def new_node_id() -> int:
@@ -130,6 +138,7 @@ class UpdateOutcome(Enum):
     DUPLICATE = "duplicate"         # same sqn again: another copy of a flood already applied
     STALE = "stale"                 # older sqn
     OWN = "own"                     # our own announcement came back
+    NODE_ID_CONFLICT = "node id conflict"   # another router with the node id of ``record``
 
 
 @dataclass(frozen=True)
@@ -185,6 +194,11 @@ class Topology:
         # (lower id, higher id) -> (evidence, last seen ms): conflicts seen in a domain's own
         # traffic (another router's LBMR says LOCAL_DOMAIN x where we say y).
         self._domain_id_conflicts: dict[tuple[int, int], tuple[str, float]] = {}
+        # (node id, the two names, sorted) -> (evidence, last seen ms): two routers with one node id.
+        self._node_id_conflicts: dict[tuple[int, tuple[str, str]], tuple[str, float]] = {}
+        # (node id, name) -> (last sqn, best ttl, last heard ms) of a router whose node id the map
+        # gives to another: its announcements are numbered apart from that one's.
+        self._shadowed: dict[tuple[int, str], tuple[int, int, float]] = {}
 
     # -- our own router ------------------------------------------------------------------------
     @property
@@ -211,10 +225,15 @@ class Topology:
     # -- other routers -------------------------------------------------------------------------
     def apply(self, announcement: RouterAnnouncement, now_ms: float) -> UpdateResult:
         if announcement.node_id == self.node_id:
+            if announcement.name != self.local.name or sqn_newer(announcement.sqn, self._sqn):
+                return UpdateResult(UpdateOutcome.NODE_ID_CONFLICT, self.local, None)
             return UpdateResult(UpdateOutcome.OWN, self.local, None)
         existing = self._records.get(announcement.node_id)
         # This router is one hop; an announcement may traverse at most max-hop-count of them.
         ttl = min(announcement.ttl, self.max_hop_count)
+        if existing is not None and existing.name != announcement.name:
+            forward_ttl = self._flood_shadowed(announcement, ttl, now_ms)
+            return UpdateResult(UpdateOutcome.NODE_ID_CONFLICT, existing, forward_ttl)
         if existing is not None and not sqn_newer(announcement.sqn, existing.sqn):
             if announcement.sqn != existing.sqn:
                 return UpdateResult(UpdateOutcome.STALE, existing, None)
@@ -236,6 +255,16 @@ class Topology:
             outcome = UpdateOutcome.REFRESHED
         return UpdateResult(outcome, record, ttl - 1 if ttl > 1 else None)
 
+    def _flood_shadowed(self, announcement: RouterAnnouncement, ttl: int, now_ms: float) -> int | None:
+        """The ttl to flood a shadowed router's announcement on with, by the rules of apply()."""
+        key = (announcement.node_id, announcement.name)
+        last = self._shadowed.get(key)
+        if last is not None and not sqn_newer(announcement.sqn, last[0]):
+            if announcement.sqn != last[0] or ttl <= last[1]:
+                return None
+        self._shadowed[key] = (announcement.sqn, ttl, now_ms)
+        return ttl - 1 if ttl > 1 else None
+
     def expire(self, now_ms: float) -> list[RouterRecord]:
         """Remove routers silent for ``timeout`` ms (each is a DRO TIMED OUT trigger)."""
         gone = [r for r in self._records.values()
@@ -248,6 +277,11 @@ class Topology:
         for key, (_, seen) in list(self._domain_id_conflicts.items()):
             if now_ms - seen >= hold_ms:
                 del self._domain_id_conflicts[key]
+        # Both routers announce every propagation interval: one not heard for ``timeout`` has gone.
+        for table in (self._node_id_conflicts, self._shadowed):
+            for key, (*_, seen) in list(table.items()):
+                if now_ms - seen >= self.timeout_ms:
+                    del table[key]
         return sorted(gone, key=lambda r: r.node_id)
 
     def routers(self) -> list[RouterRecord]:
@@ -289,6 +323,11 @@ class Topology:
             key = (min(our_domain_id, heard_domain_id), max(our_domain_id, heard_domain_id))
             self._domain_id_conflicts[key] = (evidence, now_ms)
 
+    def note_node_id_conflict(self, node_id: int, names: tuple[str, str], evidence: str, now_ms: float) -> None:
+        """Two routers, named ``names``, announce node id ``node_id``; ``evidence`` says where it
+        was heard (e.g. "portal TO_HUB of dro-east heard route-info from dro-west"). Kept while heard."""
+        self._node_id_conflicts[(node_id, tuple(sorted(names)))] = (evidence, now_ms)
+
     def forbidden(self) -> list[ForbiddenTopology]:
         """Every forbidden construct in the current map, in a stable order."""
         found: list[ForbiddenTopology] = []
@@ -307,6 +346,13 @@ class Topology:
                 f"forbidden topology: one domain is configured with two domain ids, {low} and {high} "
                 f"({evidence}); give every router's endpoint on a domain the same domain id",
                 (self.node_id,), f"domain ids {low} and {high} heard in one domain"))
+        for (node_id, (first, second)), (evidence, _) in sorted(self._node_id_conflicts.items()):
+            routers = f"two routers named {first}" if first == second else f"routers {first} and {second}"
+            found.append(ForbiddenTopology(
+                TWO_ROUTERS_WITH_ONE_NODE_ID,
+                f"forbidden topology: {routers} both have node id {node_id:#x} ({evidence}); each router's "
+                f"node id must be unique: restart one of them to give it another",
+                (node_id,), f"node id {node_id:#x} of {first} and {second}"))
         return found
 
 

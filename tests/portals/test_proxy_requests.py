@@ -62,12 +62,41 @@ def test_the_oldest_requests_are_forgotten_beyond_the_capacity():
     assert table.get(indexes[4]).origin.qidx == 5
 
 
+def test_a_request_still_answered_outlives_idle_newer_ones():
+    table = ProxyRequestTable(capacity=2)
+    busy = table.index_for(ProxyRequest(1, RequestOrigin("10.0.0.1", 14391, 1)))
+    idle = table.index_for(ProxyRequest(1, RequestOrigin("10.0.0.1", 14391, 2)))
+    assert table.get(busy) is not None          # a response to the first request went back
+    table.index_for(ProxyRequest(1, RequestOrigin("10.0.0.1", 14391, 3)))
+    assert table.get(busy).origin.qidx == 1 and table.get(idle) is None and table.evicted == 1
+
+
+def test_a_request_still_sending_fragments_outlives_idle_newer_ones():
+    table = ProxyRequestTable(capacity=2)
+    long_request = ProxyRequest(1, RequestOrigin("10.0.0.1", 14391, 1))
+    first = table.index_for(long_request)
+    idle = table.index_for(ProxyRequest(1, RequestOrigin("10.0.0.1", 14391, 2)))
+    assert table.index_for(long_request) == first    # its next fragment
+    table.index_for(ProxyRequest(1, RequestOrigin("10.0.0.1", 14391, 3)))
+    assert table.index_for(long_request) == first and table.get(idle) is None
+
+
 def test_indexes_wrap_without_zero():
     table = ProxyRequestTable()
     table.next_index = 0xFFFFFFFF
     first = table.index_for(ProxyRequest(1, RequestOrigin("10.0.0.1", 1, 1)))
     second = table.index_for(ProxyRequest(1, RequestOrigin("10.0.0.1", 1, 2)))
     assert (first, second) == (0xFFFFFFFF, 1)
+
+
+def test_indexes_wrapping_onto_a_request_still_in_use_pass_it_by():
+    table = ProxyRequestTable(capacity=3)
+    busy = ProxyRequest(1, RequestOrigin("10.0.0.1", 1, 1))
+    assert table.index_for(busy) == 1
+    table.next_index = 0xFFFFFFFF
+    table.index_for(ProxyRequest(1, RequestOrigin("10.0.0.1", 1, 2)))
+    newest = table.index_for(ProxyRequest(1, RequestOrigin("10.0.0.1", 1, 3)))
+    assert newest == 2 and table.get(1) == busy and table.index_for(busy) == 1
 
 
 @pytest.mark.parametrize("frames", [b"\x00\x04\x00\x02", request_frame(1, 1)[:-3]])

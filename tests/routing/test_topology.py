@@ -41,8 +41,9 @@ def test_flooding_stops_after_max_hop_count_routers():
     assert topology.apply(announce(sqn=1, ttl=3), 0).forward_ttl == 2
     assert topology.apply(announce(sqn=2, ttl=1), 0).forward_ttl is None
     assert topology.apply(announce(sqn=3, ttl=200), 0).forward_ttl == 2       # clamped to our limit
-    assert topology.apply(announce(node_id=10), 0).outcome is UpdateOutcome.OWN
-    assert topology.next_announcement().ttl == 3
+    own = topology.next_announcement()
+    assert own.ttl == 3
+    assert topology.apply(own, 0).outcome is UpdateOutcome.OWN
 
 
 def test_routers_time_out_but_we_do_not():

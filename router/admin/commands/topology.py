@@ -11,9 +11,10 @@ class Topology(Command):
     Usage: routerctl topology
 
     Forbidden topologies (two peer links between two routers, two endpoint portals of one router
-    on one domain, one domain under two domain ids) are listed first: paths are still computed,
-    but the configuration needs fixing. `converged` says whether every router announces the same
-    topology signature as this one, i.e. whether all of them see the same map.
+    on one domain, one domain under two domain ids, two routers with one node id) are listed first:
+    paths are still computed, but the configuration needs fixing. `converged` says whether every
+    router announces the same topology signature as this one, i.e. whether all of them see the
+    same map.
 
     Reply data (fields are only ever added):
       {"router": NAME, "node_id": INT, "version": STR,
