@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 HIGH_WATER_MARK = 100_000   # publications queued for a worker (each side) before ZeroMQ drops them
 HEARTBEAT_INTERVAL = 1.0    # seconds: how long a worker can miss the last publications unaware
+# seconds a worker waits for the snapshot it asked for after a gap before asking again: the hub's
+# ROUTER drops a reply to a worker whose queue is full, as silently as PUB drops publications.
+RESYNC_RETRY_INTERVAL = 5.0
 SEQUENCE = struct.Struct(">Q")      # a publication's first frame
 
 
@@ -207,7 +210,9 @@ class BusClient:
         self.portals_up: dict[str, tuple[int, int]] | None = None   # as delivered; None before the first snapshot
         self._hello: bm.Hello | None = None      # waiting for the subscription to be in place
         self._probe_timer = None
-        self.counters = {"malformed": 0, "stale_updates": 0, "probes_sent": 0, "gaps": 0, "updates_missed": 0}
+        self._resync_timer = None                # while a snapshot asked for after a gap is awaited
+        self.counters = {"malformed": 0, "stale_updates": 0, "probes_sent": 0, "gaps": 0, "updates_missed": 0,
+                         "resync_retries": 0}
         loop.add_reader(self.subscriber.getsockopt(zmq.FD), self._subscriber_readable)
         loop.add_reader(self.dealer.getsockopt(zmq.FD), self._dealer_readable)
 
@@ -262,11 +267,19 @@ class BusClient:
     def _reply(self, frames: list[bytes]) -> None:
         message = self._decode(frames[-1])
         if isinstance(message, bm.Snapshot):
+            if self.sequence is not None:
+                # The answer to a request asked again: the worker has applied updates past the
+                # first answer, which this one may predate. Loading it would undo them.
+                self.counters["stale_updates"] += 1
+                return
             self._load_snapshot(message)
         elif message is not None:
             self.on_message(message)
 
     def _load_snapshot(self, snapshot: bm.Snapshot) -> None:
+        if self._resync_timer is not None:
+            self._resync_timer.cancel()
+            self._resync_timer = None
         portals = {name: (index, generation) for name, index, generation in snapshot.portals}
         before, self.portals_up = self.portals_up, portals
         if before is None:
@@ -323,7 +336,21 @@ class BusClient:
                         "asking for a fresh snapshot%s", self.portal, missed, self.sequence, self.counters["gaps"],
                         unsaid(unsaid_before))
         self.sequence = None
+        self._ask_resync()
+
+    def _ask_resync(self) -> None:
         self.send(bm.Resync(self.portal))
+        if self._resync_timer is None:
+            self._resync_timer = self.loop.call_later(RESYNC_RETRY_INTERVAL, self._resync_overdue)
+
+    def _resync_overdue(self) -> None:
+        self._resync_timer = None
+        if self.sequence is not None:
+            return                          # the snapshot came
+        self.counters["resync_retries"] += 1
+        log.warning("portal %s: no snapshot from the control bus %.0f s after asking for one; asking again",
+                    self.portal, RESYNC_RETRY_INTERVAL)
+        self._ask_resync()
 
     def _deliver(self, message) -> None:
         if isinstance(message, (bm.Probe, bm.Heartbeat)):
@@ -335,6 +362,8 @@ class BusClient:
         self.on_message(message)
 
     def close(self) -> None:
+        if self._resync_timer is not None:
+            self._resync_timer.cancel()
         if self._probe_timer is not None:
             self._probe_timer.cancel()
         for sock in (self.subscriber, self.dealer):

@@ -146,3 +146,39 @@ def test_a_portal_that_went_down_unseen_is_told_as_down_after_the_snapshot(small
     del hub.portals["C"]
     spin([hub_loop, loop], lambda: in_step(hub, replica))
     assert replica.went_down == [("C", 3)]
+
+
+def test_a_snapshot_lost_on_its_way_is_asked_for_again(small_bus):
+    """The hub's ROUTER drops a reply to a worker whose queue is full, silently too: the worker,
+    holding every update until the snapshot comes, would wait for good. Here the hub never sees
+    the first request, as if its answer had been dropped."""
+    hub, hub_loop, client, loop, replica, portal_counters = small_bus
+    spin([hub_loop, loop], lambda: in_step(hub, replica))
+    answered = hub._handle
+    lost = []
+
+    def lose_the_first_resync(frames):
+        if not lost and isinstance(bm.decode(frames[-1]), bm.Resync):
+            lost.append(frames)
+            return
+        answered(frames)
+    hub._handle = lose_the_first_resync
+    hub.sequence += 1                               # a PortalUp, dropped on the way
+    hub.portals["C"] = (3, 1)
+    spin([hub_loop, loop], lambda: in_step(hub, replica), timeout=30.0)
+    assert lost and client.counters["resync_retries"] == 1 and hub.counters["resyncs"] == 1
+
+
+def test_a_second_answer_to_a_request_asked_again_does_not_undo_newer_updates(small_bus):
+    """Both answers come when the first was only late: the worker has applied updates past the
+    first, which the second may predate."""
+    hub, hub_loop, client, loop, replica, portal_counters = small_bus
+    hub.apply_interest(bm.Interest("B", 2, bm.INTEREST_TOPIC, "early", bm.OP_ADD))
+    late_answer = hub.snapshot()
+    hub.apply_interest(bm.Interest("B", 2, bm.INTEREST_TOPIC, "later", bm.OP_ADD))
+    spin([hub_loop, loop], lambda: in_step(hub, replica))
+    stale_before = client.counters["stale_updates"]
+    hub._reply(b"A", late_answer)
+    spin([hub_loop, loop], lambda: client.counters["stale_updates"] > stale_before)
+    # Loaded, it would have rolled the worker back, and only the next gap would have mended it.
+    assert in_step(hub, replica) and client.counters["gaps"] == 0
