@@ -187,6 +187,9 @@ class RoutingService:
         now = now_ms() if now is None else now
         for record in self.topology.expire(now):
             self.scheduler.note(RecalcTrigger.DRO_TIMED_OUT, record.label(), now)
+        # A conflict no longer heard has just expired: forget that it was logged, so that it is
+        # logged again if it comes back (a link between the two routers was down for a while).
+        self._report_forbidden()
         if not self.scheduler.has_calculated:
             if len(self.topology.routers()) > 1:
                 if self._others_still_forwarding(now):

@@ -56,3 +56,14 @@ def test_a_conflict_heard_from_two_routers_is_logged_once_not_at_every_report():
     logged = [text for event, text in events if event == "forbidden-topology"]
     assert len(logged) == 1, logged
     assert "two domain ids, 1 and 7" in logged[0] and "10.0.0.7:12965" in logged[0]
+
+
+def test_a_conflict_heard_again_after_it_was_forgotten_is_logged_again():
+    routing, events = _service(4000)
+    routing.note_domain_id_conflict("LAN1", 1, 7, "10.0.0.7:12965", now=0)
+    gone = 4000 + 2 * PORTAL_REPORT_INTERVAL_MS
+    routing.check(now=gone)
+    assert not _listed(routing, gone)
+    routing.note_domain_id_conflict("LAN1", 1, 7, "10.0.0.7:12965", now=gone + 1000)
+    logged = [text for event, text in events if event == "forbidden-topology"]
+    assert len(logged) == 2, "the operator hears of it each time it appears"

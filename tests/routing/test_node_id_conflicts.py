@@ -97,3 +97,13 @@ def test_a_router_between_the_two_keeps_the_first_in_its_map_and_floods_the_othe
     for word in ("dro-west", "dro-north", "0x77", "TO_HUB"):      # where it was heard last
         assert word in listed["message"], listed
     assert len(_logged(events)) == 1
+
+
+def test_a_conflict_heard_again_after_it_was_forgotten_is_logged_again():
+    routing, events, _ = _service(timeout=2000)
+    routing.on_route_info("TO_HUB", _announcement(OUR_ID, "dro-west"), now=0)
+    routing.check(now=2000)
+    assert _conflicts(routing, 2000) == []
+    routing.on_route_info("TO_HUB", _announcement(OUR_ID, "dro-west", 5), now=2500)
+    assert len(_conflicts(routing, 2500)) == 1
+    assert len(_logged(events)) == 2, "the operator hears of it each time it appears"
