@@ -7,6 +7,7 @@ import time
 
 from router.cli.common import add_context_arguments, at_least, open_context, print_json, setup_logging, stop_event_on_signals
 from router.cli.receive_stats import ReceiveStats
+from router.um.hot_failover import HfReceiver
 from router.um.messages import UNRECOVERABLE_LOSS
 from router.um.source_cache import key_string
 
@@ -55,7 +56,7 @@ def run_receiver(args, subscribe) -> int:
             stop.set()
 
     try:
-        subscribe(context, on_batch, on_event)
+        subscription = subscribe(context, on_batch, on_event)
         # Immediate messages have no beginning of stream: scripts start their sender on this line.
         print("umrcv: subscribed", file=sys.stderr, flush=True)
         deadline = time.monotonic() + args.timeout if args.timeout else None
@@ -71,6 +72,11 @@ def run_receiver(args, subscribe) -> int:
         transports = _transport_counters(streams)
         context.close()
     summary = stats.summary()
+    if isinstance(subscription, HfReceiver):
+        counters = subscription.counters
+        summary["hf_duplicates_discarded"] = counters["duplicates_discarded"]
+        summary["hf_duplicates_delivered"] = counters["duplicates_delivered"]
+        summary["hf_hold_limit_releases"] = counters["hold_limit_releases"]
     if transports:
         summary["transports"] = transports
     if args.json:
@@ -91,15 +97,21 @@ def main(argv=None) -> int:
     parser.add_argument("--unicast", action="store_true",
                         help="also take unicast immediate messages: open this context's request port and say "
                              "its address on standard error (umsrc --unicast sends to it)")
+    parser.add_argument("--hf", action="store_true",
+                        help="a hot failover receiver: each sequence number of the topic's sources once, in "
+                             "order (--json adds its hf_* counts)")
     parser.add_argument("topic", nargs="?")
     args = parser.parse_args(argv)
+    if args.topicless and args.hf:
+        parser.error("--hf receives a topic's sources: not with --topicless")
     if args.topicless:
         return run_receiver(args, lambda ctx, on_batch, on_event: _receive(
             args, ctx, lambda: ctx.immediate_receiver(lambda m: on_batch((m,)))))
     if args.topic is None:
         parser.error("a topic is needed (or --topicless)")
+    receive = "hf_receiver" if args.hf else "receiver"
     return run_receiver(args, lambda ctx, on_batch, on_event: _receive(
-        args, ctx, lambda: ctx.receiver(args.topic, on_event=on_event, on_batch=on_batch)))
+        args, ctx, lambda: getattr(ctx, receive)(args.topic, on_event=on_event, on_batch=on_batch)))
 
 
 def _receive(args, context, start):

@@ -42,11 +42,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("-U", "--unicast", metavar="TARGET",
                         help="send unicast immediate messages to the context at TARGET, TCP:ip:port or, in "
                              "another domain through the routers, TCP:domain:ip:port (implies --immediate)")
+    parser.add_argument("--hf", action="store_true",
+                        help="a hot failover source: message i is sent with sequence number (and payload "
+                             "number) --hf-start + i, so that two umsrc --hf send the same numbers")
+    parser.add_argument("--hf-start", type=at_least(0, at_most=0xFFFFFFFF), default=0, metavar="N",
+                        help="the first hot failover sequence number (with --hf)")
+    parser.add_argument("--hf-skip", type=_numbers, default=frozenset(), metavar="N,M,...",
+                        help="hot failover sequence numbers not to send (with --hf; as if lost at this source)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary at exit")
     parser.add_argument("topic", nargs="?")
     args = parser.parse_args(argv)
     if args.topicless or args.unicast:
         args.immediate = True
+    if args.hf and args.immediate:
+        parser.error("--hf sends from a source: not with immediate messages")
     if args.unicast:
         try:
             parse_target(args.unicast)
@@ -55,6 +64,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.topicless and args.topic is None:
         parser.error("a topic is needed (or --topicless)")
     return args
+
+
+def _numbers(text: str) -> frozenset[int]:
+    try:
+        return frozenset(int(part, 0) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
 
 
 def main(argv=None) -> int:
@@ -67,10 +83,13 @@ def main(argv=None) -> int:
         return 2
     stop = stop_event_on_signals()
     context = open_context(args)
-    source_id = args.source_id if args.source_id is not None else int.from_bytes(os.urandom(4), "big")
+    source_id = args.source_id if args.source_id is not None else \
+        HF_SOURCE_ID if args.hf else int.from_bytes(os.urandom(4), "big")
     try:
         if args.immediate:
             source = ImmediateSender(context, None if args.topicless else args.topic, args.unicast)
+        elif args.hf:
+            source = context.hf_source(args.topic, transport=args.transport)
         else:
             source = context.source(args.topic, transport=args.transport)
         if not args.immediate and not wait_for_receivers(source, args, stop, "umsrc"):
@@ -83,7 +102,8 @@ def main(argv=None) -> int:
         started = time.monotonic()
         try:
             # Stopped while waiting: the run is given up before its first message.
-            sent = 0 if stop.is_set() else _send(source, buffer, source_id, args, stop)
+            send = _send_hf if args.hf else _send
+            sent = 0 if stop.is_set() else send(source, buffer, source_id, args, stop)
         except NoRouteToDomain as err:            # the route went away while sending
             print(f"umsrc: {err}", file=sys.stderr)
             return 1
@@ -99,6 +119,11 @@ def main(argv=None) -> int:
                     "rate_msgs_per_s": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
                     "source_id": f"{source_id:08x}", "receivers": receivers})
     return 0
+
+
+# Two umsrc --hf send the same payloads (but for the send time): one source id, so a receiver's
+# statistics see one stream of numbers.
+HF_SOURCE_ID = 0x48460000
 
 
 class ImmediateSender:
@@ -154,6 +179,30 @@ def _send(source, buffer: bytearray, source_id: int, args, stop) -> int:
         if stop.is_set():
             return seq + 1
     return args.messages
+
+
+def _send_hf(source, buffer: bytearray, source_id: int, args, stop) -> int:
+    """Message i as hot failover sequence number --hf-start + i (at --rate if set); the numbers
+    in --hf-skip are not sent. Returns how many were sent."""
+    pack_into, send, time_ns = payload.pack_into, source.send, time.time_ns
+    interval = 1.0 / args.rate if args.rate > 0 else 0.0
+    next_send = time.perf_counter()
+    sent = 0
+    for seq in range(args.messages):
+        number = (args.hf_start + seq) & 0xFFFFFFFF
+        if number in args.hf_skip:
+            continue
+        if interval:
+            now = time.perf_counter()
+            if next_send > now:
+                time.sleep(next_send - now)
+            next_send += interval
+        pack_into(buffer, 0, source_id, number, time_ns())
+        send(buffer, number, args.flush)
+        sent += 1
+        if stop.is_set():
+            break
+    return sent
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from router.log_rate import LogRate
 from router.um.config import UMConfig, from_overrides, load_file
 from router.um import monitoring
 from router.um.expiry_timer import ExpiryTimer
+from router.um.hot_failover import HfReceiver, HfSource
 from router.um.immediate import ImmediateChannel, ImmediateMessage
 from router.um.lbmr_channel import LbmrChannel, new_src_id
 from router.um.loop import EventLoop
@@ -189,11 +190,11 @@ class Context:
                cost: int | None = None, hop_count: int = 0, domain_id: int | None = None,
                overflow: str = "block", final_advertisements: int | None = None,
                max_queue: int | None = None, index: int | None = None, hold_for_receiver: float = 0.0,
-               options: UMConfig | None = None) -> Source:
-        """A source on `topic`. `otid`, `cost`, `hop_count`, `domain_id` are for proxy sources:
-        they make the advertisement say where the data really comes from; `index` asks for a
-        topic index (a router keeps the origin's, so forwarded frames need no rewriting);
-        `hold_for_receiver` (seconds) keeps what is sent while no receiver is connected (LBT-IPC:
+               options: UMConfig | None = None, hot_failover: bool = False) -> Source:
+        """A source on `topic` (`hot_failover`: an HfSource, see hf_source). `otid`, `cost`,
+        `hop_count`, `domain_id` are for proxy sources: they make the advertisement say where the
+        data really comes from; `index` asks for a topic index (a router keeps the origin's, so
+        forwarded frames need no rewriting); `hold_for_receiver` (seconds) keeps what is sent while no receiver is connected (LBT-IPC:
         until the first attaches) for the first one to connect (router.um.tcp_source,
         router.lbtipc.source). `options`: this source's own options (a UM XML configuration's
         per-topic ones) instead of the context's; sources share a transport session only when
@@ -212,14 +213,26 @@ class Context:
                 if candidate not in used:
                     chosen = candidate
             used.add(chosen)
-            source = Source(self, topic, session, chosen, otid=otid, cost=cost, hop_count=hop_count,
-                            domain_id=domain_id, final_advertisements=finals)
+            kind = HfSource if hot_failover else Source
+            source = kind(self, topic, session, chosen, otid=otid, cost=cost, hop_count=hop_count,
+                          domain_id=domain_id, final_advertisements=finals)
             if config.get("source", "late_join"):
                 self._offer_late_join(source, config)
             self._sequence_info(session, config).add(chosen, source)
             self.resolver.add_source(source)
             return source
         return self._call(create)
+
+    def hf_source(self, topic: str, *, transport: str | None = None, **options) -> HfSource:
+        """A hot failover source (UM's lbm_hf_src_create): its application gives each message's
+        sequence number, `send(data, sequence_number)` (router.um.hot_failover)."""
+        return self.source(topic, transport=transport, hot_failover=True, **options)
+
+    def hf_receiver(self, topic: str, on_message: OnMessage | None = None, on_event: OnEvent | None = None,
+                    *, on_batch: OnBatch | None = None) -> HfReceiver:
+        """A hot failover receiver (UM's lbm_hf_rcv_create): every source of `topic` joined, each
+        sequence number delivered once, in order (router.um.hot_failover)."""
+        return HfReceiver(self, topic, on_message, on_event, on_batch)
 
     def receiver(self, topic: str, on_message: OnMessage | None = None, on_event: OnEvent | None = None,
                  *, on_batch: OnBatch | None = None, raw: bool = False, accept: Accept | None = None) -> Receiver:

@@ -25,6 +25,7 @@ class Message(NamedTuple):
     data: bytes
     retransmit = False          # UM's LBM_MSG_FLAG_RETRANSMIT: not a late-join retransmission
     otr = False                 # UM's LBM_MSG_FLAG_OTR: not recovered off the transport
+    hf_duplicate = False        # UM's LBM_MSG_FLAG_HF_DUPLICATE: not a hot failover copy delivered again
 
 
 class RetransmittedMessage(NamedTuple):
@@ -37,6 +38,7 @@ class RetransmittedMessage(NamedTuple):
     data: bytes
     retransmit = True
     otr = False
+    hf_duplicate = False
 
 
 class OtrMessage(NamedTuple):
@@ -49,6 +51,20 @@ class OtrMessage(NamedTuple):
     data: bytes
     retransmit = False
     otr = True
+    hf_duplicate = False
+
+
+class HfDuplicateMessage(NamedTuple):
+    """A later copy of a sequence number a hot failover receiver delivered already (UM's
+    LBM_MSG_FLAG_HF_DUPLICATE): delivered only with hf_duplicate_delivery (router.um.hot_failover)."""
+
+    topic: str
+    source: str
+    sequence_number: int
+    data: bytes
+    retransmit = False
+    otr = False
+    hf_duplicate = True
 
 
 class RequestMessage(NamedTuple):
@@ -64,6 +80,7 @@ class RequestMessage(NamedTuple):
     context: Any                # the Context that received it (it sends the responses)
     otr: bool = False           # recovered off the transport (a lost request, asked of its source)
     retransmit = False
+    hf_duplicate = False
 
     def respond(self, data) -> None:
         self.context.respond(self.origin, data)
