@@ -17,7 +17,10 @@ run of missing numbers is one UNRECOVERABLE_LOSS event; if none did, the numbers
 (the later fragments of a large message). A transport cannot tell a skipped number from a lost
 one, so a number every source skipped is reported lost. At most
 `delivery_control_maximum_total_map_entries` messages wait: past that the oldest gap is given up
-(and reported lost), so a stalled source cannot hold the topic back.
+(and reported lost), so a stalled source cannot hold the topic back. That bound counts messages: on
+a quiet topic a source that has stopped (not ended: its connection still open) would hold a gap for
+as long as it stays stopped, so with `delivery_control_loss_check_interval` (ms, UM's, default 0:
+off) a gap that has not moved since the previous check is given up at the next.
 """
 from __future__ import annotations
 
@@ -88,8 +91,9 @@ class HfMerge:
         self.positions: dict[str, float] = {}
         self.declared_lost: list[tuple[int, int]] = []   # unwrapped [first, end) some source gave up
         self.counters = {"duplicates_discarded": 0, "duplicates_delivered": 0, "hold_limit_releases": 0,
-                         "loss_events": 0, "messages_lost": 0}
+                         "loss_check_releases": 0, "loss_events": 0, "messages_lost": 0}
         self._out: list = []
+        self._waited_at: int | None = None      # the number a gap held at the previous loss check
 
     # -- in ------------------------------------------------------------------------------------
     def on_messages(self, messages) -> None:
@@ -170,6 +174,18 @@ class HfMerge:
         if self.next is not None and self._all_passed(self.next):   # a lost tail, nothing after it yet
             self._gone(min(self.positions.values()) + 1)
 
+    def check_loss(self) -> None:
+        """A periodic loss check: a gap that held delivery at the previous check and still does
+        is given up (its source stopped, or lost it without telling yet), and what waited goes."""
+        waiting = self.next if self.held else None
+        if waiting is not None and waiting == self._waited_at:
+            self.counters["loss_check_releases"] += 1
+            self._gone(self.held_order[0], forced=True)
+            self._advance()
+            self._flush()
+            waiting = None
+        self._waited_at = waiting
+
     def _all_passed(self, number: int) -> bool:
         positions = self.positions.values()
         return bool(positions) and all(position >= number for position in positions)
@@ -227,6 +243,9 @@ class HfReceiver:
                                          on_batch=self.merge.on_messages)
         self.context = context
         self.topic = topic
+        interval = config.get("receiver", "delivery_control_loss_check_interval")
+        self._loss_check = (context._call(context.loop.call_every, interval / 1000, self.merge.check_loss)
+                            if interval else None)
 
     @property
     def counters(self) -> dict[str, int]:
@@ -237,5 +256,7 @@ class HfReceiver:
         return self.receiver.sources
 
     def close(self) -> None:
+        if self._loss_check is not None:
+            self._loss_check.cancel()
         self.receiver.close()
 

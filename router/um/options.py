@@ -340,9 +340,10 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("late_join_info_request_maximum", "receiver", 60, _int(1, 0x7FFFFFFF)),
     # Hot failover receivers (router.um.hot_failover): a later copy of a number delivered flagged
     # (1) or discarded (0); how many messages may wait for a gap to fill (UM's ordered-delivery
-    # map bound, UM's default; 0: no bound).
+    # map bound, UM's default; 0: no bound); how often a gap that has not moved is given up.
     _spec("hf_duplicate_delivery", "receiver", False, _bool),
     _spec("delivery_control_maximum_total_map_entries", "receiver", 200000, _int(0, 0x7FFFFFFF)),
+    _spec("delivery_control_loss_check_interval", "receiver", 0, _int(0, 0x7FFFFFFF)),   # ms; 0: off
     # Off-transport recovery (router.um.otr): a receiver asks a late-join source's retention for
     # what its transport lost. Defaults as UM documents them (UM 5.3's OTR option reference).
     _spec("use_otr", "receiver", False, _bool),

@@ -99,3 +99,24 @@ def test_hf_numbers_are_the_lbmc_sequence_numbers_on_the_wire(domain, tmp_path):
     frames = decode(pcap, decode_as, prefs, fields=["lbmc.sqn", "data.data"])
     on_wire = [int(sqn) for f in frames for sqn in f.get("lbmc.sqn", [])]
     assert on_wire == numbers
+
+
+def test_a_gap_a_stopped_source_holds_is_given_up_at_the_loss_check(tools, domain, tmp_path):
+    """One source is stopped (SIGSTOP: its connection stays open, so it never ends) before its
+    first message; the other leaves out number 10. Without delivery_control_loss_check_interval the
+    receiver would hold everything after 9 waiting for the stopped source's copy."""
+    checked = tmp_path / "loss-check.cfg"
+    checked.write_text("receiver delivery_control_loss_check_interval 200\n")
+    receiver = tools.umrcv("-c", domain.config_path, "-c", checked, "--json", "--hf", "-C", COUNT - 1,
+                           "--timeout", 120, "hf.stopped")
+    stopped, running = [tools.umsrc("-c", domain.config_path, "--json", "--hf", "-M", COUNT, "-l", LENGTH,
+                                    "-P", 1000, "--start-on-stdin", *extra, "hf.stopped")
+                        for extra in ((), ("--hf-skip", "10"))]
+    wait_for(lambda: receiver.stderr.count("Beginning of Transport Session") == 2, 30,
+             message="the HF receiver joins both sources")
+    stopped.proc.send_signal(signal.SIGSTOP)
+    running.send_line()
+    got = receiver.result(120)
+    assert (got["unique"], got["gaps"], got["duplicates"]) == (COUNT - 1, 1, 0), got
+    assert got["unrecoverable_loss"] == 1
+    stopped.proc.send_signal(signal.SIGCONT)

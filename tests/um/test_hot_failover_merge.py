@@ -140,6 +140,37 @@ def test_the_hold_limit_gives_up_a_gap_a_stalled_source_would_hold():
     assert merged.numbers == [1, 2, 4, 5, 6, 7]
 
 
+def test_a_gap_still_held_at_the_next_loss_check_is_given_up():
+    """delivery_control_loss_check_interval: the hold limit counts messages, and on a quiet topic
+    a stopped source (its connection still open) would hold a gap for as long as it is stopped."""
+    merged = Merged()
+    merged.send(B, 1)               # B then stops
+    merged.send(A, 1, 2)
+    merged.lost(A, 3, 1)
+    merged.send(A, 4, 5)
+    merged.merge.check_loss()       # the gap is seen waiting
+    assert merged.numbers == [1, 2] and merged.losses == []
+    merged.merge.check_loss()       # still waiting a whole interval later: given up
+    assert merged.numbers == [1, 2, 4, 5]
+    assert merged.losses == [(3, 1)]
+    assert merged.merge.counters["loss_check_releases"] == 1
+
+
+def test_a_gap_that_moved_between_loss_checks_is_not_given_up():
+    merged = Merged()
+    merged.send(B, 1)
+    merged.send(A, 1, 2)
+    merged.lost(A, 3, 1)
+    merged.send(A, 4)
+    merged.merge.check_loss()
+    merged.send(B, 2, 3)            # B fills it, then A loses 5
+    merged.lost(A, 5, 1)
+    merged.send(A, 6)
+    merged.merge.check_loss()       # a new gap: seen, not yet given up
+    assert merged.numbers == [1, 2, 3, 4] and merged.losses == []
+    assert merged.merge.counters["loss_check_releases"] == 0
+
+
 def test_sources_losing_different_numbers_in_any_interleaving_deliver_every_number_once():
     """Each source's transport declares its own losses (a skip looks the same) before the batch
     after them; however the two sources' batches interleave, the other's copies fill them."""
