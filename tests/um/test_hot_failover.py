@@ -6,6 +6,7 @@ import threading
 import pytest
 
 from router.um.context import Context
+from tests.support.domains import new_domain
 from tests.support.processes import wait_for
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
@@ -120,3 +121,26 @@ def test_a_gap_a_stopped_source_holds_is_given_up_at_the_loss_check(tools, domai
     assert (got["unique"], got["gaps"], got["duplicates"]) == (COUNT - 1, 1, 0), got
     assert got["unrecoverable_loss"] == 1
     stopped.proc.send_signal(signal.SIGCONT)
+
+
+def test_hf_sources_on_lbt_rm_through_loss_deliver_each_number_once(tmp_path, monkeypatch):
+    """HF's usual ground: two multicast publishers. The receiver drops 5% of each session's
+    datagrams (different ones); the merge takes whichever copy comes first, every number once."""
+    monkeypatch.setenv("LBTRM_LOSS_RATE", "5")
+    options = new_domain(tmp_path).overrides()
+    numbers = range(3000)
+    got = []
+    with Context(**options) as receiving, Context(transport="lbtrm", **options) as first, \
+            Context(transport="lbtrm", **options) as second:
+        receiver = receiving.hf_receiver("hf.rm", on_batch=lambda ms: got.extend(m.sequence_number for m in ms))
+        sources = [first.hf_source("hf.rm"), second.hf_source("hf.rm")]
+        wait_for(lambda: len(receiving.clients) == 2, 10, message="the receiver joins both LBT-RM sessions")
+        for number in numbers:
+            for source in sources:
+                source.send(b"hf %d" % number, number, flush=True)     # a datagram each
+        wait_for(lambda: len(got) == len(numbers), 60, message="every number, once")
+        streams = [stream.counters for stream in receiving.clients.values()]
+        counters = receiver.counters
+    assert got == list(numbers)
+    assert all(stream["naks_sent"] > 0 for stream in streams), "each session lost datagrams"
+    assert counters["duplicates_discarded"] > 0 and counters["loss_events"] == 0
