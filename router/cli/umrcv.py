@@ -7,7 +7,7 @@ import time
 
 from router.cli.common import add_context_arguments, at_least, open_context, print_json, setup_logging, stop_event_on_signals
 from router.cli.receive_stats import ReceiveStats
-from router.um.hot_failover import HfReceiver
+from router.um.hot_failover import HfReceiver, HfWildcardReceiver
 from router.um.messages import UNRECOVERABLE_LOSS
 from router.um.source_cache import key_string
 
@@ -72,7 +72,7 @@ def run_receiver(args, subscribe) -> int:
         transports = _transport_counters(streams)
         context.close()
     summary = stats.summary()
-    if isinstance(subscription, HfReceiver):
+    if isinstance(subscription, (HfReceiver, HfWildcardReceiver)):
         counters = subscription.counters
         summary["hf_duplicates_discarded"] = counters["duplicates_discarded"]
         summary["hf_duplicates_delivered"] = counters["duplicates_delivered"]

@@ -27,7 +27,7 @@ from router.log_rate import LogRate
 from router.um.config import UMConfig, from_overrides, load_file
 from router.um import monitoring
 from router.um.expiry_timer import ExpiryTimer
-from router.um.hot_failover import HfReceiver, HfSource
+from router.um.hot_failover import HfReceiver, HfSource, HfWildcardReceiver
 from router.um.immediate import ImmediateChannel, ImmediateMessage
 from router.um.lbmr_channel import LbmrChannel, new_src_id
 from router.um.loop import EventLoop
@@ -233,6 +233,13 @@ class Context:
         """A hot failover receiver (UM's lbm_hf_rcv_create): every source of `topic` joined, each
         sequence number delivered once, in order (router.um.hot_failover)."""
         return HfReceiver(self, topic, on_message, on_event, on_batch)
+
+    def hf_wildcard_receiver(self, pattern: str, on_message: OnMessage | None = None,
+                             on_event: OnEvent | None = None, kind: str = "pcre", *,
+                             on_batch: OnBatch | None = None) -> HfWildcardReceiver:
+        """A hot failover wildcard receiver (UM's lbm_hf_wildcard_rcv_create): every topic the
+        pattern matches merged as hf_receiver merges one (router.um.hot_failover)."""
+        return HfWildcardReceiver(self, pattern, on_message, on_event, kind, on_batch)
 
     def receiver(self, topic: str, on_message: OnMessage | None = None, on_event: OnEvent | None = None,
                  *, on_batch: OnBatch | None = None, raw: bool = False, accept: Accept | None = None) -> Receiver:

@@ -21,6 +21,9 @@ one, so a number every source skipped is reported lost. At most
 a quiet topic a source that has stopped (not ended: its connection still open) would hold a gap for
 as long as it stays stopped, so with `delivery_control_loss_check_interval` (ms, UM's, default 0:
 off) a gap that has not moved since the previous check is given up at the next.
+
+An HF wildcard receiver (`Context.hf_wildcard_receiver`, UM's lbm_hf_wildcard_rcv_create) merges
+each topic its pattern matches the same way, each on its own.
 """
 from __future__ import annotations
 
@@ -235,17 +238,12 @@ class HfReceiver:
 
     def __init__(self, context: "Context", topic: str, on_message: OnMessage | None = None,
                  on_event: OnEvent | None = None, on_batch: OnBatch | None = None):
-        config = context.config
-        self.merge = HfMerge(topic, on_message, on_event, on_batch,
-                             duplicate_delivery=config.get("receiver", "hf_duplicate_delivery"),
-                             hold_limit=config.get("receiver", "delivery_control_maximum_total_map_entries"))
+        self.merge = HfMerge(topic, on_message, on_event, on_batch, *_merge_options(context))
         self.receiver = context.receiver(topic, on_event=self.merge.on_source_event,
                                          on_batch=self.merge.on_messages)
         self.context = context
         self.topic = topic
-        interval = config.get("receiver", "delivery_control_loss_check_interval")
-        self._loss_check = (context._call(context.loop.call_every, interval / 1000, self.merge.check_loss)
-                            if interval else None)
+        self._loss_check = _every_loss_check(context, self.merge.check_loss)
 
     @property
     def counters(self) -> dict[str, int]:
@@ -260,3 +258,63 @@ class HfReceiver:
             self._loss_check.cancel()
         self.receiver.close()
 
+
+class HfWildcardReceiver:
+    """A wildcard receiver whose every matching topic's sources are merged (an HfMerge a topic);
+    `counters` adds up what they did."""
+
+    def __init__(self, context: "Context", pattern: str, on_message: OnMessage | None = None,
+                 on_event: OnEvent | None = None, kind: str = "pcre", on_batch: OnBatch | None = None):
+        if on_message is None and on_batch is None:
+            raise ValueError("an HF receiver needs on_message or on_batch")
+        self.callbacks = (on_message, on_event, on_batch)
+        self.options = _merge_options(context)
+        self.merges: dict[str, HfMerge] = {}
+        # Each matching topic has a receiver of its own: a batch, an event is one topic's.
+        self.wildcard = context.wildcard_receiver(pattern, on_event=self._event, kind=kind, on_batch=self._batch)
+        self.context = context
+        self.pattern = pattern
+        self._loss_check = _every_loss_check(context, self._check_loss)
+
+    def _merge(self, topic: str) -> HfMerge:
+        merge = self.merges.get(topic)
+        if merge is None:
+            merge = self.merges[topic] = HfMerge(topic, *self.callbacks, *self.options)
+        return merge
+
+    def _batch(self, messages) -> None:
+        if messages:
+            self._merge(messages[0].topic).on_messages(messages)
+
+    def _event(self, event: ReceiverEvent) -> None:
+        self._merge(event.topic).on_source_event(event)
+
+    def _check_loss(self) -> None:
+        for merge in list(self.merges.values()):
+            merge.check_loss()
+
+    @property
+    def counters(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for merge in list(self.merges.values()):
+            for name, value in merge.counters.items():
+                total[name] = total.get(name, 0) + value
+        return total
+
+    def close(self) -> None:
+        if self._loss_check is not None:
+            self._loss_check.cancel()
+        self.wildcard.close()
+
+
+def _merge_options(context: "Context") -> tuple[bool, int]:
+    """HfMerge's duplicate_delivery and hold_limit, from the context's receiver options."""
+    config = context.config
+    return (config.get("receiver", "hf_duplicate_delivery"),
+            config.get("receiver", "delivery_control_maximum_total_map_entries"))
+
+
+def _every_loss_check(context: "Context", check):
+    """`check` every delivery_control_loss_check_interval on the context's loop (None: off)."""
+    interval = context.config.get("receiver", "delivery_control_loss_check_interval")
+    return context._call(context.loop.call_every, interval / 1000, check) if interval else None

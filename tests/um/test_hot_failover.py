@@ -144,3 +144,26 @@ def test_hf_sources_on_lbt_rm_through_loss_deliver_each_number_once(tmp_path, mo
     assert got == list(numbers)
     assert all(stream["naks_sent"] > 0 for stream in streams), "each session lost datagrams"
     assert counters["duplicates_discarded"] > 0 and counters["loss_events"] == 0
+
+
+def test_an_hf_wildcard_receiver_merges_each_matching_topic(tools, domain):
+    """Two topics, two HF publishers each (one of the first topic's SIGKILLed midway): every
+    number of each topic once, in order (umwrcv --hf, UM's lbm_hf_wildcard_rcv_create)."""
+    receiver = tools.umwrcv("-c", domain.config_path, "--json", "--hf", "-C", 2 * COUNT, "--timeout", 120,
+                            r"^hf\.wild\.")
+    sources = {topic: [tools.umsrc("-c", domain.config_path, "--json", "--hf", "-M", COUNT, "-l", LENGTH,
+                                   "-P", 1000, "--start-on-stdin", "-L", 1, "--source-id", source_id, topic)
+                       for _ in range(2)]
+               for topic, source_id in (("hf.wild.one", 1), ("hf.wild.two", 2))}
+    wait_for(lambda: receiver.stderr.count("Beginning of Transport Session") == 4, 30,
+             message="the HF wildcard receiver joins all four sources")
+    for pair in sources.values():
+        for source in pair:
+            source.send_line()
+    doomed, survivor = sources["hf.wild.one"]
+    wait_for(lambda: bytes_sent(doomed) > COUNT * LENGTH // 2, 60, message="the first source half way")
+    doomed.proc.send_signal(signal.SIGKILL)
+    got = receiver.result(120)
+    assert (got["received"], got["unique"], got["gaps"], got["duplicates"]) == (2 * COUNT, 2 * COUNT, 0, 0), got
+    assert got["unrecoverable_loss"] == 0 and got["out_of_order"] == 0
+    assert got["hf_duplicates_discarded"] > 0
