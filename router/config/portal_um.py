@@ -21,7 +21,7 @@ from pathlib import Path
 
 from router.config.model import DaemonConfig, EndpointConfig, PeerConfig
 from router.um.config import ConfigError, UMConfig, load_file
-from router.um.xml_config import (ROUTER_APPLICATION, UMXmlDocument, content_digest, is_xml_config,
+from router.um.xml_config import (ROUTER_APPLICATION, UMXmlDocument, children, content_digest, is_xml_config,
                                   load_xml_config, read_document, topic_options)
 
 Portal = EndpointConfig | PeerConfig
@@ -46,6 +46,7 @@ def portal_um_configs(portal: Portal, daemon: DaemonConfig) -> tuple[UMConfig, U
     source_name = portal.source_context_name or default_name
     documents = tuple(_read(portal, path) for path in xml_files)
     source = _context(portal, base, documents, source_name)
+    _check_topics(portal, source, documents, source_name)
     # Proxy sources belong to the source context (the DRO's src_ctx): its name selects their
     # templates and per-topic options, its options are theirs where no topic says otherwise.
     portal.topic_um = TopicOptions(tuple(xml_files), source_name, source, content_digest(documents), documents)
@@ -99,6 +100,24 @@ def _context(portal: Portal, base: UMConfig, documents: tuple[UMXmlDocument, ...
     except ConfigError as err:
         raise _of_portal(portal, err) from None
     return config
+
+
+def _check_topics(portal: Portal, source: UMConfig, documents: tuple[UMXmlDocument, ...], name: str | None) -> None:
+    """Each <topic> under the source context's <sources> over that context's options, as a proxy
+    source of a topic it selects runs with them: a mistake in one is refused at load, not given to
+    proxy sources made long after start (a pattern's topics cannot be listed, so each entry alone)."""
+    for document in documents:
+        application = document.application(ROUTER_APPLICATION)
+        for _, context in document.contexts(application, name) if application is not None else ():
+            for entry in (topic for sources in children(context, "sources") for topic in children(sources, "topic")):
+                config = source.copy()
+                document.apply_templates(config, entry, "source")
+                for options in children(entry, "options"):
+                    document.apply(config, options, "source")
+                try:
+                    config.check_ranges()
+                except ConfigError as err:
+                    raise _of_portal(portal, err) from None
 
 
 def _of_portal(portal: Portal, err: ConfigError) -> ConfigError:

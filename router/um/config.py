@@ -6,12 +6,13 @@ because an operator with forty configuration files needs to know which one to op
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from router.um.options import (INTERVAL_BOUNDS, OPTIONS, RANGES, OptionError, UnicastDaemon,
-                                check_no_control_characters, lookup)
+from router.um.options import (INTERVAL_BOUNDS, OPTIONS, RANGES, WHITESPACE, OptionError, UnicastDaemon,
+                                check_no_control_characters, control_character, lookup)
 
 
 class ConfigError(ValueError):
@@ -150,6 +151,9 @@ def _shown(value: Any) -> str:
     return "" if value is None else _as_text(value)
 
 
+# UM's whitespace only: any other control character stays in its field, to be refused there.
+_FIELD_SEPARATOR = re.compile(f"[{re.escape(WHITESPACE)}]+")
+
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
@@ -158,14 +162,18 @@ def parse_lines(lines: Iterable[str], path: str | None = None, into: UMConfig | 
     """Parse UM plain-text configuration lines: `scope option value`, `#` comments, blank lines."""
     config = into if into is not None else UMConfig()
     for number, raw in enumerate(lines, start=1):
-        text = raw.split("#", 1)[0].strip()
+        text = raw.split("#", 1)[0].strip(WHITESPACE)
         if not text:
             continue
-        parts = text.split(None, 2)
+        parts = _FIELD_SEPARATOR.split(text, maxsplit=2)
+        found = next(filter(None, map(control_character, parts[:2])), None)
+        if found:       # the value's own check names its option; here there is none to name
+            raise ConfigError(f"a control character ({found}) in the scope or option name; "
+                              "spaces or tabs separate them", path, number)
         if len(parts) < 3:
             raise ConfigError(f"expected 'scope option value', got '{text}'", path, number)
         scope, name, value = parts
-        config.set(scope, name, value.strip(), (path, number))
+        config.set(scope, name, value, (path, number))
     return config
 
 

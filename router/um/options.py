@@ -127,10 +127,15 @@ def check_no_control_characters(name: str, text: str) -> None:
         raise OptionError(f"the value of {name} has a control character ({found})")
 
 
+# What UM (C's isspace) takes for whitespace around a value and between a line's fields. Python's
+# str.strip() and str.split() also take U+001C..U+001F and U+0085, control characters UM refuses.
+WHITESPACE = " \t\n\r\v\f"
+
+
 def control_character(text: str) -> str | None:
     """The first control character in `text`, as 'U+0000 at character 4' (never the character
     itself: a NUL or an escape would garble the message); whitespace around the text is not part of it."""
-    for position, char in enumerate(text.strip(), start=1):
+    for position, char in enumerate(text.strip(WHITESPACE), start=1):
         if unicodedata.category(char) == "Cc":
             return f"U+{ord(char):04X} at character {position}"
     return None

@@ -11,6 +11,7 @@ breaks the framing is counted, logged and closed; the port and the other connect
 that begins a response over MAX_PARTIAL_BYTES is closed the same way, counted apart
 (responses_too_large): a responder's application, not its library, is likely at fault. A client
 may do either in a loop: each refusal is counted, the log gets one line per kind every interval.
+So does a callback that fails on what a client sends (callback_errors), frame after frame.
 A requester never sends on these connections, so it cannot tell one whose responder vanished
 without a word (a crashed host, a dropped NAT entry) from one that is merely quiet, and a client
 may connect again and again and never send: the port holds at most MAX_CONNECTIONS; beyond that
@@ -189,8 +190,8 @@ class RequestPort:
         # By fd, the connection silent the longest first: each one heard from moves to the end.
         self.connections: dict[int, tuple[socket.socket, UimConnection]] = {}
         self.counters = {"response_connections": 0, "responses_malformed": 0, "response_frames_unknown": 0,
-                         "response_connections_evicted": 0, "responses_too_large": 0}
-        self._refusals_said = LogRate(_REFUSAL_LOG_INTERVAL)     # by counter: each has its line
+                         "response_connections_evicted": 0, "responses_too_large": 0, "callback_errors": 0}
+        self._refusals_said = LogRate(_REFUSAL_LOG_INTERVAL)     # by kind: each has its line
         self.closed = False
         loop.add_reader(self.listener.fileno(), self._accept)
 
@@ -244,13 +245,22 @@ class RequestPort:
         try:
             self.on_other(frame, connection)
         except Exception:
-            log.exception("request port %d: a frame from %s could not be handled", self.address[1], connection.source)
+            self._callback_failed("on_other", "a frame from %s could not be handled", connection.source)
 
     def _deliver(self, qidx: int, data: bytes, source: str) -> None:
         try:
             self.on_response(qidx, data, source)
         except Exception:       # an application's callback must not cost the other responses
-            log.exception("response callback failed for request %d from %s", qidx, source)
+            self._callback_failed("on_response", "the response callback failed for request %d from %s", qidx,
+                                  source)
+
+    def _callback_failed(self, callback: str, message: str, *args) -> None:
+        """Called from an except block: the traceback goes with the line, when one is said."""
+        self.counters["callback_errors"] += 1
+        not_said = self._refusals_said.due(callback)
+        if not_said is not None:
+            log.exception(f"request port %d: {message} (%d so far)%s", self.address[1], *args,
+                          self.counters["callback_errors"], unsaid(not_said))
 
     def _drop(self, fd: int) -> None:
         sock, connection = self.connections.pop(fd, (None, None))

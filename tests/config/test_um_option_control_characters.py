@@ -90,3 +90,65 @@ def test_a_gateway_element_with_a_control_character_is_refused_at_the_element(wr
     err = caught.value
     assert (err.path, err.line, err.element) == (str(path), 4, "name")
     assert "control character" in err.reason
+
+
+# Python's str.strip() and str.split() take these for whitespace; C's isspace, UM's, does not.
+NOT_WHITESPACE_TO_UM = [b"\x1c", b"\x1f", b"\xc2\x85"]
+
+
+@pytest.mark.parametrize("control", NOT_WHITESPACE_TO_UM)
+@pytest.mark.parametrize("where", ["end", "start"])
+def test_a_control_character_at_either_end_of_a_plain_text_value_is_refused(tmp_path, control, where):
+    # It was trimmed away as if it were a space: the file loaded and the character was silently lost.
+    value = b"lan" + control if where == "end" else control + b"lan"
+    path = tmp_path / "name.cfg"
+    path.write_bytes(b"context resolver_multicast_port 13999\ncontext context_name " + value + b"\n")
+    with pytest.raises(ConfigError) as caught:
+        load_file(path)
+    err = caught.value
+    assert (err.path, err.line) == (str(path), 2)
+    assert "context_name" in err.reason and "control character" in err.reason
+
+
+@pytest.mark.parametrize("control", NOT_WHITESPACE_TO_UM)
+def test_a_control_character_between_a_plain_text_lines_fields_is_not_a_separator(tmp_path, control):
+    path = tmp_path / "port.cfg"
+    path.write_bytes(b"context context_name lan\ncontext" + control + b"resolver_multicast_port" + control
+                     + b"13999\n")
+    with pytest.raises(ConfigError) as caught:
+        load_file(path)
+    assert (caught.value.path, caught.value.line) == (str(path), 2)
+    assert "control character" in caught.value.reason and control.decode() not in str(caught.value)
+
+
+def test_an_lbm_attributes_value_ending_in_a_control_character_is_refused(write_gateway):
+    attributes = ('<lbm-attributes><option scope="context" name="context_name" value="lan&#x85;"/>'
+                  '</lbm-attributes>')
+    path = write_gateway(endpoint("A", 1, "lan1.cfg", after=attributes) + endpoint("B", 2, "lan2.cfg"))
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    err = caught.value
+    assert (err.path, err.line, err.element) == (str(path), 4, "option")
+    assert "context_name" in err.reason and "U+0085" in err.reason
+
+
+def test_a_um_xml_value_ending_in_a_control_character_is_refused(write_gateway):
+    um_xml = ('<um-configuration version="1.0"><applications><application name="tnwgd"><contexts><context>\n'
+              '<options type="context"><option name="context_name" default-value="lan&#x85;"/></options>\n'
+              '</context></contexts></application></applications></um-configuration>\n')
+    path = write_gateway(endpoint("A", 1, "a.xml") + endpoint("B", 2, "lan2.cfg"), a__xml=um_xml)
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    err = caught.value
+    assert (err.path, err.line, err.element) == (str(path.parent / "a.xml"), 2, "option")
+    assert "context_name" in err.reason and "U+0085" in err.reason
+
+
+def test_a_gateway_element_ending_in_a_control_character_is_refused(write_gateway):
+    path = write_gateway("<endpoint><name>A&#x85;</name><domain-id>1</domain-id>"
+                         "<lbm-config>lan1.cfg</lbm-config></endpoint>" + endpoint("B", 2, "lan2.cfg"))
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    err = caught.value
+    assert (err.path, err.line, err.element) == (str(path), 4, "name")
+    assert "U+0085" in err.reason

@@ -54,3 +54,26 @@ def test_a_minimum_above_its_maximum_across_lbm_config_and_lbm_attributes_names_
     assert (f"transport_lbtru_sm_minimum_interval (500, set at {path.parent / 'sm.cfg'}:2) must not be above "
             f"transport_lbtru_sm_maximum_interval (100, set at {path}:4)") in err.reason
     assert "portal 'A'" in err.reason
+
+
+TOPIC_SM_XML = """<um-configuration version="1.0"><applications><application name="tnwgd"><contexts><context>
+  <sources><topic {selector}><options type="source">
+    <option name="transport_lbtrm_sm_minimum_interval" default-value="20000"/>
+  </options></topic></sources>
+</context></contexts></application></applications></um-configuration>
+"""
+
+
+@pytest.mark.parametrize("selector", ['topicname="orders"', 'pattern="^orders\\."'])
+def test_a_topics_minimum_above_its_maximum_in_um_xml_is_refused_at_load(write_gateway, selector):
+    # Only the portal's context options were checked: a <topic>'s went unchecked to every proxy
+    # source of that topic, made long after start, with session messages stuck at their maximum.
+    path = write_gateway(endpoint("A", 1, "lan1.cfg") + endpoint("B", 2, "lan2.cfg"), "<xml-config>um.xml</xml-config>",
+                         um__xml=TOPIC_SM_XML.format(selector=selector))
+    with pytest.raises(ConfigError) as caught:
+        load_gateway_config(path)
+    err = caught.value
+    assert (err.path, err.line) == (str(path.parent / "um.xml"), 3)
+    assert ("transport_lbtrm_sm_minimum_interval (20000, set at " in err.reason
+            and "must not be above transport_lbtrm_sm_maximum_interval (10000, the default)" in err.reason)
+    assert "portal 'A'" in err.reason

@@ -157,3 +157,29 @@ def test_clients_evicted_in_a_loop_are_counted_each_time_and_logged_once(domain,
         for client in clients:
             client.close()
         loop.call_and_wait(port.close)
+
+
+def _failing_callback(*args):
+    raise ValueError("the handler's own mistake")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("failing", ["on_response", "on_other"])
+def test_a_callback_failing_on_every_frame_is_counted_each_time_and_logged_once(domain, loop, caplog, failing):
+    """Each failure was a traceback of its own, counted nowhere: a client sending what the handler
+    trips on (a response, or a frame that is not one) filled the log with one per frame."""
+    caplog.set_level(logging.DEBUG, logger="router.um.request_port")
+    callbacks = {"on_response": lambda qidx, data, source: None, "on_other": lambda frame, connection: None}
+    callbacks[failing] = _failing_callback
+    port = loop.call_and_wait(lambda: RequestPort(loop, "127.0.0.1", domain.request_low, domain.request_high,
+                                                  **callbacks))
+    qidx = 7 if failing == "on_response" else 0         # a request index is never 0: not a response
+    try:
+        with socket.create_connection(port.address, timeout=10) as client:
+            client.sendall(b"".join(response_frames(qidx, sqn, b"answer", 8192)[0] for sqn in range(5)))
+            wait_for(lambda: loop.call_and_wait(lambda: port.counters["callback_errors"]) == 5, 10,
+                     message="every failure counted")
+        lines = _port_log_lines(caplog)
+        assert len(lines) == 1 and "(1 so far)" in lines[0], lines
+    finally:
+        loop.call_and_wait(port.close)
