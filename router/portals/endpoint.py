@@ -685,6 +685,9 @@ class EndpointPortal(EgressRecords):
         port = context.request_port
         for name in REQUEST_PORT_REFUSED_COUNTERS:
             totals.update(name, [(port, port.counters[name])] if port is not None else [])
+        # The port's callbacks are this worker's (responses forwarded, unicast immediate messages
+        # routed): one that fails is caught and logged there, out of the loop's own count.
+        totals.update("internal_errors", [(port, port.counters["callback_errors"])] if port is not None else [])
         enqueued = waiting = 0
         sessions = self.egress.sessions()
         for session in sessions:
