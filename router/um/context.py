@@ -198,8 +198,11 @@ class Context:
         until the first attaches) for the first one to connect (router.um.tcp_source,
         router.lbtipc.source). `options`: this source's own options (a UM XML configuration's
         per-topic ones) instead of the context's; sources share a transport session only when
-        their transport options are the same."""
+        their transport options are the same. Those are checked as the context's were when it
+        was made (ConfigError: an empty range, a minimum above its maximum)."""
         config = options if options is not None else self.config
+        if options is not None:
+            options.check_ranges()
         transport = (transport or config.get("source", "transport")).replace("-", "")
         finals = config.get("source", "resolver_send_final_advertisements") \
             if final_advertisements is None else final_advertisements

@@ -4,6 +4,7 @@ from hypothesis import given, strategies as st
 
 from router.um.config import ConfigError, load_file, parse_lines
 from router.um.context import Context
+from tests.support.domains import new_domain
 
 
 @pytest.mark.parametrize("text", ["13_965", "\u0661\u0663\u0669\u0666\u0665", "\uff11\uff13\uff19\uff16\uff15",
@@ -119,3 +120,14 @@ def test_an_application_context_with_a_minimum_above_its_maximum_is_refused_at_i
         Context(path)
     assert (caught.value.path, caught.value.line) == (str(path), 1)
     assert "transport_lbtrm_sm_maximum_interval (10000, the default)" in caught.value.reason
+
+
+def test_a_sources_own_options_with_a_minimum_above_its_maximum_are_refused_at_its_creation(tmp_path):
+    # A source's own options (a UM XML file's per-topic ones) replace the context's for it: they
+    # must pass the same checks the context's passed when it was made.
+    domain = new_domain(tmp_path)
+    with Context(**domain.overrides()) as context:
+        own = context.config.copy()
+        own.set("source", "transport_lbtrm_sm_minimum_interval", "20000")
+        with pytest.raises(ConfigError, match="transport_lbtrm_sm_maximum_interval"):
+            context.source("own.options", options=own)
