@@ -149,7 +149,8 @@ class Context:
         self.late_join_clients: dict[int, LateJoinClient] = {}
         self.late_join_counters = {"lj_info_unanswered": 0, "lj_retransmissions_requested": 0,
                                    "lj_retransmissions_given_up": 0, "lj_messages_delivered": 0,
-                                   "lj_messages_incomplete": 0, "lj_held_overflows": 0, "uim_frames_unknown": 0}
+                                   "lj_messages_incomplete": 0, "lj_properties_malformed": 0, "lj_held_overflows": 0,
+                                   "uim_frames_unknown": 0}
         self.next_transport_index = 1
         # Off-transport recovery (router.um.otr): our receivers' recoveries by the topic index they
         # recover (RETRANS frames carry no more than it and the sequence number).

@@ -18,8 +18,11 @@ from router.um.frame_runs import MIN_RUN, consecutive_sequence_numbers, equal_fr
 from router.um.reorder_window import MAX_WAITED, ReorderWindow
 from router.um.sequence_numbers import MASK, distance
 from router.um.requests import REQUEST_FRAME_MIN, REQUEST_HEADER_OFFSET, read_request, request_frame_problem
+from router.um.messages import with_properties
+from router.um.wire.errors import WireError
 from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER,
-                                 NHDR_DATA, NHDR_FRAG, NHDR_REQUEST, NHDR_TSNI)
+                                 NHDR_APPHDR_CHAIN, NHDR_DATA, NHDR_FRAG, NHDR_REQUEST, NHDR_TSNI)
+from router.um.wire.lbmc_properties import APPHDR_CHAIN_SIZE, read_apphdr_chain
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +248,10 @@ class FrameStream:
                             if requested is None:
                                 requested = set()
                             requested.add(tidx)
+                    elif next_hdr == NHDR_APPHDR_CHAIN:
+                        message = self._with_properties(data, offset, msglen, tidx, sqn, subscriptions.get(tidx))
+                        if message is not None:
+                            batches.setdefault(tidx, []).append(message)
                     else:
                         self.counters["unknown_frames"] += 1
             elif ver_type == LBMC_TYPE_CONTROL:
@@ -447,6 +454,38 @@ class FrameStream:
             return sqn, data[offset + REQUEST_FRAME_MIN:offset + msglen], origin
         whole = self._fragment(data, offset + REQUEST_FRAME_MIN, offset + msglen, tidx, subs)
         return None if whole is None else (whole[0], whole[1], origin)
+
+    def _with_properties(self, data, offset: int, msglen: int, tidx: int, sqn: int, subs):
+        """A frame whose payload ends in message properties (router.um.wire.lbmc_properties):
+        (sqn, DataWithProperties) when the message is whole. A chain header that does not say
+        where the data ends drops the frame; a properties block that cannot be read is counted
+        and the message delivered without properties, as data is never dropped for its extras."""
+        header = offset + _MESSAGE_SIZE
+        end = offset + msglen
+        try:
+            after, block_size = read_apphdr_chain(data, header, end)
+        except WireError as exc:
+            self._malformed(str(exc), close=False)
+            return None
+        header += APPHDR_CHAIN_SIZE
+        if after == NHDR_DATA:
+            whole = (sqn, data[header:end])
+        elif after == NHDR_FRAG:
+            whole = self._fragment(data, header, end, tidx, subs)
+            if whole is None:
+                return None
+        else:
+            self.counters["unknown_frames"] += 1
+            return None
+        first_sqn, payload = whole
+        if block_size > len(payload):
+            self._malformed(f"properties block of {block_size} bytes in a message of {len(payload)}", close=False)
+            return None
+        try:
+            return first_sqn, with_properties(payload, block_size)
+        except WireError as exc:
+            self._malformed(str(exc), close=False)
+            return first_sqn, payload[:len(payload) - block_size]
 
     def _uniform_run(self, data, end: int, view) -> tuple[int, int]:
         """A router's fast path: the equal data frames of one raw topic index at the start of

@@ -5,12 +5,39 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from router.um.requests import RequestOrigin
+from router.um.wire.errors import WireError
+from router.um.wire.lbmc_properties import decode_properties
 
 BOS = "BOS"     # beginning of stream: a source was joined
 EOS = "EOS"     # end of stream: that source ended (disconnect, final advertisement, timeout)
 # UM's LBM_MSG_UNRECOVERABLE_LOSS: messages of a source that will not be delivered (the transport
 # lost them and off-transport recovery, if used, could not get them); the event says which.
 UNRECOVERABLE_LOSS = "UNRECOVERABLE_LOSS"
+
+
+class DataWithProperties(bytes):
+    """A message's data that came with UM message properties (router.um.wire.lbmc_properties):
+    the bytes are the data alone, `properties` is ``{key: Property}``. Only such messages pay for
+    properties: every message class reads them from its data, so building one costs nothing more."""
+
+    def __new__(cls, data, properties: dict):
+        made = super().__new__(cls, data)
+        made.properties = properties
+        return made
+
+
+def with_properties(payload: bytes, block_size: int) -> DataWithProperties:
+    """A payload whose last `block_size` bytes are its properties block, as the data alone with
+    its properties; WireError if the block cannot be read."""
+    if block_size > len(payload):
+        raise WireError(f"properties block of {block_size} bytes in a message of {len(payload)}")
+    split = len(payload) - block_size
+    return DataWithProperties(payload[:split], decode_properties(payload[split:]))
+
+
+def _data_properties(message) -> dict | None:
+    """`message.properties`: its UM message properties, None when it came without any."""
+    return getattr(message.data, "properties", None)
 
 
 class Message(NamedTuple):
@@ -26,6 +53,7 @@ class Message(NamedTuple):
     retransmit = False          # UM's LBM_MSG_FLAG_RETRANSMIT: not a late-join retransmission
     otr = False                 # UM's LBM_MSG_FLAG_OTR: not recovered off the transport
     hf_duplicate = False        # UM's LBM_MSG_FLAG_HF_DUPLICATE: not a hot failover copy delivered again
+    properties = property(_data_properties)
 
 
 class RetransmittedMessage(NamedTuple):
@@ -39,6 +67,7 @@ class RetransmittedMessage(NamedTuple):
     retransmit = True
     otr = False
     hf_duplicate = False
+    properties = property(_data_properties)
 
 
 class OtrMessage(NamedTuple):
@@ -52,6 +81,7 @@ class OtrMessage(NamedTuple):
     retransmit = False
     otr = True
     hf_duplicate = False
+    properties = property(_data_properties)
 
 
 class HfDuplicateMessage(NamedTuple):
@@ -65,6 +95,7 @@ class HfDuplicateMessage(NamedTuple):
     retransmit = False
     otr = False
     hf_duplicate = True
+    properties = property(_data_properties)
 
 
 class RequestMessage(NamedTuple):
@@ -81,6 +112,7 @@ class RequestMessage(NamedTuple):
     otr: bool = False           # recovered off the transport (a lost request, asked of its source)
     retransmit = False
     hf_duplicate = False
+    properties = property(_data_properties)
 
     def respond(self, data) -> None:
         self.context.respond(self.origin, data)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 from router.um.requests import PendingRequest, RequestOrigin, Response
 from router.um.sequence_info import later
 from router.um.source_cache import source_string
+from router.um.wire.lbmc_properties import encode_properties
 from router.um.wire.lbmr import COST_INFINITE, CostOption, DomainIdOption, LateJoinOption, OtidOption, Tir
 
 if TYPE_CHECKING:
@@ -92,11 +93,17 @@ class Source:
         query; time.monotonic()), None if none has since the source was made."""
         return self.context.resolver.interest_heard.get(self.topic)
 
-    def send(self, data, flush: bool = False) -> None:
-        """Send one message (bytes-like). Batched unless `flush`; fragments above the datagram size."""
+    def send(self, data, flush: bool = False, properties: dict | None = None) -> None:
+        """Send one message (bytes-like). Batched unless `flush`; fragments above the datagram size.
+        `properties`: UM message properties, ``{key: Property(kind, value)}`` (lbm_src_send_ex's
+        lbm_msg_properties_t; router.um.wire.lbmc_properties); WireError if one cannot be sent."""
         if self.closed:
             raise RuntimeError(f"source for topic {self.topic!r} is closed")
-        self.sequence_number = self.session.send(self.index, self.sequence_number, data, flush)
+        if properties is None:
+            self.sequence_number = self.session.send(self.index, self.sequence_number, data, flush)
+        else:
+            self.sequence_number = self.session.send_with_properties(
+                self.index, self.sequence_number, data, encode_properties(properties), flush)
         self.sent_any = True
 
     def send_request(self, data, on_response: Callable[[Response], None] | None = None) -> PendingRequest:

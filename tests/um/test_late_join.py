@@ -21,6 +21,7 @@ from router.cli.payload import HEADER
 from router.um import late_join
 from router.um.context import Context
 from router.um.messages import UNRECOVERABLE_LOSS
+from router.um.wire.lbmc_properties import Property
 from router.um.wire.lbmc import (CONTROL_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER,
                                  NHDR_DATA, NHDR_NONE, LbmcMessage, LjiRequest, UmeRxReq, encode_lbmc)
 from tests.support.domains import new_domain
@@ -812,3 +813,22 @@ def test_retransmissions_that_do_not_come_are_told_as_unrecoverable_loss_in_thei
     assert [m.retransmit for m in messages] == [True] * 27 + [False]
     assert [e for e in events if e[0] == UNRECOVERABLE_LOSS] == [(UNRECOVERABLE_LOSS, 10, 3, 10)]
     assert rcv["lj_retransmissions_given_up"] == 3 and rcv["lj_messages_delivered"] == 27
+
+
+def test_a_late_receiver_gets_each_retransmitted_message_with_its_properties(domain):
+    # Properties end the payload and an APPHDR_CHAIN header says how long they are, in every
+    # fragment: retransmitted, the data must come back without them and the properties with it.
+    sent = [(b"small %d" % n, {"n": Property("int", n), "tag": Property("string", f"m{n}")}) for n in range(4)]
+    sent.append((bytes(30_000), {"big": Property("boolean", True)}))             # fragments
+    sent.append((b"plain", None))
+    with Context(**domain.overrides(), late_join=True) as sending, Context(**domain.overrides()) as receiving:
+        source = sending.source("lj.properties")
+        for data, properties in sent:
+            source.send(data, properties=properties)
+        source.flush()
+        got = Collector(receiving, "lj.properties")
+        got.wait(len(sent), what="retransmitted messages")
+        counters = _lj(receiving)
+    assert [(m.data, m.properties) for m in got.messages] == sent
+    assert all(m.retransmit for m in got.messages)
+    assert counters["lj_messages_incomplete"] == counters["lj_properties_malformed"] == 0

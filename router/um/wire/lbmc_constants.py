@@ -138,3 +138,22 @@ CAPABILITIES1_UME = 0x80000000
 CAPABILITIES1_UMQ = 0x40000000
 CAPABILITIES3_PCRE = 0x80000000
 CAPABILITIES3_REGEX = 0x40000000
+
+# APPHDR_CHAIN (0x07) elements: the chain header {next_hdr, hdr_len, res u8, first_chain_hdr u8}
+# is followed by elements {next element u8, hdr_len u8, res u16, ...}; the last names NONE.
+CHAIN_ELEM_PROPERTIES_LENGTH = 0x06     # + len u32: the properties block's bytes at the payload's end
+CHAIN_ELEM_NONE = 0xFF
+
+# Message properties block (lbm_msg_properties_t), at the end of the message's payload.
+MSG_PROPERTIES_MAGIC = 0xABACDABA        # read little-endian; read as ANTIMAGIC: written big-endian
+MSG_PROPERTIES_ANTIMAGIC = 0xBADAACAB
+MSG_PROPERTIES_VERSION = 0x0             # vertype = version << 4 | type
+MSG_PROPERTIES_TYPE_NORMAL = 0x0
+MSG_PROPERTY_BOOLEAN = 0x1
+MSG_PROPERTY_BYTE = 0x2
+MSG_PROPERTY_SHORT = 0x3
+MSG_PROPERTY_INT = 0x4
+MSG_PROPERTY_LONG = 0x5
+MSG_PROPERTY_FLOAT = 0x6
+MSG_PROPERTY_DOUBLE = 0x7
+MSG_PROPERTY_STRING = 0x8
