@@ -67,6 +67,9 @@ class HfSource(Source):
     def send_many(self, messages) -> None:
         raise TypeError("an HF source sends each message with its number: send(data, sequence_number)")
 
+    def send_with_properties(self, data, properties, flush: bool = False) -> None:
+        raise TypeError("an HF source sends each message with its number: send(data, sequence_number)")
+
     def send_request(self, data, on_response=None):
         raise TypeError("an HF source does not send requests")
 

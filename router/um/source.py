@@ -93,17 +93,25 @@ class Source:
         query; time.monotonic()), None if none has since the source was made."""
         return self.context.resolver.interest_heard.get(self.topic)
 
-    def send(self, data, flush: bool = False, properties: dict | None = None) -> None:
-        """Send one message (bytes-like). Batched unless `flush`; fragments above the datagram size.
-        `properties`: UM message properties, ``{key: Property(kind, value)}`` (lbm_src_send_ex's
-        lbm_msg_properties_t; router.um.wire.lbmc_properties); WireError if one cannot be sent."""
+    def send(self, data, flush: bool = False) -> None:
+        """Send one message (bytes-like). Batched unless `flush`; fragments above the datagram size."""
         if self.closed:
             raise RuntimeError(f"source for topic {self.topic!r} is closed")
+        self.sequence_number = self.session.send(self.index, self.sequence_number, data, flush)
+        self.sent_any = True
+
+    def send_with_properties(self, data, properties: dict | None, flush: bool = False) -> None:
+        """Send one message with UM message properties, ``{key: Property(kind, value)}``
+        (lbm_src_send_ex with an lbm_msg_properties_t; router.um.wire.lbmc_properties); None: as
+        send(). WireError if one cannot be sent. A method of its own, as in UM, so that send()
+        pays nothing for them."""
         if properties is None:
-            self.sequence_number = self.session.send(self.index, self.sequence_number, data, flush)
-        else:
-            self.sequence_number = self.session.send_with_properties(
-                self.index, self.sequence_number, data, encode_properties(properties), flush)
+            self.send(data, flush)
+            return
+        if self.closed:
+            raise RuntimeError(f"source for topic {self.topic!r} is closed")
+        self.sequence_number = self.session.send_with_properties(
+            self.index, self.sequence_number, data, encode_properties(properties), flush)
         self.sent_any = True
 
     def send_request(self, data, on_response: Callable[[Response], None] | None = None) -> PendingRequest:

@@ -33,7 +33,7 @@ def test_properties_sent_in_lan1_arrive_unchanged_in_lan2(routers, make_domain):
         wait_for(lambda: source.receiver_count >= 1, 30, message="the router's proxy receiver joins")
         assert joined.wait(30), "the receiver in LAN2 never joined the router's proxy source"
         for data, properties in sent:
-            source.send(data, properties=properties)
+            source.send_with_properties(data, properties)
         source.flush()
         assert done.wait(30), f"{len(received)} of {len(sent)} arrived"
     finally:

@@ -824,7 +824,7 @@ def test_a_late_receiver_gets_each_retransmitted_message_with_its_properties(dom
     with Context(**domain.overrides(), late_join=True) as sending, Context(**domain.overrides()) as receiving:
         source = sending.source("lj.properties")
         for data, properties in sent:
-            source.send(data, properties=properties)
+            source.send_with_properties(data, properties)
         source.flush()
         got = Collector(receiving, "lj.properties")
         got.wait(len(sent), what="retransmitted messages")

@@ -39,7 +39,7 @@ def test_a_receiver_gets_the_properties_and_tshark_decodes_them_cleanly(domain, 
             source = publisher.source("props.topic")
             wait_for(lambda: source.receiver_count >= 1, 10, message="receiver joins")
             for data, properties in sent:
-                source.send(data, properties=properties)
+                source.send_with_properties(data, properties)
             source.flush()
             assert done.wait(10)
             port = source.transport_info.port
