@@ -15,13 +15,10 @@ from router.um.frame_runs import frames_and_last_sequence_numbers, strided_colum
 from router.um.sequence_info import later
 from router.um.requests import RequestOrigin, message_frames
 from router.um.retention import Retention
-from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_APPHDR_CHAIN, NHDR_DATA,
-                                 NHDR_FRAG)
-from router.um.wire.lbmc_properties import APPHDR_CHAIN_SIZE, apphdr_chain
+from router.um.wire.lbmc import FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
 
 _MESSAGE_OVERHEAD = MESSAGE_HEADER.size
 _FRAGMENT_OVERHEAD = MESSAGE_HEADER.size + FRAG_HEADER.size
-_PROPERTIES_OVERHEAD = MESSAGE_HEADER.size + APPHDR_CHAIN_SIZE
 _pack_message = MESSAGE_HEADER.pack
 _pack_frag = FRAG_HEADER.pack
 _pack_tidx = struct.Struct(">I").pack_into
@@ -146,38 +143,13 @@ class BatchingSession:
         """Append one message whose payload ends in a properties block (router.um.wire.
         lbmc_properties): an APPHDR_CHAIN header in each of its frames says how long the block
         is. Returns the next sequence number."""
-        whole = bytes(payload) + block
-        chain_next = NHDR_DATA if len(whole) + _PROPERTIES_OVERHEAD <= self.datagram_max_size else NHDR_FRAG
-        chain = apphdr_chain(chain_next, len(block))
         with self.lock:
-            start = len(self.batch)
-            if chain_next == NHDR_DATA:
-                self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_APPHDR_CHAIN, len(whole) + _PROPERTIES_OVERHEAD,
-                                            tidx, sqn)
-                self.batch += chain
-                self.batch += whole
-                sqn = (sqn + 1) & 0xFFFFFFFF
-            else:
-                sqn = self._append_property_fragments(tidx, sqn, whole, chain)
-            if self.retained:
-                self._retain(self.batch, start, len(self.batch))
+            sqn = self._append_frames(sqn, message_frames(tidx, sqn, bytes(payload) + block, self.datagram_max_size,
+                                                          properties_size=len(block)))
             if flush:
                 self._flush_locked()
             else:
                 self._flush_or_arm_timer()
-        return sqn
-
-    def _append_property_fragments(self, tidx: int, sqn: int, whole: bytes, chain: bytes) -> int:
-        piece = self.datagram_max_size - _PROPERTIES_OVERHEAD - FRAG_HEADER.size
-        total, first = len(whole), sqn
-        for offset in range(0, total, piece):
-            chunk = whole[offset:offset + piece]
-            self.batch += _pack_message(LBMC_TYPE_MESSAGE, NHDR_APPHDR_CHAIN,
-                                        len(chunk) + _PROPERTIES_OVERHEAD + FRAG_HEADER.size, tidx, sqn)
-            self.batch += chain
-            self.batch += _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, first, offset, total)
-            self.batch += chunk
-            sqn = (sqn + 1) & 0xFFFFFFFF
         return sqn
 
     def send_request(self, tidx: int, sqn: int, payload, origin: RequestOrigin) -> int:
@@ -185,16 +157,21 @@ class BatchingSession:
         what is batched, and send it all now: a requester waits for the answer. Returns the next
         sequence number."""
         with self.lock:
-            for headers, piece in message_frames(tidx, sqn, payload, self.datagram_max_size, origin):
-                start = len(self.batch)
-                self.batch += headers
-                self.batch += piece
-                if self.retained:
-                    self._retain(self.batch, start, len(self.batch))
-                sqn = (sqn + 1) & 0xFFFFFFFF    # topic sequence numbers wrap
-                if len(self.batch) >= self.batching_minimum_length:
-                    self._flush_locked()
+            sqn = self._append_frames(sqn, message_frames(tidx, sqn, payload, self.datagram_max_size, origin))
             self._flush_locked()
+        return sqn
+
+    def _append_frames(self, sqn: int, frames) -> int:
+        """Append router.um.requests.message_frames (lock held); returns the next sequence number."""
+        for headers, piece in frames:
+            start = len(self.batch)
+            self.batch += headers
+            self.batch += piece
+            if self.retained:
+                self._retain(self.batch, start, len(self.batch))
+            sqn = (sqn + 1) & 0xFFFFFFFF    # topic sequence numbers wrap
+            if len(self.batch) >= self.batching_minimum_length:
+                self._flush_locked()
         return sqn
 
     def send_raw(self, frames, tidx: int | None = None, count: int = 0, now: bool = False) -> None:

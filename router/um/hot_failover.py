@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
-from router.um.messages import BOS, EOS, UNRECOVERABLE_LOSS, HfDuplicateMessage, ReceiverEvent
+from router.um.messages import BOS, EOS, UNRECOVERABLE_LOSS, HfDuplicateMessage, ReceiverEvent, RequestMessage
 from router.um.receiver import OnBatch, OnEvent, OnMessage
 from router.um.sequence_numbers import MASK, distance
 from router.um.source import Source
@@ -153,7 +153,7 @@ class HfMerge:
             heapq.heappush(self.held_order, number)
 
     def _duplicate(self, message) -> None:
-        if self.duplicate_delivery and not hasattr(message, "origin"):     # a request is answered once
+        if self.duplicate_delivery and not isinstance(message, RequestMessage):    # answered once
             self._out.append(HfDuplicateMessage(message.topic, message.source, message.sequence_number,
                                                 message.data))
             self.counters["duplicates_delivered"] += 1

@@ -38,8 +38,9 @@ import threading
 from typing import Callable, Iterator, NamedTuple
 
 from router.um.wire.errors import WireError
-from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG,
-                                 NHDR_REQUEST)
+from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_APPHDR_CHAIN, NHDR_DATA,
+                                 NHDR_FRAG, NHDR_REQUEST)
+from router.um.wire.lbmc_properties import APPHDR_CHAIN_SIZE, apphdr_chain
 
 REQUEST_HEADER_OFFSET = 12
 # next_hdr, hdr_len = 16, flags (reserved), transport, qidx, port, reserved, ipaddr
@@ -138,28 +139,35 @@ def request_frame_problem(buf, offset: int, msglen: int) -> str | None:
 
 
 # -- framing a message ----------------------------------------------------------------------------
-def message_frames(tidx: int, sqn: int, payload, datagram_max_size: int,
-                   origin: RequestOrigin | None = None) -> Iterator[tuple[bytes, memoryview]]:
+def message_frames(tidx: int, sqn: int, payload, datagram_max_size: int, origin: RequestOrigin | None = None,
+                   properties_size: int = 0) -> Iterator[tuple[bytes, memoryview]]:
     """The LBMC MESSAGE frames carrying `payload`, as (headers, piece of the payload): with
-    `origin` a request (the REQUEST header first in each frame), else plain data. Frame i has
-    sequence number sqn + i; above `datagram_max_size` every frame carries a FRAG header."""
+    `origin` a request (the REQUEST header first in each frame); with `properties_size`, a message
+    whose payload ends in a properties block that many bytes long (an APPHDR_CHAIN header first in
+    each frame says so: router.um.wire.lbmc_properties); else plain data. Frame i has sequence
+    number sqn + i; above `datagram_max_size` every frame carries a FRAG header."""
     view = memoryview(payload).cast("B")
     total = len(view)
-    first_header = NHDR_DATA if origin is None else NHDR_REQUEST
-    request = (lambda nxt: b"") if origin is None else (lambda nxt: pack_request_header(nxt, origin))
-    overhead = MESSAGE_HEADER.size + (0 if origin is None else REQUEST_HEADER.size)
+    if origin is not None:
+        first_header, lead, lead_size = NHDR_REQUEST, lambda nxt: pack_request_header(nxt, origin), REQUEST_HEADER.size
+    elif properties_size:
+        first_header, lead, lead_size = (NHDR_APPHDR_CHAIN, lambda nxt: apphdr_chain(nxt, properties_size),
+                                         APPHDR_CHAIN_SIZE)
+    else:
+        first_header, lead, lead_size = NHDR_DATA, lambda nxt: b"", 0
+    overhead = MESSAGE_HEADER.size + lead_size
     if total + overhead <= datagram_max_size:
-        yield _pack_message(LBMC_TYPE_MESSAGE, first_header, overhead + total, tidx, sqn) + request(NHDR_DATA), view
+        yield _pack_message(LBMC_TYPE_MESSAGE, first_header, overhead + total, tidx, sqn) + lead(NHDR_DATA), view
         return
     overhead += FRAG_HEADER.size
     piece = datagram_max_size - overhead
-    if origin is None:
+    if not lead_size:
         first_header = NHDR_FRAG
     for number, start in enumerate(range(0, total, piece)):
         chunk = view[start:start + piece]
         yield (_pack_message(LBMC_TYPE_MESSAGE, first_header, overhead + len(chunk), tidx,
                              (sqn + number) & 0xFFFFFFFF)
-               + request(NHDR_FRAG) + _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, sqn, start, total)), chunk
+               + lead(NHDR_FRAG) + _pack_frag(NHDR_DATA, FRAG_HEADER.size, 0, sqn, start, total)), chunk
 
 
 # -- a request waiting for its responses ----------------------------------------------------------
