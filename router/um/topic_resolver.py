@@ -349,9 +349,10 @@ class TopicResolver:
         """Forget advertisements unheard for CACHE_TIMEOUT that nobody joined (source_cache), the
         topics left with none, and the per-topic receivers wildcard receivers made for them."""
         cutoff = (time.monotonic() if now is None else now) - CACHE_TIMEOUT
+        pending = {topic for topic, _ in self.pending_joins}
         for topic, cached in list(self.cache.items()):
             cached.expire(cutoff)
-            if not cached.empty or any(pending_topic == topic for pending_topic, _ in self.pending_joins):
+            if not cached.empty or topic in pending:
                 continue
             del self.cache[topic]
             receivers = self.receivers.get(topic, [])
