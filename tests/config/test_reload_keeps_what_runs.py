@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from tests.router.test_multi_hop import routerctl
+from tests.support.peer_links import routerctl
 from tests.router.test_reload_adversarial import delivers, lans, rewrite, stop_cleanly
 from tests.support.processes import wait_for
 from tests.support.routers import endpoint_xml

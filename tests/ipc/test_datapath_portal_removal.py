@@ -14,7 +14,7 @@ from router.monitor.counters import PortalCounters
 from router.um.loop import EventLoop
 from router.worker.datapath import DataPath, DataPathSpec, RingSet
 from router.worker.records import RECORD_FRAMES, encode_frames
-from tests.router.test_multi_hop import routerctl
+from tests.support.peer_links import routerctl
 from tests.router.test_reload_adversarial import alive, all_up, delivers, lans, pids_of, reload_ok, rewrite
 from tests.support.processes import wait_for
 from tests.support.routers import FAST_ROUTING, endpoint_xml

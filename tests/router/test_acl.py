@@ -64,20 +64,13 @@ def test_inbound_and_outbound_acls_decide_what_crosses(routers, tools, make_doma
 def test_peer_portal_acls_over_a_link(routers, tools, make_domain):
     """Router A (D1, peer TO_B with an outbound ACL) linked to router B (peer TO_A with an inbound
     ACL, D2): only what both let through reaches D2."""
-    from tests.router.test_multi_hop import converged, send_and_receive, start
-    from tests.support.routers import free_port, peer_xml
+    from tests.support.peer_links import linked_pair, send_across
     lan1, lan2 = make_domain(), make_domain()
-    port = free_port()
     outbound = ('      <acl><outbound><ace match="reject"><topic>link.secret</topic></ace>'
                 '<ace match="accept"><pcre-pattern>.</pcre-pattern></ace></outbound></acl>\n')
     inbound = ('      <acl><inbound><ace match="reject"><pcre-pattern>^link\\.blocked</pcre-pattern></ace>'
                '<ace match="accept"><pcre-pattern>.</pcre-pattern></ace></inbound></acl>\n')
-    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port, extra=outbound),
-              "acla")
-    b = start(routers, peer_xml("TO_A", listen=port, extra=inbound) + endpoint_xml("LAN2", 2, lan2.config_path),
-              "aclb")
-    a.wait_ready(), b.wait_ready()
-    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
+    a, b = linked_pair(routers, lan1, lan2, "acl", a_link={"extra": outbound}, b_link={"extra": inbound})
     blocked = {topic: tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, topic)
                for topic in ("link.secret", "link.blocked")}
     # B passes interest in link.blocked on (B's inbound list judges streams, not interest), but A's
@@ -85,7 +78,7 @@ def test_peer_portal_acls_over_a_link(routers, tools, make_domain):
     wait_for(lambda: a.counters()[0]["receiver_topics"] == 1, 20, message="A pulls in link.blocked only")
     senders = {topic: tools.umsrc("-c", lan1.config_path, "--json", "-M", 300, "-P", 500, "-W", 0, topic)
                for topic in blocked}
-    [got] = send_and_receive(tools, lan1, [lan2], "link.open", 1000, rate=2000)
+    [got] = send_across(tools, lan1, [lan2], "link.open", 1000, rate=2000)
     assert (got["received"], got["gaps"], got["duplicates"]) == (1000, 0, 0), got
     for sender in senders.values():
         assert sender.result(60)["sent"] == 300

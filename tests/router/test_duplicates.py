@@ -90,7 +90,7 @@ def test_a_source_heard_by_two_portals_of_a_router_goes_on_from_one(routers, too
     D1's source then has a copy in D2 (A's proxy source) and one in D4 (C's), and B's portals on
     both pull the topic for D3. Only the copy that comes the way of the D1 -> D3 path goes on:
     B's proxy source in D3 gets each message once, nothing to drop."""
-    from tests.router.test_multi_hop import converged, start
+    from tests.support.peer_links import converged, start
     d1, d2, d3, d4 = make_domain(), make_domain(), make_domain(), make_domain()
     a = start(routers, endpoint_xml("E1", 1, d1.config_path) + endpoint_xml("E2", 2, d2.config_path), "twa")
     c = start(routers, endpoint_xml("E1", 1, d1.config_path) + endpoint_xml("E4", 4, d4.config_path), "twc")

@@ -3,8 +3,9 @@ ACLs say, never back into the domain they came from, each delivered once even wh
 join the same domains, and across peer links (seed §2.7; router.portals.immediate)."""
 import pytest
 
+from tests.support.peer_links import linked_pair
 from tests.support.processes import wait_for
-from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml, worker_group_xml
+from tests.support.routers import endpoint_xml, free_port, worker_group_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
@@ -101,13 +102,7 @@ def test_two_routers_joining_the_same_domains_deliver_each_message_once(routers,
 def test_immediate_messages_cross_a_peer_link(routers, tools, make_domain, tmp_path):
     lan1, lan2 = make_domain(), make_domain()
     port = free_port()
-    a = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port), FAST_ROUTING,
-                      name="mima")
-    b = routers.start(peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path), FAST_ROUTING,
-                      name="mimb")
-    a.wait_ready(), b.wait_ready()
-    wait_for(lambda: a.counters()[1]["link_connects"] >= 1 and b.counters()[0]["link_connects"] >= 1, 30,
-             message="the peer link is up")
+    a, b = linked_pair(routers, lan1, lan2, "mim", port=port)
     count = 500
     in_lan2 = _receive(tools, lan2, count, "mim.far")
     topicless = _receive(tools, lan2, count, "--topicless")

@@ -10,7 +10,7 @@ import signal
 
 import pytest
 
-from tests.router.test_multi_hop import routerctl
+from tests.support.peer_links import routerctl
 from tests.router.test_supervisor_edges import two_lans
 from tests.support.processes import wait_for
 from tests.support.routers import RouterRunner

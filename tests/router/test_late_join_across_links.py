@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from tests.router.test_late_join import _first_run
-from tests.router.test_multi_hop import converged
+from tests.support.peer_links import converged
 from tests.support.processes import wait_for
 from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode

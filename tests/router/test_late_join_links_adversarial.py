@@ -25,7 +25,7 @@ from router.um.wire.lbmc_constants import LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS
 from router.um.wire.lbmc_headers import Destination
 from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
 from tests.router.test_late_join import _first_run
-from tests.router.test_multi_hop import converged
+from tests.support.peer_links import converged
 from tests.portals.test_peer_late_join import _crossing, _Stream, relay
 from tests.router.test_peer_udp import udp_xml
 from tests.support.processes import wait_for

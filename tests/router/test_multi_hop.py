@@ -19,61 +19,15 @@ import pytest
 from router.um.context import Context
 from tests.support.processes import wait_for
 from tests.support.certs import issue, make_ca
+from tests.support.peer_links import converged, linked_pair, routerctl, send_across, signatures, start
 from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
 
 
-def start(routers, portals: str, name: str):
-    return routers.start(portals, FAST_ROUTING, name=name)
-
-
-def routerctl(router, *args) -> dict:
-    out = subprocess.run([sys.executable, "-m", "router.cli.routerctl", "-n", router.name, "--json", *args],
-                         capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def signatures(*routers) -> set[str]:
-    return {routerctl(r, "topology")["signature"] for r in routers}
-
-
-def linked_pair(routers, lan1, lan2, prefix: str):
-    """LAN1 - router A - peer link - router B - LAN2, converged: (A, B)."""
-    port = free_port()
-    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port), f"{prefix}a")
-    b = start(routers, peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path), f"{prefix}b")
-    a.wait_ready(), b.wait_ready()
-    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
-    return a, b
-
-
-def converged(routers_, count: int) -> bool:
-    """Every router knows `count` routers, all compute the same topology signature, and every
-    router has recalculated its routes since (nothing pending)."""
-    replies = [routerctl(r, "topology") for r in routers_]
-    return (all(reply["router_count"] == count and not reply["pending_changes"] for reply in replies)
-            and len({r["signature"] for r in replies}) == 1)
-
-
 def counter(router, portal_index: int, name: str) -> int:
     return router.counters()[portal_index][name]
-
-
-def send_and_receive(tools, source_domain, receiver_domains, topic, count, rate=20000, length=64, others=()):
-    """A umrcv in each receiver domain; the source starts once they, and the receivers already
-    started in `others`, have joined it (a TCP receiver that joins late misses what came before)."""
-    receivers = [tools.umrcv("-c", d.config_path, "--json", "-C", count, "--timeout", 120, topic)
-                 for d in receiver_domains]
-    source = tools.umsrc("-c", source_domain.config_path, "--json", "-M", count, "-l", length, "-P", rate,
-                         "--start-on-stdin", topic)
-    for receiver in [*receivers, *others]:
-        receiver.wait_for_stderr("Beginning of Transport Session", 30)
-    source.send_line()
-    assert source.result(120)["sent"] == count
-    return [receiver.result(120) for receiver in receivers]
 
 
 def test_single_peer_link(routers, tools, make_domain, tmp_path):
@@ -93,7 +47,7 @@ def test_single_peer_link(routers, tools, make_domain, tmp_path):
     with LiveCapture(capture_filter=f"tcp port {port}", path=link_pcap), \
             LiveCapture(capture_filter=f"udp port {lan2.port}", path=lbmr_pcap):
         wildcard = tools.umwrcv("-c", lan2.config_path, "--json", "-C", 2000, "--timeout", 60, r"^peer\.small")
-        [got] = send_and_receive(tools, lan1, [lan2], "peer.small", 2000, rate=5000, others=[wildcard])
+        [got] = send_across(tools, lan1, [lan2], "peer.small", 2000, rate=5000, others=[wildcard])
         assert (got["received"], got["gaps"], got["duplicates"]) == (2000, 0, 0), got
         assert wildcard.result(60)["received"] == 2000
     link = [f"tcp.port=={port},lbttcp"]
@@ -117,7 +71,7 @@ def test_single_peer_link(routers, tools, make_domain, tmp_path):
     assert all(f["lbmr.topt.cost.cost"] == ["6"] for f in tirs), tirs[:3]
 
     # The bulk: 100000 messages over the link with nothing lost.
-    [got] = send_and_receive(tools, lan1, [lan2], "peer.bulk", 100_000, rate=25000)
+    [got] = send_across(tools, lan1, [lan2], "peer.bulk", 100_000, rate=25000)
     assert (got["received"], got["gaps"], got["duplicates"]) == (100_000, 0, 0), got
     assert counter(a, 1, "data_fragments_sent") >= 102_000
     assert counter(b, 0, "transport_topic_fragments_forwarded") >= 102_000
@@ -149,7 +103,7 @@ def test_a_tls_and_lz4_peer_link_delivers_everything_and_hides_it(routers, tools
     wait_for(lambda: converged([a, b], 2), 20, message="both routers know both over TLS")
     pcap = tmp_path / "tls-link.pcapng"
     with LiveCapture(capture_filter=f"tcp port {port}", path=pcap):
-        [got] = send_and_receive(tools, lan1, [lan2], "secret.topic", 20_000, rate=20000)
+        [got] = send_across(tools, lan1, [lan2], "secret.topic", 20_000, rate=20000)
     assert (got["received"], got["gaps"], got["duplicates"]) == (20_000, 0, 0), got
     frames = decode(pcap, [f"tcp.port=={port},tls"], fields=["tls.app_data"])
     assert sum(len(f.get("tls.app_data", [])) for f in frames) > 10
@@ -173,7 +127,7 @@ def test_transit_domain(routers, tools, make_domain, tmp_path):
     pcap = tmp_path / "lan2.pcapng"
     capture = f"udp port {lan2.port} or tcp port {route_ports[0]} or tcp port {route_ports[1]}"
     with LiveCapture(capture_filter=capture, path=pcap):
-        [got] = send_and_receive(tools, lan1, [lan3], "AAA", 10000)
+        [got] = send_across(tools, lan1, [lan3], "AAA", 10000)
     assert (got["received"], got["gaps"], got["duplicates"]) == (10000, 0, 0), got
     # B-E2 pulled AAA and told D2 (TNWG interest for domain 3); A-E1 pulled it from D1.
     assert counter(b, 0, "proxy_receivers") == 1 and counter(a, 0, "proxy_receivers") == 1
@@ -358,7 +312,7 @@ def lbmr_sent(routers_) -> int:
 
 def every_receiver_exactly_once(tools, routers_, domains, names, topic):
     before, started = lbmr_sent(routers_), time.monotonic()
-    got = send_and_receive(tools, domains[names[0]], [domains[n] for n in names[1:]], topic, 10000, rate=5000)
+    got = send_across(tools, domains[names[0]], [domains[n] for n in names[1:]], topic, 10000, rate=5000)
     for result in got:
         assert (result["received"], result["gaps"], result["duplicates"]) == (10000, 0, 0), result
     per_second = (lbmr_sent(routers_) - before) / (time.monotonic() - started)
@@ -565,5 +519,5 @@ def test_dual_tcp_peer_link_from_the_seed(routers, tools, make_domain):
     a.wait_ready(), b.wait_ready()
     a.wait_for_log("eliminated")
     wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
-    [got] = send_and_receive(tools, lan1, [lan2], "dual.topic", 5000, rate=10000)
+    [got] = send_across(tools, lan1, [lan2], "dual.topic", 5000, rate=10000)
     assert (got["received"], got["gaps"], got["duplicates"]) == (5000, 0, 0), got

@@ -1,13 +1,11 @@
 """Two routers whose peer link has a UDP data path (`<udp>` on both sides): everything arrives, in
 both directions, through loss on the path; routerctl shows the path; tshark decodes it as LBT-RU.
 """
-import json
 import socket
-import subprocess
-import sys
 
 import pytest
 
+from tests.support.peer_links import converged, linked_pair, routerctl
 from tests.support.processes import wait_for
 from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
 from tests.support.tshark import LiveCapture, decode, expert_info
@@ -21,29 +19,11 @@ def udp_xml(port: int, window: str = "") -> str:
             f'<peer-rate-limit data="1000000000" retransmit="100000000" interval="10"/></udp>\n')
 
 
-def routerctl(router, *args) -> dict:
-    out = subprocess.run([sys.executable, "-m", "router.cli.routerctl", "-n", router.name, "--json", *args],
-                         capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def converged(routers_, count: int) -> bool:
-    replies = [routerctl(r, "topology") for r in routers_]
-    return (all(reply["router_count"] == count and not reply["pending_changes"] for reply in replies)
-            and len({r["signature"] for r in replies}) == 1)
-
-
 def udp_linked_pair(routers, lan1, lan2, prefix: str, env_b: dict | None = None, window_a: str = ""):
     """LAN1 - router A - peer link with a UDP path - router B - LAN2: (A, B, A's UDP port, B's)."""
-    port, udp_a, udp_b = free_port(), free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM)
-    a = routers.start(endpoint_xml("LAN1", 1, lan1.config_path)
-                      + peer_xml("TO_B", connect=port, extra=udp_xml(udp_a, window_a)),
-                      FAST_ROUTING, name=f"{prefix}a")
-    b = routers.start(peer_xml("TO_A", listen=port, extra=udp_xml(udp_b)) + endpoint_xml("LAN2", 2, lan2.config_path),
-                      FAST_ROUTING, name=f"{prefix}b", env=env_b)
-    a.wait_ready(), b.wait_ready()
-    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
+    udp_a, udp_b = free_port(socket.SOCK_DGRAM), free_port(socket.SOCK_DGRAM)
+    a, b = linked_pair(routers, lan1, lan2, prefix, a_link={"extra": udp_xml(udp_a, window_a)},
+                       b_link={"extra": udp_xml(udp_b)}, env_b=env_b)
     return a, b, udp_a, udp_b
 
 

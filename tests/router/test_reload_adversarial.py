@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.router.test_multi_hop import converged, routerctl
+from tests.support.peer_links import converged, routerctl
 from tests.support.processes import wait_for
 from tests.support.routers import (FAST_PURGE, FAST_ROUTING, endpoint_xml, free_port, peer_xml, worker_group_xml,
                                    write_config)

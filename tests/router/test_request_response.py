@@ -96,7 +96,7 @@ def test_requests_cross_the_router_and_every_response_comes_back(routers, tools,
 def test_requests_and_responses_cross_two_routers_hop_by_hop(routers, tools, make_domain):
     """LAN1 - router A - peer link - router B - LAN2: the requester in LAN1, the responder in LAN2.
     Each peer portal maps the requests it sends over the link; responses come back over it."""
-    from tests.router.test_multi_hop import linked_pair
+    from tests.support.peer_links import linked_pair
     lan1, lan2 = make_domain(), make_domain()
     a, b = linked_pair(routers, lan1, lan2, "req")
     count = 30

@@ -6,9 +6,9 @@ import pytest
 
 from router.um.context import Context
 
-from tests.router.test_multi_hop import converged, linked_pair, start
+from tests.support.peer_links import linked_pair
 from tests.support.processes import wait_for
-from tests.support.routers import endpoint_xml, free_port, peer_xml
+from tests.support.routers import free_port
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
@@ -39,10 +39,7 @@ def _asked_across(requester: Context, responder: Context, router_a, topic: str, 
 def test_responses_larger_than_one_lbmc_message_cross_a_peer_link_whole(routers, make_domain, tmp_path):
     lan1, lan2 = make_domain(), make_domain()
     port = free_port()
-    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port), "lrsa")
-    b = start(routers, peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path), "lrsb")
-    a.wait_ready(), b.wait_ready()
-    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
+    a, b = linked_pair(routers, lan1, lan2, "lrs", port=port)
     requester, responder = Context(**lan1.overrides()), Context(**lan2.overrides())
     try:
         asked, answers, pending = _asked_across(requester, responder, a, "svc.large", b"send the lot")

@@ -4,7 +4,7 @@ import pytest
 
 from router.um.context import Context
 
-from tests.router.test_multi_hop import converged, routerctl, start
+from tests.support.peer_links import converged, routerctl, start
 from tests.router.test_unicast_immediate import Inbox
 from tests.support.processes import wait_for
 from tests.support.routers import endpoint_xml, free_port, peer_xml

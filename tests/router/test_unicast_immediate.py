@@ -10,9 +10,9 @@ from router.um.context import Context
 from router.um.unicast_immediate import NoRouteToDomain
 from router.um.wire.lbmr import RemoteDomainRoute
 
-from tests.router.test_multi_hop import converged, routerctl, start
+from tests.support.peer_links import converged, linked_pair, routerctl, start
 from tests.support.processes import wait_for
-from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
+from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
@@ -117,10 +117,7 @@ def test_a_message_crosses_one_router_and_the_answer_comes_back(routers, make_do
 def test_a_message_crosses_a_peer_link_and_no_route_is_counted(routers, make_domain, tmp_path):
     lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
     port = free_port()
-    a = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port), "uima")
-    b = start(routers, peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path), "uimb")
-    a.wait_ready(), b.wait_ready()
-    wait_for(lambda: converged([a, b], 2), 30, message="both routers know both")
+    a, b = linked_pair(routers, lan1, lan2, "uim", port=port, timeout=30)
     sender, target, alone = Context(**lan1.overrides()), Context(**lan2.overrides()), Context(**lan3.overrides())
     try:
         got = Inbox(target, "orders")
@@ -176,7 +173,7 @@ def test_a_message_crosses_a_peer_link_and_no_route_is_counted(routers, make_dom
             context.close()
 
 
-def test_the_tools_send_and_receive_across_the_router(routers, tools, make_domain):
+def test_the_tools_send_across_across_the_router(routers, tools, make_domain):
     """umsrc --unicast TCP:domain:ip:port to a umrcv --unicast in the other domain: every message, in order."""
     lan1, lan2, _ = _two_lans(routers, make_domain)
     count = 200
@@ -236,11 +233,7 @@ def test_a_unicast_request_from_another_domain_is_answered_through_the_routers(r
     and each response goes back to domain 1 by its DESTINATION, hop by hop, to the requester."""
     if linked:
         lan1, lan2 = make_domain(), make_domain()
-        port = free_port()
-        first = start(routers, endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port), "uqa")
-        last = start(routers, peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path), "uqb")
-        first.wait_ready(), last.wait_ready()
-        wait_for(lambda: converged([first, last], 2), 30, message="both routers know both")
+        first, last = linked_pair(routers, lan1, lan2, "uq", timeout=30)
     else:
         lan1, lan2, first = _two_lans(routers, make_domain)
         last = first

@@ -8,7 +8,7 @@ import pytest
 
 from router.ipc.ring import read_counters
 from router.ipc.shm import SharedSegment
-from tests.router.test_multi_hop import routerctl
+from tests.support.peer_links import routerctl
 from tests.support.processes import wait_for
 from tests.support.routers import endpoint_xml, worker_group_xml, write_config
 
@@ -116,21 +116,15 @@ def test_requests_and_responses_cross_a_group_handed_over_both_ways(routers, too
 def test_an_endpoint_and_a_peer_portal_in_one_worker_at_each_end_of_a_link(routers, tools, make_domain):
     """LAN1 - router A - peer link - router B - LAN2, each router's two portals in one worker:
     frames go from the endpoint straight to the link at A, from the link to the proxy source at B."""
-    from tests.router.test_multi_hop import converged, send_and_receive
-    from tests.support.routers import FAST_ROUTING, free_port, peer_xml
+    from tests.support.peer_links import linked_pair, send_across
     lan1, lan2 = make_domain(), make_domain()
-    port = free_port()
-    a = routers.start(endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("TO_B", connect=port),
-                      FAST_ROUTING + worker_group_xml("LAN1", "TO_B"), name="grpa")
-    b = routers.start(peer_xml("TO_A", listen=port) + endpoint_xml("LAN2", 2, lan2.config_path),
-                      FAST_ROUTING + worker_group_xml("TO_A", "LAN2"), name="grpb")
-    a.wait_ready(), b.wait_ready()
-    wait_for(lambda: converged([a, b], 2), 20, message="both routers know both")
+    a, b = linked_pair(routers, lan1, lan2, "grp",
+                       daemon_extra=(worker_group_xml("LAN1", "TO_B"), worker_group_xml("TO_A", "LAN2")))
     for router in (a, b):
         pids = router.worker_pids()
         assert pids["0"] == pids["1"] != 0, pids
     count = 50_000
-    [got] = send_and_receive(tools, lan1, [lan2], "grouped.link", count, rate=50_000)
+    [got] = send_across(tools, lan1, [lan2], "grouped.link", count, rate=50_000)
     assert (got["received"], got["gaps"], got["duplicates"]) == (count, 0, 0), got
     assert a.counters()[1]["data_fragments_sent"] >= count          # the peer portal, onto the link
     assert b.counters()[1]["transport_topic_fragments_sent"] >= count
