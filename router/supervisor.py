@@ -395,6 +395,12 @@ class Supervisor:
         self.routing.set_adjacency(portal, None)
 
     def _send_route_info(self, portal: str, data: bytes) -> None:
+        worker = self.workers.get(portal)
+        if worker is None or not worker.ready:
+            # Starting or restarting, it is not on the bus yet (the hub would count the message as
+            # unreachable), and has no link or domain to send it on: the routes reach it at its
+            # hello, and its domain this router's next announcement.
+            return
         self.hub.send_to(portal, bm.RouteInfoMessage(portal, data))
 
     def _route_table(self) -> bm.RouteTable:

@@ -17,6 +17,16 @@ A subscription reaches the publisher some time after `connect` returns, and unti
 worker's share of every publication is dropped. So "subscribes first" is made true before the
 worker says hello: it asks the hub to publish a probe and waits until its own probe comes back on
 the subscriber (asking again meanwhile). Whatever the hub publishes after that reaches the worker.
+
+A message to one peer (the hub's to a worker over the ROUTER, a worker's to the hub over its DEALER)
+that finds the peer's ZeroMQ queue full (the peer stopped, busy) waits in an Outbox and is sent on a
+timer once the peer drains: without ROUTER_MANDATORY the ROUTER dropped it unseen, and the DEALER
+raised to whoever sent. An outbox holds at most the newest of each kind of state (SetCost, a route
+table, a snapshot) and its events in order, up to a limit past which the oldest event is dropped and
+counted. A worker that is not connected (restarting) gets nothing kept for it, nor does one that
+starts again under the same name (it probes first): it gets its state at its hello (snapshot, route
+table, its cost from the configuration it starts with), queries to it time out, and route-info is
+sent again at the next propagation.
 """
 from __future__ import annotations
 
@@ -27,14 +37,16 @@ from typing import Callable
 import zmq
 
 from router.ipc import bus_messages as bm
+from router.ipc.outbox import OUTBOX_LIMIT, OUTBOX_RETRY_INTERVAL, Outbox
 from router.log_rate import LogRate, unsaid
 
 log = logging.getLogger(__name__)
 
 HIGH_WATER_MARK = 100_000   # publications queued for a worker (each side) before ZeroMQ drops them
 HEARTBEAT_INTERVAL = 1.0    # seconds: how long a worker can miss the last publications unaware
-# seconds a worker waits for the snapshot it asked for after a gap before asking again: the hub's
-# ROUTER drops a reply to a worker whose queue is full, as silently as PUB drops publications.
+# seconds a worker waits for the snapshot it asked for after a gap before asking again: the
+# request or its answer can still be lost when the worker reconnects meanwhile (the hub keeps
+# nothing for a worker that is not connected).
 RESYNC_RETRY_INTERVAL = 5.0
 SEQUENCE = struct.Struct(">Q")      # a publication's first frame
 
@@ -51,11 +63,17 @@ def _drain(sock: zmq.Socket, handle: Callable[[list[bytes]], None]) -> None:
 
 class BusHub:
     def __init__(self, context: zmq.Context, request_endpoint: str, publish_endpoint: str, loop,
-                 high_water_mark: int = HIGH_WATER_MARK, heartbeat_interval: float = HEARTBEAT_INTERVAL):
+                 high_water_mark: int = HIGH_WATER_MARK, heartbeat_interval: float = HEARTBEAT_INTERVAL,
+                 outbox_limit: int = OUTBOX_LIMIT):
         self.loop = loop
         self.router = context.socket(zmq.ROUTER)
         self.router.setsockopt(zmq.LINGER, 0)
-        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        # A send to a worker whose queue is full raises EAGAIN (it waits in an outbox), and to one
+        # not connected EHOSTUNREACH: both were dropped unseen without it.
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # A worker restarted under its name may connect before the ROUTER has let go of its
+        # predecessor's connection: without handover the new one is refused, and stays deaf.
+        self.router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self.router.bind(request_endpoint)
         self.publisher = context.socket(zmq.PUB)
         self.publisher.setsockopt(zmq.LINGER, 0)
@@ -67,9 +85,16 @@ class BusHub:
         self.interest: dict[tuple[str, int, int, str], bm.Interest] = {}   # (portal, domain, kind, symbol)
         self.portals: dict[str, tuple[int, int]] = {}        # portal -> (index, generation)
         self.keepalives: dict[str, float] = {}
-        # routerctl status shows them; resyncs: snapshots asked for by workers that fell behind
-        self.counters = {"messages": 0, "malformed": 0, "resyncs": 0}
+        # routerctl status shows them; resyncs: snapshots asked for by workers that fell behind;
+        # outbox_*: messages to workers whose queue was full (waiting now, dropped past the limit);
+        # unreachable: those to a worker not connected, or that went down with messages waiting
+        self.counters = {"messages": 0, "malformed": 0, "resyncs": 0, "outbox_delayed": 0, "outbox_waiting": 0,
+                         "outbox_dropped": 0, "unreachable": 0}
+        self.outbox_limit = outbox_limit
+        self.outboxes: dict[bytes, Outbox] = {}     # by worker identity, only while messages wait
+        self._outbox_retry = None
         self._malformed_said = LogRate()
+        self._outbox_said = LogRate()
         self.on_message: Callable[[str, object], None] | None = None
         loop.add_reader(self.router.getsockopt(zmq.FD), self._readable)
         self._heartbeat = loop.call_every(heartbeat_interval, lambda: self.publish(bm.Heartbeat()))
@@ -88,6 +113,13 @@ class BusHub:
         except bm.BusError as err:
             self._malformed(identity, str(err))
             return
+        if identity in self.outboxes:
+            if isinstance(message, (bm.Probe, bm.Hello)):
+                # A worker (re)starting under that name: what waited was for the one before, and
+                # the snapshot at its hello gives it the state.
+                self._drop_outbox(identity)
+            else:
+                self._flush(identity)           # it reads again, most likely
         if isinstance(message, bm.Probe):
             self.publish(message)         # back to the worker: its subscription is in place
             return
@@ -115,10 +147,69 @@ class BusHub:
                         self.counters["malformed"], unsaid(unsaid_before))
 
     def _reply(self, identity: bytes, message) -> None:
+        payload = bm.encode(message)
+        outbox = self.outboxes.get(identity)
+        if outbox is None:
+            try:
+                self.router.send_multipart([identity, payload], zmq.NOBLOCK)
+                return
+            except zmq.Again:
+                outbox = self.outboxes[identity] = Outbox(self.outbox_limit)
+                self._say("stalled", identity, "is not reading the control bus; messages to it wait until it does")
+                if self._outbox_retry is None:
+                    self._outbox_retry = self.loop.call_later(OUTBOX_RETRY_INTERVAL, self._retry_outboxes)
+            except zmq.ZMQError as err:
+                if err.errno != zmq.EHOSTUNREACH:
+                    raise
+                self._unreachable(identity, 1)
+                return
+        self.counters["outbox_delayed"] += 1
+        if outbox.put(message, payload):
+            self.counters["outbox_dropped"] += 1
+            self._say("dropped", identity, f"has not read the control bus for a while: the oldest messages waiting "
+                                           f"for it are dropped ({self.counters['outbox_dropped']} so far, all told)")
+        self._count_waiting()
+
+    def _retry_outboxes(self) -> None:
+        self._outbox_retry = None
+        for identity in list(self.outboxes):
+            self._flush(identity)
+        if self.outboxes:
+            self._outbox_retry = self.loop.call_later(OUTBOX_RETRY_INTERVAL, self._retry_outboxes)
+        self._readable()        # sending can consume the ROUTER's edge notification
+
+    def _flush(self, identity: bytes) -> None:
         try:
-            self.router.send_multipart([identity, bm.encode(message)], zmq.NOBLOCK)
+            self.outboxes[identity].flush(lambda payload: self.router.send_multipart([identity, payload],
+                                                                                     zmq.NOBLOCK))
+            del self.outboxes[identity]
+        except zmq.Again:
+            pass
         except zmq.ZMQError as err:
-            log.warning("bus reply to %r failed: %s", identity, err)
+            if err.errno != zmq.EHOSTUNREACH:
+                raise
+            self._drop_outbox(identity)
+        self._count_waiting()
+
+    def _drop_outbox(self, identity: bytes) -> None:
+        """The worker is gone (exited, restarting): what waited for it is for no one now."""
+        outbox = self.outboxes.pop(identity, None)
+        if outbox is not None:
+            self._unreachable(identity, len(outbox))
+            self._count_waiting()
+
+    def _unreachable(self, identity: bytes, count: int) -> None:
+        self.counters["unreachable"] += count
+        self._say("unreachable", identity, f"is not connected to the control bus: {count} messages to it dropped "
+                                           f"(it gets the current state when it says hello)", logging.INFO)
+
+    def _count_waiting(self) -> None:
+        self.counters["outbox_waiting"] = sum(len(outbox) for outbox in self.outboxes.values())
+
+    def _say(self, event: str, identity: bytes, what: str, level: int = logging.WARNING) -> None:
+        unsaid_before = self._outbox_said.due((event, identity))
+        if unsaid_before is not None:
+            log.log(level, "portal %s %s%s", identity.decode(errors="replace"), what, unsaid(unsaid_before))
 
     def snapshot(self) -> bm.Snapshot:
         portals = tuple((name, index, generation) for name, (index, generation) in self.portals.items())
@@ -151,12 +242,14 @@ class BusHub:
 
     def portal_down(self, portal: str, index: int) -> None:
         self.portals.pop(portal, None)
+        self._drop_outbox(portal.encode())
         self.publish(bm.PortalDown(portal, index))
 
     def forget_portal(self, portal: str) -> None:
         """A portal removed by reload: its interest goes with it, and it is no longer in the
         snapshots workers started later get (their rings would look for its, unlinked)."""
         self.portals.pop(portal, None)
+        self._drop_outbox(portal.encode())
         for key, interest in list(self.interest.items()):
             if key[0] == portal:
                 self.apply_interest(bm.Interest(portal, interest.domain_id, interest.kind, interest.symbol,
@@ -170,6 +263,8 @@ class BusHub:
 
     def close(self) -> None:
         self._heartbeat.cancel()
+        if self._outbox_retry is not None:
+            self._outbox_retry.cancel()
         self.loop.remove_reader(self.router.getsockopt(zmq.FD))
         self.router.close(0)
         self.publisher.close(0)
@@ -182,20 +277,26 @@ class BusClient:
     """A worker's end of the bus. `on_message(message)` gets the snapshot, then newer updates;
     `on_malformed()` hears of each message dropped because it did not decode (the worker counts
     it in its portal's bus_messages_malformed), `on_gap()` of each gap in the publications' numbers
-    (bus_update_gaps). After a gap the fresh snapshot replaces what the worker had: portals that
+    (bus_update_gaps), `on_dropped()` of each message to the hub its outbox had no room for
+    (bus_messages_dropped). After a gap the fresh snapshot replaces what the worker had: portals that
     went down or restarted meanwhile come as PortalDown before it, and those that came up as
     PortalUp after it, as if their own updates had arrived."""
 
     def __init__(self, context: zmq.Context, request_endpoint: str, publish_endpoint: str, portal: str,
                  loop, on_message: Callable[[object], None], on_malformed: Callable[[], None] | None = None,
-                 on_gap: Callable[[], None] | None = None, high_water_mark: int = HIGH_WATER_MARK):
+                 on_gap: Callable[[], None] | None = None, high_water_mark: int = HIGH_WATER_MARK,
+                 on_dropped: Callable[[], None] | None = None, outbox_limit: int = OUTBOX_LIMIT):
         self.loop = loop
         self.portal = portal
         self.on_message = on_message
         self.on_malformed = on_malformed
         self.on_gap = on_gap
+        self.on_dropped = on_dropped
         self._malformed_said = LogRate()
         self._gap_said = LogRate()
+        self._outbox_said = LogRate()
+        self.outbox = Outbox(outbox_limit)      # what the hub's queue had no room for
+        self._outbox_retry = None
         self.subscriber = context.socket(zmq.SUB)
         self.subscriber.setsockopt(zmq.LINGER, 0)
         self.subscriber.setsockopt(zmq.RCVHWM, high_water_mark)
@@ -212,7 +313,7 @@ class BusClient:
         self._probe_timer = None
         self._resync_timer = None                # while a snapshot asked for after a gap is awaited
         self.counters = {"malformed": 0, "stale_updates": 0, "probes_sent": 0, "gaps": 0, "updates_missed": 0,
-                         "resync_retries": 0}
+                         "resync_retries": 0, "outbox_delayed": 0, "outbox_waiting": 0, "outbox_dropped": 0}
         loop.add_reader(self.subscriber.getsockopt(zmq.FD), self._subscriber_readable)
         loop.add_reader(self.dealer.getsockopt(zmq.FD), self._dealer_readable)
 
@@ -237,8 +338,39 @@ class BusClient:
         self.send(hello)
 
     def send(self, message) -> None:
-        self.dealer.send(bm.encode(message), zmq.NOBLOCK)
-        self.loop.call_later(0, self.poll)
+        """Never raises for a hub that does not read: the message waits (see Outbox)."""
+        payload = bm.encode(message)
+        if not self.outbox:
+            try:
+                self.dealer.send(payload, zmq.NOBLOCK)
+                self.loop.call_later(0, self.poll)
+                return
+            except zmq.Again:
+                self._outbox_retry = self.loop.call_later(OUTBOX_RETRY_INTERVAL, self._retry_outbox)
+                self._say("stalled", "the supervisor is not reading the control bus; messages to it wait until "
+                                     "it does")
+        self.counters["outbox_delayed"] += 1
+        if self.outbox.put(message, payload):
+            self.counters["outbox_dropped"] += 1
+            if self.on_dropped is not None:
+                self.on_dropped()
+            self._say("dropped", f"the supervisor has not read the control bus for a while: the oldest messages "
+                                 f"waiting for it are dropped ({self.counters['outbox_dropped']} so far)")
+        self.counters["outbox_waiting"] = len(self.outbox)
+
+    def _retry_outbox(self) -> None:
+        try:
+            self.outbox.flush(lambda payload: self.dealer.send(payload, zmq.NOBLOCK))
+            self._outbox_retry = None
+        except zmq.Again:
+            self._outbox_retry = self.loop.call_later(OUTBOX_RETRY_INTERVAL, self._retry_outbox)
+        self.counters["outbox_waiting"] = len(self.outbox)
+        self.poll()             # sending can consume the edge notification
+
+    def _say(self, event: str, what: str) -> None:
+        unsaid_before = self._outbox_said.due(event)
+        if unsaid_before is not None:
+            log.warning("portal %s: %s%s", self.portal, what, unsaid(unsaid_before))
 
     def poll(self) -> None:
         """Read whatever is waiting on either socket (call after sends: edge-triggered fds)."""
@@ -362,6 +494,8 @@ class BusClient:
         self.on_message(message)
 
     def close(self) -> None:
+        if self._outbox_retry is not None:
+            self._outbox_retry.cancel()
         if self._resync_timer is not None:
             self._resync_timer.cancel()
         if self._probe_timer is not None:

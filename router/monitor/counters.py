@@ -175,6 +175,10 @@ REQUEST_PORT_REFUSED_COUNTERS = ("responses_too_large", "responses_malformed")
 # by more than ZeroMQ's high-water mark, which drops publications silently (router/ipc/bus.py); each
 # gap made it take a fresh snapshot. Its interest and portals had diverged from the router's unseen.
 BUS_GAP_COUNTERS = ("bus_update_gaps",)
+# Messages a portal's worker meant for the supervisor and dropped: the supervisor had not read the
+# control bus for so long that the worker's outbox for it overflowed (router/ipc/bus.py). A full
+# queue made the sender raise, losing the message and cutting short what sent it.
+BUS_DROP_COUNTERS = ("bus_messages_dropped",)
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
@@ -182,7 +186,7 @@ COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in 
                  + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS
                  + BATCH_COUNTERS + LAPPED_COUNTERS + ROUTE_INFO_DROP_COUNTERS + LATE_JOIN_UNANSWERED_COUNTERS
                  + MISSED_WHILE_DOWN_COUNTERS + INTERNAL_ERROR_COUNTERS + REQUEST_PORT_REFUSED_COUNTERS
-                 + BUS_GAP_COUNTERS)
+                 + BUS_GAP_COUNTERS + BUS_DROP_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

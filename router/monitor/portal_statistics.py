@@ -210,6 +210,7 @@ def _worker(*more: tuple[str, str]) -> Section:
         ("Bytes of records for the portal while its worker was down", "ring_record_bytes_missed_while_down"),
         ("Malformed control bus messages (ignored)", "bus_messages_malformed"),
         ("Gaps in the control bus updates (the worker fell behind; it took a fresh snapshot)", "bus_update_gaps"),
+        ("Control bus messages dropped (the supervisor did not read them for too long)", "bus_messages_dropped"),
         ("Internal errors (failing callbacks of the worker, logged)", "internal_errors"),
         *more,
     ), paired=False)

@@ -124,7 +124,8 @@ def _run(specs: list[WorkerSpec]) -> int:
         one.bus = BusClient(zmq_context, *one.spec.bus_endpoints, one.spec.portal.name, loop,
                             lambda m, portal=one.portal: _on_bus(m, portal, loop),
                             lambda counters=one.counters: counters.add("bus_messages_malformed"),
-                            lambda counters=one.counters: counters.add("bus_update_gaps"))
+                            lambda counters=one.counters: counters.add("bus_update_gaps"),
+                            on_dropped=lambda counters=one.counters: counters.add("bus_messages_dropped"))
         one.portal.bus = one.bus
         one.datapath.handler = one.portal.on_record
         one.datapath.handler_frames = functools.partial(one.portal.on_frames, now=True)

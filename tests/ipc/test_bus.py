@@ -8,6 +8,7 @@ from router.ipc import bus_messages as bm
 from router.ipc.bus import BusClient, BusHub
 from router.monitor.counters import PortalCounters
 from router.um.loop import EventLoop
+from tests.support.event_loops import spin
 
 
 def test_codec_round_trip():
@@ -50,15 +51,6 @@ def bus(tmp_path):
     hub.close()
     hub_loop.close()
     context.term()
-
-
-def spin(loops, condition, timeout=5.0):
-    import time
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "bus condition not reached"
-        for loop in loops:
-            loop.run_once(0.005)
 
 
 def test_snapshot_then_numbered_updates(bus):

@@ -36,10 +36,14 @@ class Status(Command):
     {"requests", "rejected", "cut_off"} (router/admin/server.py, AdminServer.counters): requests read,
     those answered with an error unparsed (several frames, too large), and connections that ended
     before a whole request came (ZeroMQ drops one that sends a frame over 1 MiB, with the frame).
-    `bus` is the control bus hub's {"messages", "malformed", "resyncs"} (router/ipc/bus.py): messages
-    the workers sent the supervisor, those dropped because they did not decode, and fresh snapshots
-    workers asked for because they fell behind the bus and lost updates (each portal's
-    bus_update_gaps says whose).
+    `bus` is the control bus hub's {"messages", "malformed", "resyncs", "outbox_delayed",
+    "outbox_waiting", "outbox_dropped", "unreachable"} (router/ipc/bus.py): messages the workers sent
+    the supervisor, those dropped because they did not decode, fresh snapshots workers asked for
+    because they fell behind the bus and lost updates (each portal's bus_update_gaps says whose);
+    messages to one worker that found its queue full (stopped, busy) and had to wait, those waiting
+    now, those dropped because too many waited (the oldest), and those for a worker not connected
+    (restarting or gone: it gets the current state when it says hello). A worker's own messages that
+    its outbox dropped are its portal's bus_messages_dropped.
     """
 
     def execute(self, supervisor, props: dict) -> dict:
@@ -96,11 +100,16 @@ def _admin(admin: dict | None) -> str:
 
 
 def _bus(bus: dict | None) -> str:
-    """"840 messages, 0 malformed, 0 resyncs": what the workers told the supervisor, what it
-    dropped, and how often a worker fell behind its updates."""
+    """"840 messages, 0 malformed, 0 resyncs; to workers: 0 waiting, 0 dropped, 2 unreachable": what
+    the workers told the supervisor, what it dropped, how often a worker fell behind its updates, and
+    what the supervisor's messages to stalled or absent workers came to."""
     if bus is None:
         return "-"
-    return f"{bus['messages']} messages, {bus['malformed']} malformed, {bus['resyncs']} resyncs"
+    told = f"{bus['messages']} messages, {bus['malformed']} malformed, {bus['resyncs']} resyncs"
+    if "outbox_waiting" not in bus:
+        return told                 # a supervisor started before its bus kept outboxes
+    return (f"{told}; to workers: {bus['outbox_waiting']} waiting, {bus['outbox_dropped']} dropped, "
+            f"{bus['unreachable']} unreachable")
 
 
 def _mib(size: int | None) -> str:
