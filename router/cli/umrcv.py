@@ -8,6 +8,7 @@ import time
 from router.cli.common import add_context_arguments, at_least, open_context, print_json, setup_logging, stop_event_on_signals
 from router.cli.receive_stats import ReceiveStats
 from router.um.hot_failover import HfReceiver, HfWildcardReceiver
+from router.um.hotlinks import HotlinkReceiver
 from router.um.messages import UNRECOVERABLE_LOSS
 from router.um.source_cache import key_string
 
@@ -77,6 +78,9 @@ def run_receiver(args, subscribe) -> int:
         summary["hf_duplicates_discarded"] = counters["duplicates_discarded"]
         summary["hf_duplicates_delivered"] = counters["duplicates_delivered"]
         summary["hf_hold_limit_releases"] = counters["hold_limit_releases"]
+    if isinstance(subscription, HotlinkReceiver):
+        counters = subscription.counters
+        summary["hotlink_duplicates_discarded"] = counters["duplicates_discarded"]
     if transports:
         summary["transports"] = transports
     if args.json:
@@ -100,18 +104,25 @@ def main(argv=None) -> int:
     parser.add_argument("--hf", action="store_true",
                         help="a hot failover receiver: each sequence number of the topic's sources once, in "
                              "order (--json adds its hf_* counts)")
+    parser.add_argument("--hotlink", action="store_true",
+                        help="DRO Hotlinks (receiver option use_hotlink 1): join every path redundant routers "
+                             "forward a source by, deliver the first copy of each message (--json adds "
+                             "hotlink_duplicates_discarded)")
     parser.add_argument("topic", nargs="?")
     args = parser.parse_args(argv)
-    if args.topicless and args.hf:
-        parser.error("--hf receives a topic's sources: not with --topicless")
+    if args.topicless and (args.hf or args.hotlink):
+        parser.error("--hf and --hotlink receive a topic's sources: not with --topicless")
+    if args.hf and args.hotlink:
+        parser.error("--hotlink merges the copies of each source: not with --hf (DRO Hotlinks exclude hot failover)")
     if args.topicless:
         return run_receiver(args, lambda ctx, on_batch, on_event: _receive(
             args, ctx, lambda: ctx.immediate_receiver(lambda m: on_batch((m,)))))
     if args.topic is None:
         parser.error("a topic is needed (or --topicless)")
+    options = {"use_hotlink": True} if args.hotlink else {}
     receive = "hf_receiver" if args.hf else "receiver"
     return run_receiver(args, lambda ctx, on_batch, on_event: _receive(
-        args, ctx, lambda: getattr(ctx, receive)(args.topic, on_event=on_event, on_batch=on_batch)))
+        args, ctx, lambda: getattr(ctx, receive)(args.topic, on_event=on_event, on_batch=on_batch, **options)))
 
 
 def _receive(args, context, start):

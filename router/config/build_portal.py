@@ -24,11 +24,6 @@ DEFAULT_SOURCEMAP = 131072
 
 def build_endpoint(reader: ElementReader, element: etree._Element) -> EndpointConfig:
     child = reader.child
-    hotlink = child(element, "hotlink-index")
-    if hotlink is not None and reader.child_int(element, "hotlink-index", 0, 0, 65535):
-        # Said aloud: an operator who set it expects both redundant paths to carry every message.
-        reader.warn(hotlink, "DRO Hotlinks are not implemented here: messages take the one lowest-cost path, "
-                             "and a router on a costlier parallel path takes over only when that one fails")
     return EndpointConfig(
         **_common(reader, element),
         domain_id=reader.child_int(element, "domain-id", 0, 0, UINT32_MAX),

@@ -16,6 +16,14 @@ after each recalculation, portals coming and going). It answers the three questi
 - ``emitted()``: the same as (kind, symbol, destination domain) triples, for the interest
   messages this portal sends to other routers.
 
+DRO Hotlinks: an endpoint with a non-zero ``<hotlink-index>`` faces a datacenter that redundant
+routers serve together. A stream from that domain leaves this router toward each interested
+domain by this router's own lowest-cost way there that does not go back through the datacenter
+(``hotlink_next_hop``), whether or not the one chosen path crosses this router, and
+the portal pulls in what those domains want: each redundant router carries every message, and
+receivers with ``use_hotlink`` keep the first copy (router.um.hotlinks). Only the hotlink
+endpoint's own decisions change, so this router's other portals, and other routers, need not know.
+
 Until the first route table arrives nothing is forwarded (the DRO drops traffic that arrives
 before its first route calculation).
 """
@@ -30,8 +38,9 @@ MAX_HOP_COUNT = 255          # a stream that has crossed this many routers is dr
 
 
 class ForwardingView:
-    def __init__(self, name: str, portal_indexes: dict[str, int]):
+    def __init__(self, name: str, portal_indexes: dict[str, int], hotlink_domain: int | None = None):
         self.name = name
+        self.hotlink_domain = hotlink_domain          # this endpoint's domain, if it has a hotlink index
         self.portal_indexes = portal_indexes          # portal name -> ring/mask bit (shared with the datapath)
         self.table = InterestTable()
         self.routes = None                            # router.routing.paths.RouterRoutes
@@ -40,6 +49,7 @@ class ForwardingView:
         self._crossings: dict[tuple[int, int], tuple[str | None, str | None]] = {}
         self._entry: dict[int, frozenset[str]] = {}
         self._next_hop: dict[int, str | None] = {}
+        self._hotlink_next_hop: dict[int, str | None] = {}
         self._domains: frozenset[int] = frozenset()     # the domains in the route table
 
     # -- updates -------------------------------------------------------------------------------
@@ -54,6 +64,7 @@ class ForwardingView:
         self._crossings.clear()
         self._entry.clear()
         self._next_hop.clear()
+        self._hotlink_next_hop.clear()
         return True
 
     def apply(self, message, datapath) -> str | None:
@@ -120,16 +131,33 @@ class ForwardingView:
     def mask_for(self, topic: str, origin: int) -> int:
         mask = 0
         for portal, destination in self.table.portals_for(topic):
-            if portal != self.name and portal in self.portal_indexes \
-                    and self.crossing(origin, destination) == (self.name, portal):
+            if portal != self.name and portal in self.portal_indexes and (
+                    self.crossing(origin, destination) == (self.name, portal)
+                    or self.hotlinked(origin, destination, portal)):
                 mask |= 1 << self.portal_indexes[portal]
         return mask
+
+    def hotlinked(self, origin: int | None, destination: int, portal: str) -> bool:
+        """Does a stream from domain ``origin`` go to ``portal`` toward ``destination`` because
+        this is a hotlink endpoint on ``origin`` (this router's own next hop, chosen path or not)?"""
+        return (self.hotlink_domain is not None and origin == self.hotlink_domain
+                and destination != origin and self.hotlink_next_hop(destination) == portal)
+
+    def hotlink_next_hop(self, destination: int) -> str | None:
+        """The portal by which this router sends what comes from its hotlink domain toward
+        `destination`: its own lowest-cost way that does not go back through that domain."""
+        if destination not in self._domains:
+            return None         # the domain is the interest's to name (see next_hop)
+        if destination not in self._hotlink_next_hop:
+            self._hotlink_next_hop[destination] = self.routes.next_hop_avoiding(self.hotlink_domain, destination)
+        return self._hotlink_next_hop[destination]
 
     def emitted(self) -> set[tuple[int, str, int]]:
         """(kind, symbol, destination domain) this portal pulls in on behalf of other portals."""
         found = set()
         for kind, symbol, portal, destination in self.table.items():
-            if portal != self.name and self.name in self.entry_portals(destination):
+            if portal != self.name and (self.name in self.entry_portals(destination)
+                                        or self.hotlinked(self.hotlink_domain, destination, portal)):
                 found.add((kind, symbol, destination))
         return found
 

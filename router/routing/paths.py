@@ -220,6 +220,16 @@ class RouterRoutes:
         adjacency = self.next_hop(destination)
         return adjacency.portal if adjacency is not None else None
 
+    def next_hop_avoiding(self, avoided: int, destination: int) -> str | None:
+        """Our portal on the lowest-cost path from us toward ``destination`` that does not cross
+        domain ``avoided`` (a hotlink endpoint's domain: what came from there goes on from this
+        router, never back through it, though the cheapest way from here may be), None if none."""
+        avoided_key = domain_key(avoided)
+        edges = {node: [edge for edge in out if edge.target != avoided_key]
+                 for node, out in self.routes._edges.items() if node != avoided_key}
+        entry = _in_tree(edges, domain_key(destination)).get(self._key)
+        return entry.edge.adjacency.portal if entry is not None and entry.edge is not None else None
+
     def on_path(self, source: int, destination: int) -> bool:
         nodes = self.routes.chain(source, destination)
         return nodes is not None and self._key in nodes

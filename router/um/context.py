@@ -28,6 +28,7 @@ from router.um.config import UMConfig, from_overrides, load_file
 from router.um import monitoring
 from router.um.expiry_timer import ExpiryTimer
 from router.um.hot_failover import HfReceiver, HfSource, HfWildcardReceiver
+from router.um.hotlinks import HotlinkReceiver
 from router.um.immediate import ImmediateChannel, ImmediateMessage
 from router.um.lbmr_channel import LbmrChannel, new_src_id
 from router.um.loop import EventLoop
@@ -246,15 +247,26 @@ class Context:
         return HfWildcardReceiver(self, pattern, on_message, on_event, kind, on_batch)
 
     def receiver(self, topic: str, on_message: OnMessage | None = None, on_event: OnEvent | None = None,
-                 *, on_batch: OnBatch | None = None, raw: bool = False, accept: Accept | None = None) -> Receiver:
+                 *, on_batch: OnBatch | None = None, raw: bool = False, accept: Accept | None = None,
+                 use_hotlink: bool | None = None) -> Receiver | HotlinkReceiver:
         """A receiver on `topic`: `on_message(message)` per message, or `on_batch(messages)` per
         batch read from the transport (cheaper at high rates). `raw` is for routers: each joined
         source's frames go to its `forward` callable, fragments as they came. `accept(candidate)`,
         if given, decides whether a source is joined at all. Requests arrive as RequestMessage
-        (`isinstance(message, RequestMessage)`; `message.respond(data)` answers), in sequence."""
-        receiver = Receiver(self, topic, on_message, on_event, on_batch=on_batch, raw=raw, accept=accept)
+        (`isinstance(message, RequestMessage)`; `message.respond(data)` answers), in sequence.
+        `use_hotlink` (default: the receiver option use_hotlink) joins every path redundant
+        routers forward a source by and delivers the first copy of each message
+        (router.um.hotlinks.HotlinkReceiver); a router's raw receivers forward what they join as it is."""
+        if use_hotlink is None:
+            use_hotlink = self.config.get("receiver", "use_hotlink")
+        if use_hotlink and not raw:
+            return HotlinkReceiver(self, topic, on_message, on_event, on_batch)
+        return self._add_receiver(Receiver(self, topic, on_message, on_event, on_batch=on_batch, raw=raw,
+                                           accept=accept))
+
+    def _add_receiver(self, receiver: Receiver) -> Receiver:
         self._call(self.resolver.add_receiver, receiver)
-        if not raw:
+        if not receiver.raw:
             self._call(self._listen_immediate)      # immediate messages to the topic come to it too
         return receiver
 

@@ -192,6 +192,14 @@ class HfMerge:
             waiting = None
         self._waited_at = waiting
 
+    def release_held(self) -> None:
+        """No source is left to fill a gap (the last one is ending): what waits is delivered in
+        order, each gap before it reported lost."""
+        while self.held:
+            self._gone(self.held_order[0], forced=True)
+            self._advance()
+        self._flush()
+
     def _all_passed(self, number: int) -> bool:
         positions = self.positions.values()
         return bool(positions) and all(position >= number for position in positions)
@@ -236,17 +244,16 @@ def _serial_lowest(numbers) -> int:
     return lowest
 
 
-class HfReceiver:
-    """A receiver on `topic` whose sources are merged (HfMerge); `counters` says what it did."""
+class MergedReceiver:
+    """A receiver whose messages go through a merge of copies (an HfMerge, or a hotlink
+    receiver's merge per OTID); `counters` says what the merge did."""
 
-    def __init__(self, context: "Context", topic: str, on_message: OnMessage | None = None,
-                 on_event: OnEvent | None = None, on_batch: OnBatch | None = None):
-        self.merge = HfMerge(topic, on_message, on_event, on_batch, *_merge_options(context))
-        self.receiver = context.receiver(topic, on_event=self.merge.on_source_event,
-                                         on_batch=self.merge.on_messages)
+    def __init__(self, context: "Context", topic: str, merge, receiver):
+        self.merge = merge
+        self.receiver = receiver
         self.context = context
         self.topic = topic
-        self._loss_check = _every_loss_check(context, self.merge.check_loss)
+        self._loss_check = _every_loss_check(context, merge.check_loss)
 
     @property
     def counters(self) -> dict[str, int]:
@@ -262,6 +269,16 @@ class HfReceiver:
         self.receiver.close()
 
 
+class HfReceiver(MergedReceiver):
+    """A receiver on `topic` whose sources are merged (HfMerge)."""
+
+    def __init__(self, context: "Context", topic: str, on_message: OnMessage | None = None,
+                 on_event: OnEvent | None = None, on_batch: OnBatch | None = None):
+        merge = HfMerge(topic, on_message, on_event, on_batch, *merge_options(context))
+        super().__init__(context, topic, merge, context.receiver(topic, on_event=merge.on_source_event,
+                                                                 on_batch=merge.on_messages))
+
+
 class HfWildcardReceiver:
     """A wildcard receiver whose every matching topic's sources are merged (an HfMerge a topic);
     `counters` adds up what they did."""
@@ -271,7 +288,7 @@ class HfWildcardReceiver:
         if on_message is None and on_batch is None:
             raise ValueError("an HF receiver needs on_message or on_batch")
         self.callbacks = (on_message, on_event, on_batch)
-        self.options = _merge_options(context)
+        self.options = merge_options(context)
         self.merges: dict[str, HfMerge] = {}
         # Each matching topic has a receiver of its own: a batch, an event is one topic's.
         self.wildcard = context.wildcard_receiver(pattern, on_event=self._event, kind=kind, on_batch=self._batch)
@@ -310,7 +327,7 @@ class HfWildcardReceiver:
         self.wildcard.close()
 
 
-def _merge_options(context: "Context") -> tuple[bool, int]:
+def merge_options(context: "Context") -> tuple[bool, int]:
     """HfMerge's duplicate_delivery and hold_limit, from the context's receiver options."""
     config = context.config
     return (config.get("receiver", "hf_duplicate_delivery"),

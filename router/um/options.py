@@ -349,6 +349,11 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("hf_duplicate_delivery", "receiver", False, _bool),
     _spec("delivery_control_maximum_total_map_entries", "receiver", 200000, _int(0, 0x7FFFFFFF)),
     _spec("delivery_control_loss_check_interval", "receiver", 0, _int(0, 0x7FFFFFFF)),   # ms; 0: off
+    # DRO Hotlinks (router.um.hotlinks): a receiver joins every path of a source that redundant
+    # routers forward and delivers the first copy of each message. A source needs nothing for it
+    # here (the routers' <hotlink-index> makes both paths carry it): accepted, so that a UM
+    # configuration written for hotlinks loads as it is.
+    _spec("use_hotlink", "source receiver", False, _bool),
     # Off-transport recovery (router.um.otr): a receiver asks a late-join source's retention for
     # what its transport lost. Defaults as UM documents them (UM 5.3's OTR option reference).
     _spec("use_otr", "receiver", False, _bool),

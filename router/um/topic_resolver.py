@@ -12,6 +12,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Callable
 
+from router.um.hotlinks import EveryPathReceiver, joined_key
 from router.um.receiver import Receiver, WildcardReceiver
 from router.um.schedule import (ResolutionSchedule, advertisement_phases, query_phases,
                                 wildcard_query_phases)
@@ -278,10 +279,11 @@ class TopicResolver:
         if kind == "final":
             self.counters["final_advertisements_received"] += 1
             for receiver in self._receivers_of(topic):
-                joined = receiver.joined.get(candidate.otid)
+                key = joined_key(receiver, candidate)
+                joined = receiver.joined.get(key)
                 if joined is not None and joined.candidate.session_key == candidate.session_key \
                         and joined.candidate.index == candidate.index:
-                    receiver._end(candidate.otid)
+                    receiver._end(key)
         elif kind == "new":
             self._schedule_join(topic, candidate.otid)
 
@@ -321,7 +323,11 @@ class TopicResolver:
         if best is None:
             return
         for receiver in self._receivers_of(topic):
-            if otid not in receiver.joined:
+            if isinstance(receiver, EveryPathReceiver):     # a hotlink receiver: every router's copy
+                for candidate in cached.all_candidates():
+                    if candidate.otid == otid:
+                        receiver._join(candidate)
+            elif otid not in receiver.joined:
                 receiver._join(best)
 
     def _evict_unwanted_topics(self) -> None:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 TOPOLOGIES = CONF / "topologies"
 README = TOPOLOGIES / "README.md"
-NAMED = {"peer-link", "transit-domain", "parallel", "loop", "star-central-domain",
+NAMED = {"peer-link", "transit-domain", "parallel", "hotlinks", "loop", "star-central-domain",
          "star-central-router", "mesh"}
 PEER_PORTS = range(15400, 15500)
 
@@ -180,6 +180,14 @@ def check_parallel(t: Topology) -> None:
     assert costs == [{2}, {5}]
 
 
+def check_hotlinks(t: Topology) -> None:
+    """Parallel routers whose datacenter endpoints (LAN1) share a hotlink index, the other ones none."""
+    assert len(t.routers) == 2 and t.links == []
+    assert [len(routers) for routers in t.domains().values()] == [2, 2]
+    for router in t.routers:
+        assert {(e.domain_id, e.hotlink_index) for e in t.endpoints(router)} == {(1, 1), (2, 0)}
+
+
 def check_loop(t: Topology) -> None:
     assert len(t.routers) == 3 and len(t.links) == 3
     assert all(t.degree(r) == 2 for r in t.routers) and t.connected()
@@ -208,6 +216,7 @@ def check_mesh(t: Topology) -> None:
 
 
 SHAPES = {"peer-link": check_peer_link, "transit-domain": check_transit_domain, "parallel": check_parallel,
+          "hotlinks": check_hotlinks,
           "loop": check_loop, "star-central-domain": check_star_central_domain,
           "star-central-router": check_star_central_router, "mesh": check_mesh}
 

@@ -1,0 +1,48 @@
+"""Where a hotlink endpoint forwards (router.portals.forwarding, pure logic): two routers X and Y both
+bridge D1 and D2; X's way costs 2, Y's 5, so the one chosen path D1 -> D2 crosses X, and Y's own
+cheapest way to D2 is back through D1 and X."""
+from router.ipc import bus_messages as bm
+from router.portals.forwarding import ForwardingView
+from router.routing.service import records_to_plain
+from tests.routing.net import Net
+
+T = bm.INTEREST_TOPIC
+
+
+def parallel() -> Net:
+    net = Net().router("X", 1).router("Y", 2)
+    net.endpoint("X", 1, portal="X.D1").endpoint("X", 2, cost=2, portal="X.D2")
+    return net.endpoint("Y", 1, portal="Y.D1").endpoint("Y", 2, cost=5, portal="Y.D2")
+
+
+def view_of(net: Net, router: str, portal: str, hotlink_domain: int | None) -> ForwardingView:
+    portals = sorted(a.portal for a in net.adjacencies[router])
+    view = ForwardingView(portal, {name: i for i, name in enumerate(portals)}, hotlink_domain=hotlink_domain)
+    records = tuple(records_to_plain(net.topology(router).snapshot()))
+    assert view.load_routes(bm.RouteTable(1, net.ids[router], records))
+    view.table.apply(bm.Interest(f"{router}.D2", 2, T, "t", bm.OP_ADD))     # D2's receivers want t
+    return view
+
+
+def test_the_costlier_router_forwards_its_hotlink_domains_sources_too():
+    net = parallel()
+    for router in ("X", "Y"):
+        view = view_of(net, router, f"{router}.D1", hotlink_domain=1)
+        assert view.emitted() == {(T, "t", 2)}, f"{router} pulls t from D1"
+        assert view.mask_for("t", 1) == 1 << view.portal_indexes[f"{router}.D2"], f"{router} sends it into D2"
+
+
+def test_without_a_hotlink_index_only_the_chosen_path_forwards():
+    net = parallel()
+    y = view_of(net, "Y", "Y.D1", hotlink_domain=None)
+    assert y.emitted() == set() and y.mask_for("t", 1) == 0
+    x = view_of(net, "X", "X.D1", hotlink_domain=None)
+    assert x.mask_for("t", 1) == 1 << x.portal_indexes["X.D2"]
+
+
+def test_a_hotlink_endpoint_changes_nothing_for_streams_from_elsewhere():
+    """A stream that came into D1 from another domain (origin 3) is not the hotlink domain's own:
+    only the chosen path carries it."""
+    net = parallel().endpoint("Y", 3, portal="Y.D3")
+    y = view_of(net, "Y", "Y.D1", hotlink_domain=1)
+    assert y.mask_for("t", 3) == 0
