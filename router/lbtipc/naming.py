@@ -2,11 +2,13 @@
 
 The ring segment is `/umr.lbtipc.<owner pid>.<xport_id>-<session id>` (router.ipc.shm naming, so a
 crashed source's leftovers are recognisable and removed). A receiver knows xport_id and session
-id from the TIR and finds the owner by name. Consumer slots are claimed with exclusive-create
-marker files next to the segment, each holding the claimant's pid: no lock, no shared counter.
+id from the TIR and finds the owner by name. Consumer slots are files next to the segment, each
+held by an exclusive lock (flock) of the receiver that claimed it: the kernel frees the slot of
+one that dies, and no shared counter is needed.
 """
 from __future__ import annotations
 
+import fcntl
 import glob
 import hashlib
 import os
@@ -69,32 +71,53 @@ def _slot_path(segment: str, slot: int) -> str:
     return f"{SHM_DIRECTORY}/{segment.lstrip('/')}.slot{slot}"
 
 
+# (segment, slot) -> the descriptor whose lock holds the slot, for as long as this process does
+_held: dict[tuple[str, int], int] = {}
+
+
 def claim_slot(segment: str, slots: int) -> int:
-    """A consumer slot of the ring for this process; reclaims slots of receivers that died."""
+    """A consumer slot of the ring for this process. A slot is held by an exclusive lock on its
+    file, which the kernel lets go of when the holder dies: the slot of a receiver that died is
+    free at once, whatever pid its file names (pids are reused), and two receivers starting
+    together over a dead one's file cannot both take it (reading the pid, then replacing the file,
+    let two of them in)."""
     for slot in range(slots):
-        path = _slot_path(segment, slot)
-        for _ in range(2):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-            except FileExistsError:
-                if _claimant_alive(path):
-                    break
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-                continue
-            os.write(fd, str(os.getpid()).encode())
-            os.close(fd)
+        fd = _lock_slot(_slot_path(segment, slot))
+        if fd is not None:
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())     # for whoever looks: the lock is what counts
+            _held[(segment, slot)] = fd
             return slot
     raise OSError(f"all {slots} receiver slots of LBT-IPC session {segment} are taken")
 
 
+def _lock_slot(path: str, attempts: int = 3) -> int | None:
+    """The slot file's descriptor, locked by us; None if another holds it. A holder unlinks the
+    file before it lets go, so a lock won on a file no longer at `path` (opened just before the
+    unlink) claims nothing: the name is tried again, with the file there now."""
+    for _ in range(attempts):
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        if _still_named(fd, path):
+            return fd
+        os.close(fd)
+    return None
+
+
 def release_slot(segment: str, slot: int) -> None:
+    """Let go of a slot this process holds: its file goes first, while still locked (see _lock_slot)."""
+    fd = _held.pop((segment, slot), None)
+    if fd is None:
+        return
     try:
         os.unlink(_slot_path(segment, slot))
     except FileNotFoundError:
         pass
+    os.close(fd)
 
 
 def live_slots(segment: str, slots: int) -> int:
@@ -103,13 +126,31 @@ def live_slots(segment: str, slots: int) -> int:
 
 def remove_slots(segment: str, slots: int) -> None:
     for slot in range(slots):
-        release_slot(segment, slot)
+        try:
+            os.unlink(_slot_path(segment, slot))
+        except FileNotFoundError:
+            pass
+
+
+def _still_named(fd: int, path: str) -> bool:
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _claimant_alive(path: str) -> bool:
+    """Is the slot's lock held (by any process, this one included)?"""
     try:
-        with open(path) as handle:
-            text = handle.read().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
-    return bool(text) and text.isdigit() and pid_alive(int(text))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)            # closing lets go of the shared lock taken to look
+    return False
