@@ -158,7 +158,8 @@ class Context:
         self.otr_recoveries: dict[int, list[OtrRecovery]] = {}
         self.otr_counters = {"otr_messages_missing": 0, "otr_requests_sent": 0, "otr_frames_recovered": 0,
                              "otr_messages_recovered": 0, "otr_messages_unrecovered": 0,
-                             "otr_messages_incomplete": 0, "otr_cache_overflows": 0}
+                             "otr_messages_incomplete": 0, "otr_properties_malformed": 0,
+                             "otr_cache_overflows": 0}
         self.loss_counters = {"unrecoverable_loss_events": 0, "unrecoverable_loss_messages": 0}
         # Every transport stream's malformed frames, the streams that ended included.
         self.stream_counters = {"transport_malformed": 0}

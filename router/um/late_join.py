@@ -29,12 +29,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from router.um.messages import RetransmittedMessage, with_properties
+from router.um.messages import RetransmittedMessage
+from router.um.retained_frames import data_of, message_body
 from router.um.sequence_numbers import MASK, distance
 from router.um.wire.errors import WireError
-from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER, NHDR_APPHDR_CHAIN,
-                                 NHDR_DATA, NHDR_FRAG, LbmcMessage, encode_lbmc)
-from router.um.wire.lbmc_properties import APPHDR_CHAIN_SIZE, read_apphdr_chain
+from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER, NHDR_DATA,
+                                 NHDR_FRAG, LbmcMessage, encode_lbmc)
 from router.um.wire.lbmc_late_join import (LJI_RX_REQ_MAX, LJI_RX_REQ_OUTSTANDING_MAX, LjiRequest, UmeLjInfo,
                                            UmeRxReq)
 from router.um.wire.lbmr import LateJoinOption
@@ -429,14 +429,11 @@ class LateJoinClient:
         for sqn in sorted(self.frames, key=in_order):
             frame = self.frames[sqn]
             _, next_hdr, length, _, _ = MESSAGE_HEADER.unpack_from(frame)
-            header, properties_size = MESSAGE_HEADER.size, 0
-            if next_hdr == NHDR_APPHDR_CHAIN:       # message properties end its payload
-                try:
-                    next_hdr, properties_size = read_apphdr_chain(frame, header, length)
-                except WireError:
-                    self.counters["lj_messages_incomplete"] += 1
-                    continue
-                header += APPHDR_CHAIN_SIZE
+            try:
+                next_hdr, header, properties_size = message_body(frame, next_hdr, length)
+            except WireError:
+                self.counters["lj_messages_incomplete"] += 1
+                continue
             if next_hdr == NHDR_DATA:
                 messages.append((sqn, self._payload(frame[header:length], properties_size)))
             elif next_hdr == NHDR_FRAG and length >= header + FRAG_HEADER.size:
@@ -455,15 +452,7 @@ class LateJoinClient:
         return messages
 
     def _payload(self, payload: bytes, properties_size: int) -> bytes:
-        """The message's data, with its properties when it has some; one whose properties cannot
-        be read is delivered without them, counted as the live stream counts it."""
-        if not properties_size:
-            return payload
-        try:
-            return with_properties(payload, properties_size)
-        except WireError:
-            self.counters["lj_properties_malformed"] += 1
-            return payload[:max(0, len(payload) - properties_size)]
+        return data_of(payload, properties_size, self.counters, "lj_properties_malformed")
 
     def _forget(self) -> None:
         """Over: nothing kept per message. The source context's connection to our request port

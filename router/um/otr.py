@@ -35,8 +35,10 @@ from operator import itemgetter
 from router.um.late_join import next_request_index
 from router.um.messages import OtrMessage
 from router.um.requests import REQUEST_FRAME_MIN, REQUEST_HEADER_OFFSET, read_request
-from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG, NHDR_REQUEST,
-                                 LbmcMessage, encode_lbmc)
+from router.um.retained_frames import data_of, message_body
+from router.um.wire.errors import WireError
+from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, MESSAGE_HEADER, NHDR_APPHDR_CHAIN, NHDR_DATA, NHDR_FRAG,
+                                 NHDR_REQUEST, LbmcMessage, encode_lbmc)
 from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
 from router.um.wire.lbmr import LateJoinOption
 
@@ -85,8 +87,15 @@ class _Missing:
 
 
 def _fragment_header_at(frame, next_hdr: int, length: int) -> int | None:
-    """Where a frame's FRAG header is: after the message header, or after a REQUEST header (each
-    fragment of a request carries it); None for a whole message."""
+    """Where a frame's FRAG header is: after the message header and any APPHDR_CHAIN header, or
+    after a REQUEST header (each fragment of a request carries it); None for a whole message (or
+    one whose chain cannot be read)."""
+    if next_hdr == NHDR_APPHDR_CHAIN:
+        try:
+            next_hdr, body, _ = message_body(frame, next_hdr, length)
+        except WireError:
+            return None
+        return body if next_hdr == NHDR_FRAG and length >= body + FRAG_HEADER.size else None
     if next_hdr == NHDR_FRAG and length >= MESSAGE_HEADER.size + FRAG_HEADER.size:
         return MESSAGE_HEADER.size
     if next_hdr == NHDR_REQUEST and length >= REQUEST_FRAME_MIN + FRAG_HEADER.size \
@@ -412,19 +421,23 @@ class OtrRecovery:
                 break
             frame = self.recovered[sqn]
             _, next_hdr, length, _, wire_sqn = MESSAGE_HEADER.unpack_from(frame)
-            is_request = next_hdr == NHDR_REQUEST and length >= REQUEST_FRAME_MIN
+            try:
+                body_hdr, body, properties_size = message_body(frame, next_hdr, length)
+            except WireError:
+                body_hdr, body, properties_size = None, length, 0        # counted below
+            is_request = body_hdr == NHDR_REQUEST and length >= REQUEST_FRAME_MIN
             header = _fragment_header_at(frame, next_hdr, length)
             if header is None:
                 del self.recovered[sqn]
-                if next_hdr == NHDR_DATA:
-                    out.append((sqn, (wire_sqn, frame[MESSAGE_HEADER.size:length])))
+                if body_hdr == NHDR_DATA:
+                    out.append((sqn, (wire_sqn, self._data(frame[body:length], properties_size))))
                 elif is_request and frame[REQUEST_HEADER_OFFSET] == NHDR_DATA:
                     out.append((sqn, (wire_sqn, frame[REQUEST_FRAME_MIN:length], read_request(frame, 0))))
                 else:
                     self.counters["otr_messages_incomplete"] += 1
                 continue
             _, _, _, first, offset, total = FRAG_HEADER.unpack_from(frame, header)
-            entry = partial.setdefault(self._ext(first), [bytearray(total), 0, [], first, None])
+            entry = partial.setdefault(self._ext(first), [bytearray(total), 0, [], first, None, properties_size])
             piece = frame[header + FRAG_HEADER.size:length]
             if offset + len(piece) <= total:
                 entry[0][offset:offset + len(piece)] = piece
@@ -436,7 +449,7 @@ class OtrRecovery:
                 for part in entry[2]:
                     del self.recovered[part]
                 whole = bytes(entry[0])
-                message = (entry[3], whole) if entry[4] is None else (entry[3], whole, entry[4])
+                message = (entry[3], self._data(whole, entry[5])) if entry[4] is None else (entry[3], whole, entry[4])
                 out.append((self._ext(entry[3]), message))
                 del partial[self._ext(entry[3])]
         if floor is None and partial:
@@ -446,6 +459,9 @@ class OtrRecovery:
             self.counters["otr_messages_incomplete"] += len(partial)
         out.sort(key=_key)
         return out
+
+    def _data(self, payload: bytes, properties_size: int) -> bytes:
+        return data_of(payload, properties_size, self.counters, "otr_properties_malformed")
 
     def close(self) -> None:
         """Over (the source ended, or the receiver left): nothing is kept. The source context's

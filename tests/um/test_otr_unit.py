@@ -32,6 +32,7 @@ from router.um.wire.errors import WireError
 from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, LBMC_TYPE_RETRANS,
                                  MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG, NHDR_TSNI, LbmcMessage, LjiRequest, Tsni,
                                  UmeLjInfo, UmeRxReq, decode_lbmc, encode_lbmc)
+from router.um.wire.lbmc_properties import Property, encode_properties
 from router.um.wire.lbmc_tsni import MAX_RECORDS, TSNI_IGNORE, tsni_messages
 from router.um.wire.lbmr import LateJoinOption
 
@@ -142,12 +143,14 @@ class Joined:
         self.ended = False
         self.late_join = None                  # no late join fetching
         self.log: list[tuple] = []
+        self.recovered: list[OtrMessage] = []  # as delivered (their properties)
 
     def deliver_live(self, messages) -> None:
         self.log.append(("live", [(sqn, bytes(payload)) for sqn, payload in messages]))
 
     def deliver_ready(self, messages) -> None:
         assert all(isinstance(m, OtrMessage) and m.otr and not m.retransmit for m in messages)
+        self.recovered += messages
         assert all(m.topic == self.topic and m.source == self.source for m in messages)
         self.log.append(("otr", [(m.sequence_number, bytes(m.data)) for m in messages]))
 
@@ -174,7 +177,8 @@ class Joined:
 
 
 _COUNTER_NAMES = ("otr_messages_missing", "otr_requests_sent", "otr_frames_recovered", "otr_messages_recovered",
-                  "otr_messages_unrecovered", "otr_messages_incomplete", "otr_cache_overflows")
+                  "otr_messages_unrecovered", "otr_messages_incomplete", "otr_properties_malformed",
+                  "otr_cache_overflows")
 
 
 class Harness:
@@ -226,6 +230,16 @@ def request_frames(sqn: int, payload: bytes, datagram_max_size: int = 8192) -> l
     """A request's frames (router.um.requests.message_frames) as RETRANS frames."""
     frames = []
     for headers, piece in message_frames(TIDX, sqn, payload, datagram_max_size, ORIGIN):
+        frame = bytearray(headers + bytes(piece))
+        frame[0] = LBMC_TYPE_RETRANS
+        frames.append(bytes(frame))
+    return frames
+
+
+def property_frames(sqn: int, data: bytes, block: bytes, datagram_max_size: int = 8192) -> list[bytes]:
+    """A message with UM message properties (`block` ends its payload) as RETRANS frames."""
+    frames = []
+    for headers, piece in message_frames(TIDX, sqn, data + block, datagram_max_size, properties_size=len(block)):
         frame = bytearray(headers + bytes(piece))
         frame[0] = LBMC_TYPE_RETRANS
         frames.append(bytes(frame))
@@ -615,6 +629,43 @@ def test_a_recovered_fragment_of_a_request_brings_the_whole_request(h):
     for sqn in h.responder.take():                         # (the other fragments, if asked)
         h.retrans(frames[sqn - 10])
     assert h.joined.take() == [("otr request", 10, payload, ORIGIN), ("live", live(13))]
+
+
+PROPERTIES = {"venue": Property("string", "XNAS"), "quantity": Property("int", 300)}
+
+
+def test_a_recovered_message_with_properties_is_delivered_with_them(h):
+    h.otr.gap(4, 1)
+    h.otr.hold(live(5))
+    [frame] = property_frames(4, b"with properties", encode_properties(PROPERTIES))
+    assert h.retrans(frame)
+    assert h.joined.take() == [("otr", [(4, b"with properties")]), ("live", live(5))]
+    assert h.joined.recovered[0].properties == PROPERTIES
+    assert h.counters["otr_messages_recovered"] == 1 and h.counters["otr_messages_incomplete"] == 0
+
+
+def test_a_recovered_fragment_of_a_message_with_properties_brings_the_whole_message_and_its_properties(h):
+    data = bytes(i % 251 for i in range(20_000))
+    frames = property_frames(10, data, encode_properties(PROPERTIES))
+    assert len(frames) == 3
+    h.otr.gap(11, 1)
+    h.otr.hold(live(13))
+    h.loop.advance(0.1)
+    assert h.retrans(frames[1])
+    h.loop.advance(0.001)
+    for sqn in h.responder.take():                         # the other fragments, asked at once
+        h.retrans(frames[sqn - 10])
+    assert h.joined.take() == [("otr", [(10, data)]), ("live", live(13))]
+    assert h.joined.recovered[0].properties == PROPERTIES
+
+
+def test_a_recovered_message_whose_properties_cannot_be_read_comes_without_them_and_is_counted(h):
+    h.otr.gap(4, 1)
+    [frame] = property_frames(4, b"data", b"\x00" * 24)     # no properties block magic
+    assert h.retrans(frame)
+    assert h.joined.take() == [("otr", [(4, b"data")])]
+    assert h.joined.recovered[0].properties is None
+    assert h.counters["otr_properties_malformed"] == 1 and h.counters["otr_messages_incomplete"] == 0
 
 
 # -- OTR: the 32-bit wrap -----------------------------------------------------------------------------------------
