@@ -23,11 +23,14 @@ as long as it stays stopped, so with `delivery_control_loss_check_interval` (ms,
 off) a gap that has not moved since the previous check is given up at the next.
 
 An HF wildcard receiver (`Context.hf_wildcard_receiver`, UM's lbm_hf_wildcard_rcv_create) merges
-each topic its pattern matches the same way, each on its own.
+each topic its pattern matches the same way, each on its own. An HFX receiver (HfxReceiver, UM's
+lbm_hfx_create with an lbm_hfx_rcv_create per context) merges one topic across several contexts,
+each on a network or domain of its own.
 """
 from __future__ import annotations
 
 import heapq
+import threading
 from typing import TYPE_CHECKING
 
 from router.um.messages import BOS, EOS, UNRECOVERABLE_LOSS, HfDuplicateMessage, ReceiverEvent, RequestMessage
@@ -277,6 +280,70 @@ class HfReceiver(MergedReceiver):
         merge = HfMerge(topic, on_message, on_event, on_batch, *merge_options(context))
         super().__init__(context, topic, merge, context.receiver(topic, on_event=merge.on_source_event,
                                                                  on_batch=merge.on_messages))
+
+
+class HfxReceiver:
+    """Hot failover across contexts (UM's HFX): one topic received in each of several contexts
+    (each on a network, an interface or a domain of its own) and merged as one HF receiver merges
+    its sources, so a failed network, interface or router costs nothing while another path carries
+    the stream. `add_context` (lbm_hfx_rcv_create) and `remove_context` (lbm_hfx_rcv_delete)
+    change the contexts as it runs. Each context's receiver runs on that context's loop: the merge
+    takes a lock, so the application's callbacks come one at a time. Duplicate delivery and the
+    hold limit are the first context's receiver options, and its loop runs the loss check. Copies
+    are told apart by their source strings: two contexts joined to the very same transport count as
+    one source of copies (put each context on its own path)."""
+
+    def __init__(self, contexts, topic: str, on_message: OnMessage | None = None, on_event: OnEvent | None = None,
+                 *, on_batch: OnBatch | None = None):
+        contexts = list(contexts)
+        if not contexts:
+            raise ValueError("an HFX receiver needs at least one context")
+        self.topic = topic
+        self.merge = HfMerge(topic, on_message, on_event, on_batch, *merge_options(contexts[0]))
+        self._lock = threading.Lock()
+        self.receivers: dict[int, tuple["Context", object]] = {}      # id(context) -> (context, receiver)
+        self._loss_check = _every_loss_check(contexts[0], self._check_loss)
+        for context in contexts:
+            self.add_context(context)
+
+    def add_context(self, context: "Context") -> None:
+        if id(context) in self.receivers:
+            raise ValueError(f"context {context.name} already receives {self.topic} for this HFX receiver")
+        # A plain receiver: Hotlinks do not mix with hot failover (spec/dro.md).
+        receiver = context.receiver(self.topic, on_event=self._event, on_batch=self._batch, use_hotlink=False)
+        self.receivers[id(context)] = (context, receiver)
+
+    def remove_context(self, context: "Context") -> None:
+        _, receiver = self.receivers.pop(id(context))
+        receiver.close()
+
+    def _batch(self, messages) -> None:
+        with self._lock:
+            self.merge.on_messages(messages)
+
+    def _event(self, event: ReceiverEvent) -> None:
+        with self._lock:
+            self.merge.on_source_event(event)
+
+    def _check_loss(self) -> None:
+        with self._lock:
+            self.merge.check_loss()
+
+    @property
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.merge.counters)
+
+    @property
+    def sources(self) -> list[str]:
+        return [source for _, receiver in self.receivers.values() for source in receiver.sources]
+
+    def close(self) -> None:
+        if self._loss_check is not None:
+            self._loss_check.cancel()
+        for _, receiver in list(self.receivers.values()):
+            receiver.close()
+        self.receivers.clear()
 
 
 class HfWildcardReceiver:
