@@ -759,7 +759,8 @@ class Supervisor:
 
 
 def _domain_adjacency(portal) -> Adjacency:
-    return Adjacency.domain(portal.domain_id, portal.cost, portal.name, domain_identity(portal.receiver_um))
+    return Adjacency.domain(portal.domain_id, portal.cost, portal.name, domain_identity(portal.receiver_um),
+                            portal.hotlink_index)
 
 
 def _pages(size: int) -> int:

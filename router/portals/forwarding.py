@@ -21,8 +21,12 @@ routers serve together. A stream from that domain leaves this router toward each
 domain by this router's own lowest-cost way there that does not go back through the datacenter
 (``hotlink_next_hop``), whether or not the one chosen path crosses this router, and
 the portal pulls in what those domains want: each redundant router carries every message, and
-receivers with ``use_hotlink`` keep the first copy (router.um.hotlinks). Only the hotlink
-endpoint's own decisions change, so this router's other portals, and other routers, need not know.
+receivers with ``use_hotlink`` keep the first copy (router.um.hotlinks). The other way round, what
+reaches this router by its own lowest-cost way from a stream's origin that avoids a hotlink
+endpoint's domain goes into that endpoint (``into_hotlink_endpoint``), and its receivers' interest
+is pulled in along those ways (``hotlink_entries``), so redundant routers at the far end of peer
+links deliver their copies too. The route table tells every portal which of its router's endpoints
+have a hotlink index; other routers need not know.
 
 Until the first route table arrives nothing is forwarded (the DRO drops traffic that arrives
 before its first route calculation).
@@ -33,6 +37,7 @@ from router.ipc import bus_messages as bm
 from router.portals.interest import InterestTable
 from router.routing.paths import Routes
 from router.routing.service import snapshot_from_plain
+from router.routing.topology import DOMAIN
 
 MAX_HOP_COUNT = 255          # a stream that has crossed this many routers is dropped (a routing loop)
 
@@ -49,7 +54,10 @@ class ForwardingView:
         self._crossings: dict[tuple[int, int], tuple[str | None, str | None]] = {}
         self._entry: dict[int, frozenset[str]] = {}
         self._next_hop: dict[int, str | None] = {}
-        self._hotlink_next_hop: dict[int, str | None] = {}
+        self._avoiding: dict[tuple[int, int], str | None] = {}      # (avoided, destination) -> portal
+        self._hotlink_entries: dict[int, frozenset[str]] = {}
+        # This router's endpoints with a <hotlink-index>, by portal: their domains (the route table says)
+        self.hotlink_endpoints: dict[str, int] = {}
         self._domains: frozenset[int] = frozenset()     # the domains in the route table
 
     # -- updates -------------------------------------------------------------------------------
@@ -64,7 +72,11 @@ class ForwardingView:
         self._crossings.clear()
         self._entry.clear()
         self._next_hop.clear()
-        self._hotlink_next_hop.clear()
+        self._avoiding.clear()
+        self._hotlink_entries.clear()
+        local = next((record for record in snapshot.records if record.is_local), None)
+        self.hotlink_endpoints = {a.portal: a.neighbor for a in (local.adjacencies if local else ())
+                                  if a.kind == DOMAIN and a.hotlink}
         return True
 
     def apply(self, message, datapath) -> str | None:
@@ -133,7 +145,8 @@ class ForwardingView:
         for portal, destination in self.table.portals_for(topic):
             if portal != self.name and portal in self.portal_indexes and (
                     self.crossing(origin, destination) == (self.name, portal)
-                    or self.hotlinked(origin, destination, portal)):
+                    or self.hotlinked(origin, destination, portal)
+                    or self.into_hotlink_endpoint(origin, destination, portal)):
                 mask |= 1 << self.portal_indexes[portal]
         return mask
 
@@ -146,18 +159,42 @@ class ForwardingView:
     def hotlink_next_hop(self, destination: int) -> str | None:
         """The portal by which this router sends what comes from its hotlink domain toward
         `destination`: its own lowest-cost way that does not go back through that domain."""
+        return self._next_hop_avoiding(self.hotlink_domain, destination)
+
+    def into_hotlink_endpoint(self, origin: int | None, destination: int, portal: str) -> bool:
+        """Does a stream from ``origin`` go to ``portal``, this router's hotlink endpoint on
+        ``destination``, because it came in by this router's own lowest-cost way from ``origin``
+        that avoids ``destination`` (chosen path or not)? So each redundant router facing a
+        datacenter delivers its own copy into it, whichever of them the one chosen path crosses."""
+        return (self.hotlink_endpoints.get(portal) == destination and origin is not None and origin != destination
+                and self._next_hop_avoiding(destination, origin) == self.name)
+
+    def hotlink_entries(self, destination: int) -> frozenset[str]:
+        """The portals by which this router's own ways avoiding ``destination`` lead to the other
+        domains: where it pulls in the interest of its hotlink endpoint on ``destination``."""
         if destination not in self._domains:
-            return None         # the domain is the interest's to name (see next_hop)
-        if destination not in self._hotlink_next_hop:
-            self._hotlink_next_hop[destination] = self.routes.next_hop_avoiding(self.hotlink_domain, destination)
-        return self._hotlink_next_hop[destination]
+            return frozenset()
+        if destination not in self._hotlink_entries:
+            ways = {self._next_hop_avoiding(destination, origin) for origin in self._domains if origin != destination}
+            self._hotlink_entries[destination] = frozenset(ways - {None})
+        return self._hotlink_entries[destination]
+
+    def _next_hop_avoiding(self, avoided: int | None, destination: int) -> str | None:
+        if avoided is None or destination not in self._domains:
+            return None         # the domain is the interest's or the stream's to name (see next_hop)
+        key = (avoided, destination)
+        if key not in self._avoiding:
+            self._avoiding[key] = self.routes.next_hop_avoiding(avoided, destination)
+        return self._avoiding[key]
 
     def emitted(self) -> set[tuple[int, str, int]]:
         """(kind, symbol, destination domain) this portal pulls in on behalf of other portals."""
         found = set()
         for kind, symbol, portal, destination in self.table.items():
             if portal != self.name and (self.name in self.entry_portals(destination)
-                                        or self.hotlinked(self.hotlink_domain, destination, portal)):
+                                        or self.hotlinked(self.hotlink_domain, destination, portal)
+                                        or (self.hotlink_endpoints.get(portal) == destination
+                                            and self.name in self.hotlink_entries(destination))):
                 found.add((kind, symbol, destination))
         return found
 

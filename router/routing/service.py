@@ -45,9 +45,10 @@ def now_ms() -> float:
 
 
 def records_to_plain(snapshot: TopologySnapshot) -> list:
-    """A snapshot as msgpack-able lists (for the bus); portal names of our own adjacencies included."""
+    """A snapshot as msgpack-able lists (for the bus); portal names and hotlink indexes of our own
+    adjacencies included."""
     return [[r.node_id, r.name, r.version,
-             [[a.kind == DOMAIN, a.neighbor, a.cost, a.identity, a.portal] for a in r.adjacencies]]
+             [[a.kind == DOMAIN, a.neighbor, a.cost, a.identity, a.portal, a.hotlink] for a in r.adjacencies]]
             for r in snapshot.records]
 
 
@@ -55,8 +56,8 @@ def snapshot_from_plain(local_id: int, records: list) -> TopologySnapshot:
     built = []
     for node_id, name, version, adjacencies in records:
         built.append(RouterRecord(node_id, name, version, tuple(
-            Adjacency("domain" if is_domain else "router", neighbor, cost, identity, portal)
-            for is_domain, neighbor, cost, identity, portal in adjacencies), is_local=node_id == local_id))
+            Adjacency("domain" if is_domain else "router", neighbor, cost, identity, portal, hotlink=hotlink)
+            for is_domain, neighbor, cost, identity, portal, hotlink in adjacencies), is_local=node_id == local_id))
     return TopologySnapshot(local_id, tuple(sorted(built, key=lambda r: r.node_id)))
 
 
@@ -99,7 +100,7 @@ class RoutingService:
             self.adjacencies.pop(portal, None)
         else:
             self.adjacencies[portal] = adjacency
-        if old == adjacency and (old is None or old.portal == adjacency.portal):
+        if old == adjacency and (old is None or (old.portal, old.hotlink) == (adjacency.portal, adjacency.hotlink)):
             return
         if not self.topology.set_local_adjacencies(self.adjacencies.values()):
             return

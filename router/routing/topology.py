@@ -76,8 +76,9 @@ def sqn_newer(candidate: int, current: int) -> bool:
 class Adjacency:
     """One portal of a router: the domain or router it leads to, and the cost of leaving by it.
 
-    ``portal`` (and ``identity_label``) are known only for our own router; they do not travel
-    and do not take part in equality, so a record compares equal on every router.
+    ``portal`` (and ``identity_label``, and an endpoint's ``hotlink`` index) are known only for
+    our own router; they do not travel and do not take part in equality, so a record compares equal
+    on every router.
     """
     kind: str                       # DOMAIN or ROUTER
     neighbor: int                   # domain id, or the adjacent router's node id
@@ -85,11 +86,13 @@ class Adjacency:
     identity: int = 0               # domain_identity_key() of the domain, 0 = unknown
     portal: str = field(default="", compare=False)
     identity_label: str = field(default="", compare=False)
+    hotlink: int = field(default=0, compare=False)      # an endpoint's <hotlink-index> (0: none)
 
     @classmethod
-    def domain(cls, domain_id: int, cost: int, portal: str = "", identity: str = "") -> "Adjacency":
+    def domain(cls, domain_id: int, cost: int, portal: str = "", identity: str = "",
+               hotlink: int = 0) -> "Adjacency":
         key = domain_identity_key(identity) if identity else 0
-        return cls(DOMAIN, domain_id, cost, key, portal, identity)
+        return cls(DOMAIN, domain_id, cost, key, portal, identity, hotlink)
 
     @classmethod
     def router(cls, node_id: int, cost: int, portal: str = "") -> "Adjacency":

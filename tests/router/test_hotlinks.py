@@ -7,7 +7,7 @@ import pytest
 from tests.router.test_multi_hop import counter, kill_router, sent_by
 from tests.support.peer_links import converged, start
 from tests.support.processes import wait_for
-from tests.support.routers import endpoint_xml
+from tests.support.routers import endpoint_xml, free_port, peer_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
@@ -70,3 +70,35 @@ def test_hotlinked_routers_both_carry_a_source_and_a_hotlink_receiver_loses_noth
     paths = {(otid, port) for f in tirs for name, otid, port in zip(
         f["lbmr.tir.name"], f["lbmr.topt.otid.originating_transport"], f["lbmr.tir.tcp.port"]) if name == topic}
     assert len({otid for otid, _ in paths}) == 1 and len({port for _, port in paths}) == 2, paths
+
+
+def test_over_peer_links_both_redundant_paths_carry_and_a_hotlink_receiver_loses_nothing_when_one_dies(
+        routers, tools, make_domain):
+    """D1 - A == C - D2 and D1 - B == D - D2 (== a peer link), the endpoints on both datacenters with
+    hotlink index 1; the chosen path crosses A and C. Both paths carry every message of a D1
+    source; A dies midway."""
+    lan1, lan2 = make_domain(), make_domain()
+    a_c, b_d = free_port(), free_port()
+    hotlink = {"before_config": HOTLINK}
+    a = start(routers, endpoint_xml("D1", 1, lan1.config_path, **hotlink) + peer_xml("TO_C", connect=a_c), "hpa")
+    c = start(routers, peer_xml("TO_A", listen=a_c) + endpoint_xml("D2", 2, lan2.config_path, **hotlink), "hpc")
+    b = start(routers, endpoint_xml("D1", 1, lan1.config_path, cost=5, **hotlink) + peer_xml("TO_D", connect=b_d),
+              "hpb")
+    d = start(routers, peer_xml("TO_B", listen=b_d) + endpoint_xml("D2", 2, lan2.config_path, cost=5, **hotlink),
+              "hpd")
+    for router in (a, b, c, d):
+        router.wait_ready()
+    wait_for(lambda: converged([a, b, c, d], 4), 30, message="the four routers converged")
+    count, topic = 20000, "hotlink.wan"
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "--hotlink", "-C", count, "--timeout", 120,
+                           "--idle-timeout", 15, topic)
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", 64, "-P", 2000, "--start-on-stdin",
+                         topic)
+    wait_for(lambda: beginnings(receiver) == 2, 30, message="the hotlink receiver joined C's and D's copies")
+    source.send_line()
+    wait_for(lambda: sent_by(c, 1) > 2000 and sent_by(d, 1) > 2000, 20, message="both paths carry the source")
+    kill_router(a)
+    assert source.result(120)["sent"] == count
+    got = receiver.result(120)
+    assert (got["received"], got["unique"], got["gaps"], got["duplicates"]) == (count, count, 0, 0), got
+    assert got["hotlink_duplicates_discarded"] > 0

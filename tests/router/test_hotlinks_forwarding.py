@@ -15,11 +15,17 @@ def parallel() -> Net:
     return net.endpoint("Y", 1, portal="Y.D1").endpoint("Y", 2, cost=5, portal="Y.D2")
 
 
-def view_of(net: Net, router: str, portal: str, hotlink_domain: int | None) -> ForwardingView:
+def loaded_view(net: Net, router: str, portal: str, hotlink_domain: int | None = None) -> ForwardingView:
+    """`router`'s portal `portal` with its route table."""
     portals = sorted(a.portal for a in net.adjacencies[router])
     view = ForwardingView(portal, {name: i for i, name in enumerate(portals)}, hotlink_domain=hotlink_domain)
     records = tuple(records_to_plain(net.topology(router).snapshot()))
     assert view.load_routes(bm.RouteTable(1, net.ids[router], records))
+    return view
+
+
+def view_of(net: Net, router: str, portal: str, hotlink_domain: int | None) -> ForwardingView:
+    view = loaded_view(net, router, portal, hotlink_domain)
     view.table.apply(bm.Interest(f"{router}.D2", 2, T, "t", bm.OP_ADD))     # D2's receivers want t
     return view
 
@@ -46,3 +52,42 @@ def test_a_hotlink_endpoint_changes_nothing_for_streams_from_elsewhere():
     net = parallel().endpoint("Y", 3, portal="Y.D3")
     y = view_of(net, "Y", "Y.D1", hotlink_domain=1)
     assert y.mask_for("t", 3) == 0
+
+
+def over_peer_links(hotlink: int = 1) -> Net:
+    """D1 - A == C - D2 and D1 - B == D - D2 (== a peer link): the endpoints on both datacenters
+    have `hotlink`; the chosen path D1 -> D2 crosses A and C (B's and D's endpoints cost more)."""
+    net = Net().router("A", 1).router("B", 2).router("C", 3).router("D", 4)
+    net.endpoint("A", 1, portal="A.D1", hotlink=hotlink).endpoint("C", 2, portal="C.D2", hotlink=hotlink)
+    net.endpoint("B", 1, cost=5, portal="B.D1", hotlink=hotlink).endpoint("D", 2, cost=5, portal="D.D2",
+                                                                          hotlink=hotlink)
+    return net.peer("A", "C").peer("B", "D")
+
+
+def test_over_peer_links_the_router_off_the_chosen_path_delivers_its_copy_into_the_hotlink_domain():
+    net = over_peer_links()
+    d = loaded_view(net, "D", "D->B")
+    d.table.apply(bm.Interest("D.D2", 2, T, "t", bm.OP_ADD))       # D2's receivers, heard by D
+    assert d.emitted() == {(T, "t", 2)}, "D pulls D2's interest in over its link toward D1"
+    assert d.mask_for("t", 1) == 1 << d.portal_indexes["D.D2"], "and sends what comes over it into D2"
+    b = view_of_link_interest(net, "B", "B.D1", "B->D")
+    assert b.emitted() == {(T, "t", 2)} and b.mask_for("t", 1) == 1 << b.portal_indexes["B->D"]
+
+
+def test_over_peer_links_without_hotlink_indexes_only_the_chosen_path_carries():
+    net = over_peer_links(hotlink=0)
+    d = loaded_view(net, "D", "D->B")
+    d.table.apply(bm.Interest("D.D2", 2, T, "t", bm.OP_ADD))
+    assert d.mask_for("t", 1) == 0, "D1's stream does not come this way"
+    b = view_of_link_interest(net, "B", "B.D1", "B->D", hotlink_domain=None)
+    assert b.emitted() == set() and b.mask_for("t", 1) == 0, "B pulls nothing from D1"
+    c = loaded_view(net, "C", "C->A")
+    c.table.apply(bm.Interest("C.D2", 2, T, "t", bm.OP_ADD))
+    assert c.emitted() == {(T, "t", 2)} and c.mask_for("t", 1) == 1 << c.portal_indexes["C.D2"]
+
+
+def view_of_link_interest(net: Net, router: str, portal: str, link: str, hotlink_domain: int | None = 1):
+    """`router`'s endpoint `portal` on D1, with D2's interest come over `link`."""
+    view = loaded_view(net, router, portal, hotlink_domain)
+    view.table.apply(bm.Interest(link, 2, T, "t", bm.OP_ADD))
+    return view

@@ -20,9 +20,10 @@ class Net:
         self.adjacencies.setdefault(name, [])
         return self
 
-    def endpoint(self, router: str, domain: int, cost: int = 1, identity: str = "", portal: str | None = None) -> "Net":
+    def endpoint(self, router: str, domain: int, cost: int = 1, identity: str = "", portal: str | None = None,
+                 hotlink: int = 0) -> "Net":
         portal = portal or f"{router}.E{domain}"
-        self.adjacencies[router].append(Adjacency.domain(domain, cost, portal, identity))
+        self.adjacencies[router].append(Adjacency.domain(domain, cost, portal, identity, hotlink))
         return self
 
     def peer(self, a: str, b: str, cost_a: int = 1, cost_b: int = 1) -> "Net":
