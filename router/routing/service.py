@@ -103,6 +103,10 @@ class RoutingService:
         if old == adjacency and (old is None or (old.portal, old.hotlink) == (adjacency.portal, adjacency.hotlink)):
             return
         if not self.topology.set_local_adjacencies(self.adjacencies.values()):
+            if old is not None and adjacency is not None and self.table_version:
+                # Only what stays local changed (a portal's name, an endpoint's hotlink index): no
+                # route moves and the other routers' maps are the same, but the workers decide by it.
+                self._publish_table()
             return
         if old is None:
             trigger = RecalcTrigger.LINK_CAME_UP
@@ -219,10 +223,13 @@ class RoutingService:
         self.scheduler.poll(now_ms())
 
     def _recalculate(self, changes) -> None:
+        self._publish_table()
+        self._report_forbidden()
+
+    def _publish_table(self) -> None:
         self.routes = Routes(self.topology.snapshot())
         self.table_version += 1
         self._publish(self.table())
-        self._report_forbidden()
 
     def _report_forbidden(self) -> None:
         found = self.topology.forbidden()

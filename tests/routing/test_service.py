@@ -161,3 +161,26 @@ def test_a_router_back_next_to_its_twin_takes_over_only_after_the_twin_lets_go()
     assert y_recalculated_at is not None and z_routed_at is not None, (y_recalculated_at, z_routed_at)
     assert y.path(1, 2)["routers"] == 1 and "z" in y.path(1, 2)["text"], "Y's routes go by Z"
     assert z_routed_at >= y_recalculated_at, (z_routed_at, y_recalculated_at)
+
+
+def test_a_hotlink_index_changed_alone_reaches_the_workers_at_once():
+    """What stays local (an endpoint's hotlink index) changes no route and nothing between routers,
+    but the workers decide by it: a new table goes to them without a recalculation."""
+    routing, sent, published, _ = service()
+    routing.set_route_portal("E1", True)
+    routing.set_adjacency("E1", Adjacency.domain(1, 1, "E1"), now=0)
+    routing.check(now=4000)
+    assert len(published) == 1
+    sent.clear()
+    routing.set_adjacency("E1", Adjacency.domain(1, 1, "E1", hotlink=3), now=4010)
+    assert len(published) == 2 and published[-1][0] > published[0][0]
+    version, local_id, records = published[-1]
+    assert [a.hotlink for a in snapshot_from_plain(local_id, records).record(1).adjacencies] == [3]
+    assert sent == [], "nothing for the other routers: their map did not change"
+
+
+def test_before_the_first_calculation_a_local_change_publishes_nothing():
+    routing, _, published, _ = service()
+    routing.set_adjacency("E1", Adjacency.domain(1, 1, "E1"), now=0)
+    routing.set_adjacency("E1", Adjacency.domain(1, 1, "E1", hotlink=3), now=10)
+    assert published == []
