@@ -94,8 +94,7 @@ class EndpointPortal(EgressRecords):
             bm.INTEREST_TOPIC: _limiter(resolution.remote_topic_interest.rate_limit, now),
             bm.INTEREST_PCRE: (remote_pattern_limit := _limiter(resolution.remote_pattern_interest.rate_limit, now)),
             bm.INTEREST_REGEX: remote_pattern_limit}
-        self.view = ForwardingView(self.name, portal_indexes,
-                                   hotlink_domain=config.domain_id if config.hotlink_index else None)
+        self.view = ForwardingView(self.name, portal_indexes)
         self._follow_interest = OncePerTurn(loop, self._interest_changed)    # a burst of updates: one pass
         self.context = Context(config=um_config, loop=loop, packet_options=self._packet_options)
         self.context.add_lbmr_listener(self._on_lbmr)

@@ -43,9 +43,8 @@ MAX_HOP_COUNT = 255          # a stream that has crossed this many routers is dr
 
 
 class ForwardingView:
-    def __init__(self, name: str, portal_indexes: dict[str, int], hotlink_domain: int | None = None):
+    def __init__(self, name: str, portal_indexes: dict[str, int]):
         self.name = name
-        self.hotlink_domain = hotlink_domain          # this endpoint's domain, if it has a hotlink index
         self.portal_indexes = portal_indexes          # portal name -> ring/mask bit (shared with the datapath)
         self.table = InterestTable()
         self.routes = None                            # router.routing.paths.RouterRoutes
@@ -149,6 +148,11 @@ class ForwardingView:
                     or self.into_hotlink_endpoint(origin, destination, portal)):
                 mask |= 1 << self.portal_indexes[portal]
         return mask
+
+    @property
+    def hotlink_domain(self) -> int | None:
+        """This portal's domain if it is an endpoint with a hotlink index (the route table says)."""
+        return self.hotlink_endpoints.get(self.name)
 
     def hotlinked(self, origin: int | None, destination: int, portal: str) -> bool:
         """Does a stream from domain ``origin`` go to ``portal`` toward ``destination`` because

@@ -9,48 +9,49 @@ from tests.routing.net import Net
 T = bm.INTEREST_TOPIC
 
 
-def parallel() -> Net:
+def parallel(hotlink: int = 0) -> Net:
+    """The two routers; their D1 endpoints with `hotlink`."""
     net = Net().router("X", 1).router("Y", 2)
-    net.endpoint("X", 1, portal="X.D1").endpoint("X", 2, cost=2, portal="X.D2")
-    return net.endpoint("Y", 1, portal="Y.D1").endpoint("Y", 2, cost=5, portal="Y.D2")
+    net.endpoint("X", 1, portal="X.D1", hotlink=hotlink).endpoint("X", 2, cost=2, portal="X.D2")
+    return net.endpoint("Y", 1, portal="Y.D1", hotlink=hotlink).endpoint("Y", 2, cost=5, portal="Y.D2")
 
 
-def loaded_view(net: Net, router: str, portal: str, hotlink_domain: int | None = None) -> ForwardingView:
+def loaded_view(net: Net, router: str, portal: str) -> ForwardingView:
     """`router`'s portal `portal` with its route table."""
     portals = sorted(a.portal for a in net.adjacencies[router])
-    view = ForwardingView(portal, {name: i for i, name in enumerate(portals)}, hotlink_domain=hotlink_domain)
+    view = ForwardingView(portal, {name: i for i, name in enumerate(portals)})
     records = tuple(records_to_plain(net.topology(router).snapshot()))
     assert view.load_routes(bm.RouteTable(1, net.ids[router], records))
     return view
 
 
-def view_of(net: Net, router: str, portal: str, hotlink_domain: int | None) -> ForwardingView:
-    view = loaded_view(net, router, portal, hotlink_domain)
+def view_of(net: Net, router: str, portal: str) -> ForwardingView:
+    view = loaded_view(net, router, portal)
     view.table.apply(bm.Interest(f"{router}.D2", 2, T, "t", bm.OP_ADD))     # D2's receivers want t
     return view
 
 
 def test_the_costlier_router_forwards_its_hotlink_domains_sources_too():
-    net = parallel()
+    net = parallel(hotlink=1)
     for router in ("X", "Y"):
-        view = view_of(net, router, f"{router}.D1", hotlink_domain=1)
+        view = view_of(net, router, f"{router}.D1")
         assert view.emitted() == {(T, "t", 2)}, f"{router} pulls t from D1"
         assert view.mask_for("t", 1) == 1 << view.portal_indexes[f"{router}.D2"], f"{router} sends it into D2"
 
 
 def test_without_a_hotlink_index_only_the_chosen_path_forwards():
     net = parallel()
-    y = view_of(net, "Y", "Y.D1", hotlink_domain=None)
+    y = view_of(net, "Y", "Y.D1")
     assert y.emitted() == set() and y.mask_for("t", 1) == 0
-    x = view_of(net, "X", "X.D1", hotlink_domain=None)
+    x = view_of(net, "X", "X.D1")
     assert x.mask_for("t", 1) == 1 << x.portal_indexes["X.D2"]
 
 
 def test_a_hotlink_endpoint_changes_nothing_for_streams_from_elsewhere():
     """A stream that came into D1 from another domain (origin 3) is not the hotlink domain's own:
     only the chosen path carries it."""
-    net = parallel().endpoint("Y", 3, portal="Y.D3")
-    y = view_of(net, "Y", "Y.D1", hotlink_domain=1)
+    net = parallel(hotlink=1).endpoint("Y", 3, portal="Y.D3")
+    y = view_of(net, "Y", "Y.D1")
     assert y.mask_for("t", 3) == 0
 
 
@@ -79,15 +80,15 @@ def test_over_peer_links_without_hotlink_indexes_only_the_chosen_path_carries():
     d = loaded_view(net, "D", "D->B")
     d.table.apply(bm.Interest("D.D2", 2, T, "t", bm.OP_ADD))
     assert d.mask_for("t", 1) == 0, "D1's stream does not come this way"
-    b = view_of_link_interest(net, "B", "B.D1", "B->D", hotlink_domain=None)
+    b = view_of_link_interest(net, "B", "B.D1", "B->D")
     assert b.emitted() == set() and b.mask_for("t", 1) == 0, "B pulls nothing from D1"
     c = loaded_view(net, "C", "C->A")
     c.table.apply(bm.Interest("C.D2", 2, T, "t", bm.OP_ADD))
     assert c.emitted() == {(T, "t", 2)} and c.mask_for("t", 1) == 1 << c.portal_indexes["C.D2"]
 
 
-def view_of_link_interest(net: Net, router: str, portal: str, link: str, hotlink_domain: int | None = 1):
+def view_of_link_interest(net: Net, router: str, portal: str, link: str) -> ForwardingView:
     """`router`'s endpoint `portal` on D1, with D2's interest come over `link`."""
-    view = loaded_view(net, router, portal, hotlink_domain)
+    view = loaded_view(net, router, portal)
     view.table.apply(bm.Interest(link, 2, T, "t", bm.OP_ADD))
     return view
