@@ -1,0 +1,85 @@
+"""The router at an earlier revision against the router of this tree, side by side in one run: did a
+change move its speed, or did the machine? A router's absolute figures move with the host (the C
+floor in bench.router_bench moves with them); two routers measured interleaved share that drift.
+
+    python -m bench.ab_router REVISION      (e.g. the commit a session started from)
+
+Each tree runs a router of its own joining two domains of its own (a worker per portal); umsrc →
+router → umrcv from the same tree, unpaced, at 64 B and 8 KB, runs interleaved. Not part of
+`make bench`: it needs a revision to compare with.
+"""
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import router_bench as rb
+from bench.report import table, write_section
+
+RUNS = 4
+CASES = ((64, 500_000), (8192, 100_000))
+
+
+def checkout(revision: str, directory: Path) -> Path:
+    """`revision`'s files (git archive: no worktree, nothing written to the repository)."""
+    tree = directory / "old"
+    tree.mkdir()
+    archive = subprocess.run(["git", "-C", str(rb.ROOT), "archive", revision], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    revision = argv[0]
+    here = rb.ROOT
+    rates: dict[tuple[str, int], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        trees = {revision: checkout(revision, directory), "this tree": here}
+        lans = {n: rb.domain(directory, n) for n in (1, 2, 3, 4)}
+        routers = {}
+        try:
+            for (name, root), (lan_a, lan_b) in zip(trees.items(), ((lans[1], lans[2]), (lans[3], lans[4]))):
+                rb.ROOT = root                      # spawn() runs the tools from this tree
+                config_dir = Path(tempfile.mkdtemp(dir=tmp))
+                routers[name] = (rb.spawn("router.cli.tnwgd", rb.router_config(config_dir, lan_a, lan_b)),
+                                 lan_a, lan_b)
+                rb.wait_stderr(routers[name][0], "portals are up")
+            for n in range(RUNS):                   # interleaved: drifting load hits both trees
+                for size, count in CASES:
+                    for name, root in trees.items():
+                        rb.ROOT = root
+                        _, lan_a, lan_b = routers[name]
+                        got = rb.um_run(lan_a, lan_b, count, size, receiver_extra=("--idle-timeout", 15),
+                                        topic=f"ab.{size}.{n}")
+                        if (got["unique"], got["gaps"]) != (count, 0):
+                            raise SystemExit(f"{name}, {size} B: lost messages: {got}")
+                        rates.setdefault((name, size), []).append(got["rate_msgs_per_s"])
+        finally:
+            rb.ROOT = here
+            for proc, _, _ in routers.values():
+                rb.stop(proc, 30)
+    rows = []
+    for size, count in CASES:
+        old, new = (statistics.median(rates[(name, size)]) for name in (revision, "this tree"))
+        rows.append([f"{size} B", count, f"{old:,.0f}", f"{new:,.0f}", f"{new / old:.0%}",
+                     " · ".join(f"{r:,.0f}" for r in rates[(revision, size)]),
+                     " · ".join(f"{r:,.0f}" for r in rates[("this tree", size)])])
+    body = (f"umsrc → router → umrcv, unpaced, messages/s at the receiver: the median of {RUNS} interleaved runs "
+            f"of each tree (each run listed), every message received once:\n\n"
+            + table(["size", "messages", revision, "this tree", "this tree / it", f"runs at {revision}",
+                     "runs of this tree"], rows))
+    write_section("Router before and after a change", body, f".venv/bin/python -m bench.ab_router {revision}")
+    print(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
