@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
 TOPOLOGIES = CONF / "topologies"
 README = TOPOLOGIES / "README.md"
-NAMED = {"peer-link", "transit-domain", "parallel", "hotlinks", "loop", "star-central-domain",
-         "star-central-router", "mesh"}
+NAMED = {"peer-link", "transit-domain", "parallel", "hotlinks", "hotlinks-peer", "loop",
+         "star-central-domain", "star-central-router", "mesh"}
 PEER_PORTS = range(15400, 15500)
 
 DIRECTORIES = sorted(p for p in TOPOLOGIES.iterdir() if p.is_dir())
@@ -188,6 +188,17 @@ def check_hotlinks(t: Topology) -> None:
         assert {(e.domain_id, e.hotlink_index) for e in t.endpoints(router)} == {(1, 1), (2, 0)}
 
 
+def check_hotlinks_peer(t: Topology) -> None:
+    """Two redundant paths LAN1 --[A]==[C]-- LAN2 and LAN1 --[B]==[D]-- LAN2, every endpoint with
+    hotlink index 1: each datacenter's endpoints face it, so both ends carry their copy."""
+    assert len(t.routers) == 4 and len(t.links) == 2
+    assert all(t.degree(r) == 1 and len(t.endpoints(r)) == 1 for r in t.routers)
+    assert {d: len(routers) for d, routers in t.domains().items()} == {1: 2, 2: 2}
+    assert all(t.endpoints(r)[0].hotlink_index == 1 for r in t.routers)
+    for link in t.links:
+        assert {t.endpoints(r)[0].domain_id for r in link} == {1, 2}, f"{sorted(link)} is not a path LAN1 to LAN2"
+
+
 def check_loop(t: Topology) -> None:
     assert len(t.routers) == 3 and len(t.links) == 3
     assert all(t.degree(r) == 2 for r in t.routers) and t.connected()
@@ -216,7 +227,7 @@ def check_mesh(t: Topology) -> None:
 
 
 SHAPES = {"peer-link": check_peer_link, "transit-domain": check_transit_domain, "parallel": check_parallel,
-          "hotlinks": check_hotlinks,
+          "hotlinks": check_hotlinks, "hotlinks-peer": check_hotlinks_peer,
           "loop": check_loop, "star-central-domain": check_star_central_domain,
           "star-central-router": check_star_central_router, "mesh": check_mesh}
 

@@ -1,6 +1,7 @@
 """DRO Hotlinks on loopback: two routers both bridge D1 and D2, their D1 endpoints share a hotlink
 index, so both forward every message of a D1 source into D2; a receiver with use_hotlink joins
-both copies and delivers each message once, and loses nothing when one router dies.
+both copies and delivers each message once, and loses nothing when one router dies. The same over
+two redundant paths of peer links, with hotlink indexes on both datacenters' endpoints.
 """
 import pytest
 
@@ -72,11 +73,12 @@ def test_hotlinked_routers_both_carry_a_source_and_a_hotlink_receiver_loses_noth
     assert len({otid for otid, _ in paths}) == 1 and len({port for _, port in paths}) == 2, paths
 
 
+@pytest.mark.parametrize("victim", ["A", "C"])
 def test_over_peer_links_both_redundant_paths_carry_and_a_hotlink_receiver_loses_nothing_when_one_dies(
-        routers, tools, make_domain):
+        routers, tools, make_domain, victim):
     """D1 - A == C - D2 and D1 - B == D - D2 (== a peer link), the endpoints on both datacenters with
     hotlink index 1; the chosen path crosses A and C. Both paths carry every message of a D1
-    source; A dies midway."""
+    source; the chosen path's router on D1's side (A) or on D2's side (C) dies midway."""
     lan1, lan2 = make_domain(), make_domain()
     a_c, b_d = free_port(), free_port()
     hotlink = {"before_config": HOTLINK}
@@ -97,7 +99,7 @@ def test_over_peer_links_both_redundant_paths_carry_and_a_hotlink_receiver_loses
     wait_for(lambda: beginnings(receiver) == 2, 30, message="the hotlink receiver joined C's and D's copies")
     source.send_line()
     wait_for(lambda: sent_by(c, 1) > 2000 and sent_by(d, 1) > 2000, 20, message="both paths carry the source")
-    kill_router(a)
+    kill_router({"A": a, "C": c}[victim])
     assert source.result(120)["sent"] == count
     got = receiver.result(120)
     assert (got["received"], got["unique"], got["gaps"], got["duplicates"]) == (count, count, 0, 0), got
