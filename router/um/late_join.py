@@ -13,13 +13,13 @@ contexts' request ports (router.um.wire.lbmc_late_join):
 The receiver (`use_late_join`, on by default) holds back the live messages that arrive meanwhile,
 asks for what the source retains before the first of them (at most `retransmit_request_maximum`
 of the newest when that is set, `retransmit_request_outstanding_maximum` at a time), delivers
-those in order, flagged as retransmissions (RetransmittedMessage), then the live ones after them,
-without duplicates. An LJI_REQ unanswered is sent again every `late_join_info_request_interval`,
-up to `late_join_info_request_maximum` times; a retransmission that does not come is asked again
-every `retransmit_request_interval` and given up after `retransmit_request_message_timeout`
-(counted). Then live delivery simply goes on: late join never holds a receiver back for good, nor
-more than MAX_HELD_BYTES of live messages (beyond that it stops fetching, delivers what it has,
-and says so).
+those in order, flagged as retransmissions (RetransmittedMessage; a retained request comes back
+as a request, in its place), then the live ones after them, without duplicates. An LJI_REQ
+unanswered is sent again every `late_join_info_request_interval`, up to
+`late_join_info_request_maximum` times; a retransmission that does not come is asked again every
+`retransmit_request_interval` and given up after `retransmit_request_message_timeout` (counted).
+Then live delivery simply goes on: late join never holds a receiver back for good, nor more than
+MAX_HELD_BYTES of live messages (beyond that it stops fetching, delivers what it has, and says so).
 """
 from __future__ import annotations
 
@@ -30,11 +30,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from router.um.messages import RetransmittedMessage
-from router.um.retained_frames import data_of, message_body
+from router.um.retained_frames import Reassembly
 from router.um.sequence_numbers import MASK, distance
-from router.um.wire.errors import WireError
-from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER, NHDR_DATA,
-                                 NHDR_FRAG, LbmcMessage, encode_lbmc)
+from router.um.wire.lbmc import LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER, LbmcMessage, encode_lbmc
 from router.um.wire.lbmc_late_join import (LJI_RX_REQ_MAX, LJI_RX_REQ_OUTSTANDING_MAX, LjiRequest, UmeLjInfo,
                                            UmeRxReq)
 from router.um.wire.lbmr import LateJoinOption
@@ -395,7 +393,7 @@ class LateJoinClient:
         if joined.otr is not None and not joined.ended:
             joined.otr.resume()
 
-    def _deliver(self, messages: list[tuple[int, bytes]]) -> None:
+    def _deliver(self, messages: list[tuple]) -> None:
         """The retransmitted messages and the runs of those given up, in sequence order."""
         joined, base = self.joined, self.base
         runs: list[list[int]] = []
@@ -411,48 +409,46 @@ class LateJoinClient:
             while position < len(messages) and (messages[position][0] - base) & MASK < offset:
                 before.append(messages[position])
                 position += 1
-            if before:
-                joined.deliver_ready([RetransmittedMessage(joined.topic, joined.source, sqn, payload)
-                                      for sqn, payload in before])
+            self._deliver_retransmitted(before)
             if count:
                 joined.report_loss((base + offset) & MASK, count)
 
-    def _messages(self) -> list[tuple[int, bytes]]:
-        """The retransmitted frames as messages, in order; fragments put together (an incomplete
-        one is given up)."""
-        messages: list[tuple[int, bytes]] = []
-        partial: dict[int, list] = {}
+    def _deliver_retransmitted(self, messages: list[tuple]) -> None:
+        """Retransmitted messages in a batch, a request on its own in its place (as live)."""
+        joined = self.joined
+        batch: list[RetransmittedMessage] = []
+        for message in messages:
+            if len(message) == 3:
+                if batch:
+                    joined.deliver_ready(batch)
+                    batch = []
+                joined.deliver_request(*message)
+            else:
+                batch.append(RetransmittedMessage(joined.topic, joined.source, *message))
+        if batch:
+            joined.deliver_ready(batch)
+
+    def _messages(self) -> list[tuple]:
+        """The retransmitted frames as messages in order, (sqn, data) or, for a request, (sqn,
+        data, origin); fragments put together. A frame that cannot be read is told lost in its
+        place, a message not whole given up (both counted: lj_messages_incomplete)."""
+        reassembly = Reassembly(self.counters, "lj_messages_incomplete", "lj_properties_malformed")
+        messages: list[tuple] = []
         base = self.base
 
         def in_order(sqn: int) -> int:            # wrap-safe: the order from the first one asked
             return (sqn - base) & MASK
         for sqn in sorted(self.frames, key=in_order):
-            frame = self.frames[sqn]
-            _, next_hdr, length, _, _ = MESSAGE_HEADER.unpack_from(frame)
-            try:
-                next_hdr, header, properties_size = message_body(frame, next_hdr, length)
-            except WireError:
-                self.counters["lj_messages_incomplete"] += 1
+            piece = reassembly.read(self.frames[sqn])
+            if piece is None:
+                self.lost.append(sqn)
                 continue
-            if next_hdr == NHDR_DATA:
-                messages.append((sqn, self._payload(frame[header:length], properties_size)))
-            elif next_hdr == NHDR_FRAG and length >= header + FRAG_HEADER.size:
-                _, _, _, first, offset, total = FRAG_HEADER.unpack_from(frame, header)
-                piece = frame[header + FRAG_HEADER.size:length]
-                entry = partial.setdefault(first, [bytearray(total), 0])
-                if offset + len(piece) <= total:
-                    entry[0][offset:offset + len(piece)] = piece
-                    entry[1] += len(piece)
-                if entry[1] >= total:
-                    messages.append((first, self._payload(bytes(entry[0]), properties_size)))
-                    del partial[first]
-        if partial:
-            self.counters["lj_messages_incomplete"] += len(partial)
+            message = reassembly.add(piece.first, piece)
+            if message is not None:
+                messages.append(message)
+        reassembly.drop_partial()
         messages.sort(key=lambda message: in_order(message[0]))
         return messages
-
-    def _payload(self, payload: bytes, properties_size: int) -> bytes:
-        return data_of(payload, properties_size, self.counters, "lj_properties_malformed")
 
     def _forget(self) -> None:
         """Over: nothing kept per message. The source context's connection to our request port

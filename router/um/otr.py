@@ -34,11 +34,8 @@ from operator import itemgetter
 
 from router.um.late_join import next_request_index
 from router.um.messages import OtrMessage
-from router.um.requests import REQUEST_FRAME_MIN, REQUEST_HEADER_OFFSET, read_request
-from router.um.retained_frames import data_of, message_body
-from router.um.wire.errors import WireError
-from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, MESSAGE_HEADER, NHDR_APPHDR_CHAIN, NHDR_DATA, NHDR_FRAG,
-                                 NHDR_REQUEST, LbmcMessage, encode_lbmc)
+from router.um.retained_frames import Reassembly, RetainedPiece
+from router.um.wire.lbmc import LBMC_TYPE_CONTROL, MESSAGE_HEADER, LbmcMessage, encode_lbmc
 from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
 from router.um.wire.lbmr import LateJoinOption
 
@@ -86,24 +83,6 @@ class _Missing:
         self.asked = False
 
 
-def _fragment_header_at(frame, next_hdr: int, length: int) -> int | None:
-    """Where a frame's FRAG header is: after the message header and any APPHDR_CHAIN header, or
-    after a REQUEST header (each fragment of a request carries it); None for a whole message (or
-    one whose chain cannot be read)."""
-    if next_hdr == NHDR_APPHDR_CHAIN:
-        try:
-            next_hdr, body, _ = message_body(frame, next_hdr, length)
-        except WireError:
-            return None
-        return body if next_hdr == NHDR_FRAG and length >= body + FRAG_HEADER.size else None
-    if next_hdr == NHDR_FRAG and length >= MESSAGE_HEADER.size + FRAG_HEADER.size:
-        return MESSAGE_HEADER.size
-    if next_hdr == NHDR_REQUEST and length >= REQUEST_FRAME_MIN + FRAG_HEADER.size \
-            and frame[REQUEST_HEADER_OFFSET] == NHDR_FRAG:
-        return REQUEST_FRAME_MIN
-    return None
-
-
 class OtrRecovery:
     """One joined source's recovery: what is missing, what came back, the live messages held.
     Everything here runs on the context's loop thread."""
@@ -116,13 +95,18 @@ class OtrRecovery:
         self.bound = False                        # the source's answer connection is known (LJ_INFO came)
         self.newest: int | None = None            # the newest sequence number seen, extended
         self.missing: dict[int, _Missing] = {}    # extended sqn -> its state
-        self.recovered: dict[int, bytes] = {}     # extended sqn -> the RETRANS frame
+        # Recovered messages by their first extended sqn: (sqn, payload) or (sqn, payload, origin)
+        # for a request. The fragments of one not yet whole wait in `reassembly`; `fragments`
+        # names them (extended sqn -> its message's first), so that none is asked for twice.
+        self.recovered: dict[int, tuple] = {}
+        self.fragments: dict[int, int] = {}
         self.held: list[tuple] = []               # (extended sqn, live (sqn, payload) or (sqn, payload, origin))
         self.losses: list[tuple[int, int]] = []   # given up, to report in sequence: (extended first, count)
         self.timer = None
         self.timer_at: float | None = None
         self.last_alert: float | None = None
         self.counters = context.otr_counters
+        self.reassembly = Reassembly(self.counters, "otr_messages_incomplete", "otr_properties_malformed")
         self.paused = False                       # late join hands back what it held: wait for all of it
         self.done = False
 
@@ -149,7 +133,7 @@ class OtrRecovery:
         now = time.monotonic()
         first_ask = now + self.settings.initial_delay
         for sqn in range(first, first + count):
-            if sqn not in self.missing and sqn not in self.recovered:
+            if sqn not in self.missing and sqn not in self.recovered and sqn not in self.fragments:
                 self.missing[sqn] = _Missing(now, first_ask, self.settings.minimum_interval)
         self.counters["otr_messages_missing"] += count
         self._arm(first_ask)
@@ -157,7 +141,7 @@ class OtrRecovery:
     @property
     def holding(self) -> bool:
         """Whether live deliveries must go through here (something before them may come)."""
-        return bool(self.missing or self.held or self.losses or self.recovered)
+        return bool(self.missing or self.held or self.losses or self.recovered or self.fragments)
 
     def hold(self, entries: list[tuple]) -> None:
         """Live messages ((sqn, payload)) or a request ((sqn, payload, origin)) while something
@@ -290,32 +274,43 @@ class OtrRecovery:
         """A RETRANS frame of our topic index; False if it is not one this recovery waits for."""
         if self.done:
             return False
-        _, next_hdr, length, _, sqn = MESSAGE_HEADER.unpack_from(frame)
-        sqn = self._ext(sqn)
+        sqn = self._ext(MESSAGE_HEADER.unpack_from(frame)[4])
         if self.missing.pop(sqn, None) is None:
             return False
-        self.recovered[sqn] = bytes(frame[:length])
         self.counters["otr_frames_recovered"] += 1
-        header = _fragment_header_at(frame, next_hdr, length)
-        if header is not None:
-            self._whole_message(frame, sqn, length, header)
+        piece = self.reassembly.read(frame)
+        if piece is None:
+            self._lost(sqn, 1)                    # counted: what came cannot be delivered
+        else:
+            first = self._ext(piece.first)
+            if not piece.whole:
+                self.fragments[sqn] = first
+                self._whole_message(sqn, piece)
+            message = self.reassembly.add(first, piece)
+            if message is not None:
+                self._forget_fragments(first)
+                self.recovered[first] = message
         self._release()
         if self.missing:
             self._arm(time.monotonic())           # room for the next ones
         return True
 
-    def _whole_message(self, frame, sqn: int, length: int, header: int) -> None:
+    def _forget_fragments(self, first: int) -> None:
+        """The message from `first` is whole: its fragments, in sequence from it, are no more."""
+        sqn = first
+        while self.fragments.get(sqn) == first:
+            del self.fragments[sqn]
+            sqn += 1
+
+    def _whole_message(self, sqn: int, piece: RetainedPiece) -> None:
         """A recovered fragment: its message's other fragments are needed too (the transport's
         copies of them went into a reassembly that can no longer complete)."""
-        _, _, _, first, offset, total = FRAG_HEADER.unpack_from(frame, header)
-        piece = length - header - FRAG_HEADER.size
-        first = self._ext(first)
-        if piece <= 0 or first > sqn:
-            return
-        last = sqn if offset + piece >= total else first + -(-total // piece) - 1
+        first = self._ext(piece.first)
+        size = len(piece.piece)
+        last = sqn if piece.offset + size >= piece.total else first + -(-piece.total // size) - 1
         now = time.monotonic()
         for other in range(first, min(last, first + MAX_GAP) + 1):
-            if other not in self.missing and other not in self.recovered:
+            if other not in self.missing and other not in self.recovered and other not in self.fragments:
                 self.missing[other] = _Missing(now, now, self.settings.minimum_interval)
 
     # -- giving up ---------------------------------------------------------------------------------
@@ -410,58 +405,16 @@ class OtrRecovery:
             joined.deliver_live(run)
 
     def _recovered_below(self, floor) -> list[tuple]:
-        """The recovered frames before `floor` (all if None) as messages, taken out: (extended
-        sqn, (sqn, payload)) or, for a request, (extended sqn, (sqn, payload, origin)). A
-        fragmented message whose fragments are not all here yet stays (given up when nothing is
-        missing any more)."""
-        out = []
-        partial: dict[int, list] = {}
-        for sqn in sorted(self.recovered):
-            if floor is not None and sqn >= floor:
-                break
-            frame = self.recovered[sqn]
-            _, next_hdr, length, _, wire_sqn = MESSAGE_HEADER.unpack_from(frame)
-            try:
-                body_hdr, body, properties_size = message_body(frame, next_hdr, length)
-            except WireError:
-                body_hdr, body, properties_size = None, length, 0        # counted below
-            is_request = body_hdr == NHDR_REQUEST and length >= REQUEST_FRAME_MIN
-            header = _fragment_header_at(frame, next_hdr, length)
-            if header is None:
-                del self.recovered[sqn]
-                if body_hdr == NHDR_DATA:
-                    out.append((sqn, (wire_sqn, self._data(frame[body:length], properties_size))))
-                elif is_request and frame[REQUEST_HEADER_OFFSET] == NHDR_DATA:
-                    out.append((sqn, (wire_sqn, frame[REQUEST_FRAME_MIN:length], read_request(frame, 0))))
-                else:
-                    self.counters["otr_messages_incomplete"] += 1
-                continue
-            _, _, _, first, offset, total = FRAG_HEADER.unpack_from(frame, header)
-            entry = partial.setdefault(self._ext(first), [bytearray(total), 0, [], first, None, properties_size])
-            piece = frame[header + FRAG_HEADER.size:length]
-            if offset + len(piece) <= total:
-                entry[0][offset:offset + len(piece)] = piece
-                entry[1] += len(piece)
-            entry[2].append(sqn)
-            if is_request:
-                entry[4] = read_request(frame, 0)
-            if entry[1] >= total:
-                for part in entry[2]:
-                    del self.recovered[part]
-                whole = bytes(entry[0])
-                message = (entry[3], self._data(whole, entry[5])) if entry[4] is None else (entry[3], whole, entry[4])
-                out.append((self._ext(entry[3]), message))
-                del partial[self._ext(entry[3])]
-        if floor is None and partial:
-            for entry in partial.values():
-                for part in entry[2]:
-                    del self.recovered[part]
-            self.counters["otr_messages_incomplete"] += len(partial)
-        out.sort(key=_key)
+        """The recovered messages before `floor` (all if None), taken out: (extended sqn, (sqn,
+        payload)) or, for a request, (extended sqn, (sqn, payload, origin)). With nothing missing
+        any more, a fragmented message not yet whole never will be: given up."""
+        if floor is None:
+            self.reassembly.drop_partial()
+            self.fragments.clear()
+        out = sorted((first, message) for first, message in self.recovered.items() if floor is None or first < floor)
+        for first, _ in out:
+            del self.recovered[first]
         return out
-
-    def _data(self, payload: bytes, properties_size: int) -> bytes:
-        return data_of(payload, properties_size, self.counters, "otr_properties_malformed")
 
     def close(self) -> None:
         """Over (the source ended, or the receiver left): nothing is kept. The source context's
@@ -473,5 +426,7 @@ class OtrRecovery:
             self.timer = self.timer_at = None
         self.missing.clear()
         self.recovered.clear()
+        self.fragments.clear()
+        self.reassembly.partial.clear()
         self.held.clear()
         self.losses.clear()

@@ -26,6 +26,7 @@ from router.um.wire.lbmc import (CONTROL_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_RE
                                  NHDR_DATA, NHDR_NONE, LbmcMessage, LjiRequest, UmeRxReq, encode_lbmc)
 from tests.support.domains import new_domain
 from tests.support.processes import wait_for
+from tests.support.retransmissions import answer_requests
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
@@ -832,3 +833,26 @@ def test_a_late_receiver_gets_each_retransmitted_message_with_its_properties(dom
     assert [(m.data, m.properties) for m in got.messages] == sent
     assert all(m.retransmit for m in got.messages)
     assert counters["lj_messages_incomplete"] == counters["lj_properties_malformed"] == 0
+
+
+def test_a_late_receiver_gets_a_request_sent_before_it_joined_in_its_place_and_can_answer_it(domain):
+    # A request is a message of its source, retained with the others: retransmitted, it comes back
+    # as a request (small, and fragmented), between the messages around it.
+    responses: list[bytes] = []
+    big = _payload(4, 20_000)
+    with Context(**domain.overrides(), late_join=True, **_SMALL_DATAGRAMS["tcp"]) as sending, \
+            Context(**domain.overrides()) as receiving:
+        source = sending.source("lj.requests")
+        _send(source, [_payload(n) for n in range(3)])
+        small = source.send_request(_payload(3), lambda response: responses.append(response.data))
+        fragmented = source.send_request(big, lambda response: responses.append(response.data))
+        _send(source, [_payload(n) for n in range(5, 7)])
+        got = Collector(receiving, "lj.requests")
+        got.wait(7, what="retransmitted messages and requests")
+        requests = answer_requests(got.messages, responses, [small, fragmented])
+        rcv = _lj(receiving)
+    assert got.numbers == list(range(7))
+    assert [m.data for m in requests] == [_payload(3), big]
+    assert [m.sequence_number for m in requests] == [3, 4]
+    assert sorted(responses) == [b"re:000003", b"re:000004"]
+    assert rcv["lj_messages_delivered"] == 7 and rcv["lj_messages_incomplete"] == 0

@@ -14,11 +14,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from router.um.late_join import LateJoinClient, LateJoinSettings
-from router.um.messages import UNRECOVERABLE_LOSS
+from router.um.requests import RequestOrigin
+from router.um.messages import UNRECOVERABLE_LOSS, RequestMessage
 from router.um.otr import OtrRecovery, OtrSettings
 from router.um.receiver import JoinedSource, Receiver
-from router.um.wire.lbmc import LBMC_TYPE_RETRANS, MESSAGE_HEADER, NHDR_DATA, UmeLjInfo, UmeRxReq, decode_lbmc
+from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_RETRANS, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG, UmeLjInfo,
+                                 UmeRxReq, decode_lbmc)
 from router.um.wire.lbmr import LateJoinOption
+from tests.support.retransmissions import retrans_frames
 
 TIDX = 7
 SOURCE_PORT = ("10.0.0.1", 14391)
@@ -81,10 +84,12 @@ class Harness:
             loop=self.loop, responder=self.responder, late_join_clients={},
             late_join_counters={"lj_info_unanswered": 0, "lj_retransmissions_requested": 0,
                                 "lj_retransmissions_given_up": 0, "lj_messages_delivered": 0,
-                                "lj_messages_incomplete": 0, "lj_held_overflows": 0},
+                                "lj_messages_incomplete": 0, "lj_properties_malformed": 0,
+                                "lj_held_overflows": 0},
             otr_counters={"otr_messages_missing": 0, "otr_requests_sent": 0, "otr_frames_recovered": 0,
                           "otr_messages_recovered": 0, "otr_messages_unrecovered": 0,
-                          "otr_messages_incomplete": 0, "otr_cache_overflows": 0},
+                          "otr_messages_incomplete": 0, "otr_properties_malformed": 0,
+                          "otr_cache_overflows": 0},
             loss_counters={"unrecoverable_loss_events": 0, "unrecoverable_loss_messages": 0})
         self.delivered: list = []                 # what the application got, in order
         receiver = Receiver(self.context, "lj.topic", None, on_event=self._event, on_batch=self.delivered.extend)
@@ -178,3 +183,43 @@ def test_a_gap_after_late_join_ended_below_what_it_delivered_is_not_told():
     h.joined.on_batch(live(*range(3, 12)))
     assert h.order() == [(n, True, False) for n in range(10)] + [(10, False, False), (11, False, False)]
     assert h.context.loss_counters["unrecoverable_loss_events"] == 0
+
+
+# -- what the retransmitted frames hold ----------------------------------------------------------------------
+ORIGIN = RequestOrigin("10.9.8.7", 14395, 42)
+
+
+def request_retrans(sqn: int, payload: bytes, datagram_max_size: int = 8192) -> list[bytes]:
+    return retrans_frames(TIDX, sqn, payload, origin=ORIGIN, datagram_max_size=datagram_max_size)
+
+
+def test_a_retransmitted_request_is_delivered_as_a_request_in_its_place():
+    h = Harness(use_otr=False)
+    big = bytes(i % 199 for i in range(20_000))
+    frames = [retrans(0)] + request_retrans(1, b"question") + request_retrans(2, big) + [retrans(5)]
+    assert len(frames) == 6                          # the big request: 2, 3, 4
+    h.client.info(UmeLjInfo(0, 5, h.client.request_idx))
+    for frame in frames:
+        h.client.retransmission(frame)
+    assert h.client.done
+    assert [type(m).__name__ for m in h.delivered] == ["RetransmittedMessage", "RequestMessage", "RequestMessage",
+                                                        "RetransmittedMessage"]
+    requests = [m for m in h.delivered if isinstance(m, RequestMessage)]
+    assert [(m.sequence_number, m.data, m.origin) for m in requests] == [(1, b"question", ORIGIN), (2, big, ORIGIN)]
+    assert [m.sequence_number for m in h.delivered] == [0, 1, 2, 5]
+    assert h.context.late_join_counters["lj_messages_delivered"] == 4
+
+
+def test_a_retransmitted_frame_that_cannot_be_read_is_counted_and_told_lost_in_its_place():
+    h = Harness(use_otr=False)
+    unknown = MESSAGE_HEADER.pack(LBMC_TYPE_RETRANS, 0x7F, MESSAGE_HEADER.size + 4, TIDX, 1) + b"what"
+    short_fragment = MESSAGE_HEADER.pack(LBMC_TYPE_RETRANS, NHDR_FRAG, MESSAGE_HEADER.size + 6, TIDX, 2) + bytes(6)
+    beyond = (MESSAGE_HEADER.pack(LBMC_TYPE_RETRANS, NHDR_FRAG, MESSAGE_HEADER.size + FRAG_HEADER.size + 10, TIDX, 3)
+              + FRAG_HEADER.pack(NHDR_DATA, FRAG_HEADER.size, 0, 3, 0, 4) + bytes(10))    # 10 bytes of 4
+    h.client.info(UmeLjInfo(0, 4, h.client.request_idx))
+    for frame in (retrans(0), unknown, short_fragment, beyond, retrans(4)):
+        h.client.retransmission(frame)
+    assert h.client.done
+    assert h.order() == [(0, True, False), ("loss", 1, 3), (4, True, False)]
+    assert h.context.late_join_counters["lj_messages_incomplete"] == 3
+    assert h.context.late_join_counters["lj_messages_delivered"] == 2

@@ -22,9 +22,11 @@ import pytest
 from router.um.context import Context
 from router.um.messages import UNRECOVERABLE_LOSS, RequestMessage
 from router.um.wire.lbmc import MESSAGE_HEADER
+from router.um.wire.lbmc_properties import Property
 from router.um.wire.lbtrm import LbtrmData
 from tests.support.domains import new_domain
 from tests.support.processes import wait_for
+from tests.support.retransmissions import answer_requests
 
 pytestmark = pytest.mark.integration
 
@@ -399,12 +401,7 @@ def test_requests_are_held_behind_a_loss_and_a_lost_request_is_recovered_and_can
         second = source.send_request(_payload(15), lambda r: responses.append(r.data))
         _send(source, [_payload(n) for n in range(16, 20)])
         got.wait(20)
-        requests = [m for m in got.messages if isinstance(m, RequestMessage)]
-        for request in requests:
-            request.respond(b"re:" + request.data[:6])
-        wait_for(lambda: len(responses) == 2, 10, message="both responses")
-        first.close()
-        second.close()
+        requests = answer_requests(got.messages, responses, [first, second])
     assert got.sqns == list(range(20))
     assert [m.sequence_number for m in requests] == [10, 15]
     assert got.recovered == [5, 15]                           # the lost request is flagged too
@@ -668,3 +665,59 @@ def test_each_retry_binds_the_recovery_to_its_connection_once_however_long_it_li
                     for clients in connection.late_join.values() for client in clients if client is recovery]
         bound = receiving.loop.call_and_wait(bindings)
     assert len(bound) == 1
+
+
+# -- 11. message properties --------------------------------------------------------------------------------
+def _properties(n: int) -> dict:
+    return {"n": Property("int", n), "venue": Property("string", f"V{n % 3}")}
+
+
+def _recover_with_properties(tmp_path, topic: str, sent: list, lost: set, **source_options):
+    """`sent` ((data, properties or None)) from an LBT-RM source to an OTR receiver that loses the
+    frames numbered in `lost`: (what was received, the dropper, the receiver's OTR counters, the
+    source's next sequence number)."""
+    domain = new_domain(tmp_path)
+    with Context(**domain.overrides(), **_SOURCE, **source_options) as sending, \
+            Context(**domain.overrides(), **_OTR) as receiving:
+        source = sending.source(topic)
+        got = Collector(receiving, topic)
+        _joined(receiving, got)
+        dropper = Dropper(_stream(got), source.index, lost)
+        for data, properties in sent:
+            source.send_with_properties(data, properties, flush=True)
+        got.wait(len(sent))
+        return got, dropper, _otr(receiving), source.sequence_number
+
+
+def test_what_lbtrm_lost_of_messages_with_properties_is_recovered_with_them(tmp_path):
+    sent = [(_payload(n), _properties(n) if n % 5 else None) for n in range(30)]   # some plain among them
+    lost = {3, 4, 10, 17, 25}                                # 10 and 25 are plain
+    got, dropper, rcv, _ = _recover_with_properties(tmp_path, "otr.properties", sent, lost)
+    assert sorted(dropper.dropped) == sorted(lost)
+    assert [(m.data, m.properties) for m in got.messages] == sent
+    assert got.recovered == sorted(lost)
+    assert rcv["otr_messages_recovered"] == len(lost)
+    assert rcv["otr_messages_incomplete"] == rcv["otr_properties_malformed"] == rcv["otr_messages_unrecovered"] == 0
+    assert got.losses == []
+
+
+def test_a_fragmented_message_with_properties_that_lost_a_fragment_is_recovered_whole_with_them(tmp_path):
+    # 20 KB in 8 KB datagrams: 3 fragments, each with the APPHDR_CHAIN header. Message n is big when n % 3 == 1.
+    sent = [(_payload(n, 20_000 if n % 3 == 1 else 60), _properties(n)) for n in range(10)]
+    first_sqn, sqn = [], 0
+    for data, _ in sent:
+        first_sqn.append(sqn)
+        sqn += 3 if len(data) > 8000 else 1
+    # Big message 1 loses its first fragment, 4 its middle one, 7 its last; small message 8 is lost whole.
+    lost = {first_sqn[1], first_sqn[4] + 1, first_sqn[7] + 2, first_sqn[8]}
+    got, dropper, rcv, next_sqn = _recover_with_properties(tmp_path, "otr.properties.frag", sent, lost,
+                                                           transport_lbtrm_datagram_max_size=8192)
+    assert next_sqn == sqn
+    assert sorted(dropper.dropped) == sorted(lost)
+    assert [(m.data, m.properties) for m in got.messages] == sent
+    assert got.sqns == first_sqn
+    assert got.recovered == [first_sqn[n] for n in (1, 4, 7, 8)]
+    assert rcv["otr_frames_recovered"] == 3 * 3 + 1
+    assert rcv["otr_messages_recovered"] == 4
+    assert rcv["otr_messages_incomplete"] == rcv["otr_properties_malformed"] == 0
+    assert got.losses == []

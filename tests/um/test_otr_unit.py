@@ -23,18 +23,19 @@ from router.um import otr as otr_module
 from router.um import sequence_info as sequence_info_module
 from router.um.config import UMConfig, from_overrides
 from router.um.frame_runs import frames_and_last_sequence_numbers
-from router.um.frame_stream import FrameStream, run_payloads
+from router.um.frame_stream import MAX_REASSEMBLED, FrameStream, run_payloads
 from router.um.messages import UNRECOVERABLE_LOSS, OtrMessage, ReceiverEvent
 from router.um.otr import OtrRecovery, OtrSettings
 from router.um.requests import RequestOrigin, message_frames
 from router.um.sequence_info import SequenceInfo, later
 from router.um.wire.errors import WireError
 from router.um.wire.lbmc import (CONTROL_HEADER, FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, LBMC_TYPE_RETRANS,
-                                 MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG, NHDR_TSNI, LbmcMessage, LjiRequest, Tsni,
-                                 UmeLjInfo, UmeRxReq, decode_lbmc, encode_lbmc)
-from router.um.wire.lbmc_properties import Property, encode_properties
+                                 MESSAGE_HEADER, NHDR_APPHDR_CHAIN, NHDR_DATA, NHDR_FRAG, NHDR_TSNI, LbmcMessage,
+                                 LjiRequest, Tsni, UmeLjInfo, UmeRxReq, decode_lbmc, encode_lbmc)
+from router.um.wire.lbmc_properties import Property, apphdr_chain, encode_properties
 from router.um.wire.lbmc_tsni import MAX_RECORDS, TSNI_IGNORE, tsni_messages
 from router.um.wire.lbmr import LateJoinOption
+from tests.support.retransmissions import retrans_frames
 
 TIDX = 7
 SOURCE_PORT = ("10.0.0.1", 14391)        # the source context's request port (its LATEJOIN option)
@@ -227,23 +228,12 @@ def frag_frames(first: int, payload: bytes, piece: int, tidx: int = TIDX) -> lis
 
 
 def request_frames(sqn: int, payload: bytes, datagram_max_size: int = 8192) -> list[bytes]:
-    """A request's frames (router.um.requests.message_frames) as RETRANS frames."""
-    frames = []
-    for headers, piece in message_frames(TIDX, sqn, payload, datagram_max_size, ORIGIN):
-        frame = bytearray(headers + bytes(piece))
-        frame[0] = LBMC_TYPE_RETRANS
-        frames.append(bytes(frame))
-    return frames
+    return retrans_frames(TIDX, sqn, payload, origin=ORIGIN, datagram_max_size=datagram_max_size)
 
 
 def property_frames(sqn: int, data: bytes, block: bytes, datagram_max_size: int = 8192) -> list[bytes]:
-    """A message with UM message properties (`block` ends its payload) as RETRANS frames."""
-    frames = []
-    for headers, piece in message_frames(TIDX, sqn, data + block, datagram_max_size, properties_size=len(block)):
-        frame = bytearray(headers + bytes(piece))
-        frame[0] = LBMC_TYPE_RETRANS
-        frames.append(bytes(frame))
-    return frames
+    """A message with UM message properties (`block` ends its payload)."""
+    return retrans_frames(TIDX, sqn, data + block, properties_size=len(block), datagram_max_size=datagram_max_size)
 
 
 def live(*sqns: int) -> list[tuple[int, bytes]]:
@@ -666,6 +656,45 @@ def test_a_recovered_message_whose_properties_cannot_be_read_comes_without_them_
     assert h.joined.take() == [("otr", [(4, b"data")])]
     assert h.joined.recovered[0].properties is None
     assert h.counters["otr_properties_malformed"] == 1 and h.counters["otr_messages_incomplete"] == 0
+
+
+def test_a_recovered_message_whose_chain_header_claims_more_properties_than_it_holds_is_told_lost(h):
+    """Where its data ends cannot be known: no message of wrong (empty) data, but its loss, in place."""
+    h.otr.gap(4, 1)
+    h.otr.hold(live(5))
+    chain = apphdr_chain(NHDR_DATA, 100)
+    frame = MESSAGE_HEADER.pack(LBMC_TYPE_RETRANS, NHDR_APPHDR_CHAIN, MESSAGE_HEADER.size + len(chain) + 4, TIDX, 4) \
+        + chain + b"data"
+    assert h.retrans(frame)
+    assert h.joined.take() == [("loss", 4, 1), ("live", live(5))]
+    assert h.counters["otr_messages_incomplete"] == 1 and h.counters["otr_properties_malformed"] == 0
+
+
+def test_a_recovered_frame_that_cannot_be_read_is_counted_and_told_lost_in_its_place(h):
+    h.otr.gap(4, 1)
+    h.otr.hold(live(5))
+    h.loop.advance(0.1)
+    unknown = MESSAGE_HEADER.pack(LBMC_TYPE_RETRANS, 0x7F, MESSAGE_HEADER.size + 4, TIDX, 4) + b"what"
+    assert h.retrans(unknown)
+    assert h.joined.take() == [("loss", 4, 1), ("live", live(5))]
+    assert h.counters["otr_messages_incomplete"] == 1 and h.counters["otr_messages_recovered"] == 0
+
+
+def test_a_recovered_fragment_of_a_message_larger_than_any_reassembly_asks_for_nothing_more(h):
+    """Its FRAG header would have the recovery ask for tens of thousands of fragments and set
+    aside the message's claimed size: it is counted, and its loss told, instead."""
+    h.otr.gap(4, 1)
+    h.otr.hold(live(5))
+    h.loop.advance(0.1)
+    assert h.responder.take() == [4]
+    [frame] = frag_frames(4, bytes(1000), 1000)
+    frame = frame[:MESSAGE_HEADER.size] + FRAG_HEADER.pack(NHDR_DATA, FRAG_HEADER.size, 0, 4, 0, MAX_REASSEMBLED + 1) \
+        + frame[MESSAGE_HEADER.size + FRAG_HEADER.size:]
+    assert h.retrans(frame)
+    h.loop.advance(0.001)
+    assert h.responder.take() == []
+    assert h.joined.take() == [("loss", 4, 1), ("live", live(5))]
+    assert h.counters["otr_messages_incomplete"] == 1 and not h.otr.holding
 
 
 # -- OTR: the 32-bit wrap -----------------------------------------------------------------------------------------
