@@ -761,7 +761,8 @@ class Context:
             self.loop, self.tcp_interface, get("context", "transport_tcp_port_low"),
             get("context", "transport_tcp_port_high"), fixed_port=get("source", "transport_tcp_port"),
             datagram_max_size=get("context", "transport_tcp_datagram_max_size"),
-            nodelay=get("source", "transport_tcp_nodelay"), hold_for_receiver=hold_for_receiver, **batching)
+            nodelay=get("source", "transport_tcp_nodelay"), hold_for_receiver=hold_for_receiver,
+            send_buffer=get("source", "transport_tcp_sender_socket_buffer"), **batching)
 
     def _next_lbtrm_group(self, config: UMConfig) -> str:
         """The group of a new LBT-RM session: the next of transport_lbtrm_multicast_address_low..high,
@@ -841,7 +842,8 @@ class Context:
             try:
                 if isinstance(info, TcpInfo):
                     client = TcpSessionClient(self.loop, info.ip, info.port, info.session_id or 0,
-                                              self._client_closed)
+                                              self._client_closed, receive_buffer=self.config.get(
+                                                  "receiver", "transport_tcp_receiver_socket_buffer"))
                     client.loss_recovery_timeout = self.config.get(
                         "receiver", "transport_tcp_dro_loss_recovery_timeout") / 1000
                 elif isinstance(info, LbtipcInfo):

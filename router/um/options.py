@@ -263,6 +263,12 @@ OPTIONS: dict[str, OptionSpec] = {o.name: o for o in (
     _spec("transport_tcp_datagram_max_size", "context", 65535, _int(500, 65535)),
     _spec("transport_tcp_activity_timeout", "receiver", 0, MILLIS),
     _spec("transport_tcp_nodelay", "source", True, _bool),
+    # SO_SNDBUF of a source's accepted connections; 0 leaves the kernel's (which grows it as needed).
+    _spec("transport_tcp_sender_socket_buffer", "source", 0, U32),
+    # SO_RCVBUF of a receiver's connection to a source, set before it connects; 0 leaves the
+    # kernel's. UM's default is 0: ours is 4 MiB, so that a busy stream is read in large batches
+    # (the kernel's own starts at 128 KB on loopback and the sender waits for it to grow).
+    _spec("transport_tcp_receiver_socket_buffer", "receiver", 4 * 1024 * 1024, U32),
     _spec("transport_tcp_dro_loss_recovery_timeout", "receiver", 0, MILLIS),
     _spec("transport_lbtipc_datagram_max_size", "context", 65535, _int(500, 65535)),
     _spec("transport_lbtipc_id_low", "context", 20001, U16),

@@ -25,7 +25,8 @@ _READ_SIZE = 256 * 1024
 class TcpSessionClient(FrameStream):
     """A connection to one source session (ip, port, session id)."""
 
-    def __init__(self, loop, ip: str, port: int, session_id: int, on_closed: Callable[[FrameStream], None]):
+    def __init__(self, loop, ip: str, port: int, session_id: int, on_closed: Callable[[FrameStream], None],
+                 receive_buffer: int = 4 * 1024 * 1024):
         super().__init__(loop, ("tcp", ip, port, session_id), on_closed)
         self.ip, self.port, self.session_id = ip, port, session_id
         self.description = f"LBT-TCP stream from {ip}:{port}"
@@ -35,7 +36,8 @@ class TcpSessionClient(FrameStream):
         self.connected = False
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setblocking(False)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+        if receive_buffer:              # before connecting: the window scale is agreed then
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         code = self.sock.connect_ex((ip, port))
         if code not in (0, errno.EINPROGRESS):
             self.sock.close()

@@ -57,12 +57,14 @@ class TcpSourceSession(BatchingSession):
     def __init__(self, loop, interface: str, port_low: int, port_high: int, *, fixed_port: int = 0,
                  datagram_max_size: int = 65535, batching_minimum_length: int = 2048,
                  batching_interval: float = 0.2, overflow: str = "block",
-                 max_queue: int = 8 * 1024 * 1024, nodelay: bool = True, hold_for_receiver: float = 0.0):
+                 max_queue: int = 8 * 1024 * 1024, nodelay: bool = True, hold_for_receiver: float = 0.0,
+                 send_buffer: int = 0):
         super().__init__(loop, datagram_max_size=datagram_max_size, batching_minimum_length=batching_minimum_length,
                          batching_interval=batching_interval, overflow=overflow, max_queue=max_queue)
         self.interface = interface
         self.session_id = int.from_bytes(os.urandom(4), "big") or 1
         self.nodelay = nodelay
+        self.send_buffer = send_buffer          # SO_SNDBUF of each connection (0: the kernel's)
         self.connections: list[_Connection] = []
         self.counters["connections_accepted"] = 0
         self.hold_for_receiver = hold_for_receiver
@@ -84,6 +86,8 @@ class TcpSourceSession(BatchingSession):
         for sock, peer in accept_pending(self.listener, f"TCP session port {self.port}", self.loop, self._accept):
             if self.nodelay:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.send_buffer:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
             connection = _Connection(sock, peer)
             # The TCP_SID control message ties this stream to the session id in our TIRs.
             sid = TCP_SID_HEADER.pack(NHDR_NONE, TCP_SID_HEADER.size, 0, self.session_id)
