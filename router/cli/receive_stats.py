@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import time
 from array import array
+from operator import attrgetter
 
 import numpy as np
 
 from router.cli.payload import HEADER
+from router.um.frame_runs import strided_column
 from router.um.messages import UNRECOVERABLE_LOSS
 
 _unpack = HEADER.unpack_from
@@ -17,6 +19,12 @@ _MAX_LATENCY_SAMPLES = 5_000_000
 # A jump longer than this is counted, not listed number by number: a payload that umsrc did not
 # make can say any sequence number, and a set of billions of missing ones would take all memory.
 _MAX_LISTED_GAP = 1_000_000
+# From this many messages a batch is first tried as one in-line run (_in_line_batch): below it
+# numpy's set-up (some 10 µs a batch) costs more than the loop saves (measured: even near 70).
+_WHOLE_BATCH_RUN = 64
+_SEQUENCE_LIMIT = 1 << 64               # payload sequence numbers are 64-bit
+_data = attrgetter("data")
+_topic = attrgetter("topic")
 
 
 class _PerSource:
@@ -62,6 +70,9 @@ class ReceiveStats:
         sources = self.sources
         latencies = self.latencies_ns
         sample = len(latencies) < _MAX_LATENCY_SAMPLES
+        if len(messages) >= _WHOLE_BATCH_RUN and self._in_line_batch(messages, now_ns, sample):
+            self._count_received(messages)
+            return
         # A run of one source's messages in sequence is followed in locals (the common case; a
         # receiver's cost per message is what the benchmarks compare), its state written back
         # when the run ends.
@@ -100,6 +111,47 @@ class ReceiveStats:
                 state.topics.add(run_topic)
         if state is not None:
             self._end_run(state, expected, run_count)
+        self._count_received(messages)
+
+    def _in_line_batch(self, messages, now_ns: int, sample: bool) -> bool:
+        """Account for a whole batch at once if it is one known source's messages on one topic,
+        each the next expected, all of one length (a busy stream's reads, of tens to thousands of
+        messages); False, with nothing counted, for any other batch (the loop takes it). numpy
+        reads the payload headers as columns: 90 ns a 64-byte message in a batch of a thousand,
+        against 280 in the loop."""
+        payloads = list(map(_data, messages))
+        lengths = set(map(len, payloads))
+        topics = set(map(_topic, messages))
+        if len(lengths) != 1 or len(topics) != 1:
+            return False
+        (length,), (topic,) = lengths, topics
+        if length < HEADER.size:
+            return False
+        count, joined = len(payloads), b"".join(payloads)
+        source_id = int.from_bytes(joined[:4], "big")
+        state = self.sources.get(source_id)
+        if state is None or state.next_expected + count > _SEQUENCE_LIMIT:
+            return False
+        first = state.next_expected
+        source_ids = strided_column(joined, 0, count, length, ">u4")
+        sequence_numbers = strided_column(joined, 4, count, length, ">u8")
+        # Signed: a send time past 2^63 (umsrc makes none) is left to the loop, as any other oddity.
+        sent_ns = strided_column(joined, 12, count, length, ">i8")
+        # count_nonzero and min, not .all(): half numpy's set-up per call, which is what a batch of
+        # a hundred messages pays most for here.
+        if (np.count_nonzero(source_ids != source_id) or sent_ns.min() < 0 or
+                np.count_nonzero(sequence_numbers != np.arange(first, first + count, dtype=np.uint64))):
+            return False
+        if sample:
+            self.latencies_ns.frombytes(np.subtract(now_ns, sent_ns, dtype=np.int64).tobytes())
+        state.received += count
+        state.unique += count
+        state.next_expected = first + count
+        state.last_seq = first + count - 1
+        state.topics.add(topic)
+        return True
+
+    def _count_received(self, messages) -> None:
         self.received += len(messages)
         # Late-join retransmissions and OTR-recovered messages come in batches of their own
         # (router.um.late_join, router.um.otr).

@@ -139,6 +139,68 @@ class BatchingSession:
             lock.release()
         return sqn
 
+    def send_many(self, tidx: int, sqn: int, payloads, progress: list | None = None) -> tuple[int, bool]:
+        """Append each of `payloads` for topic `tidx`, in order, as `send` would one by one (the
+        same frames, sent in the same batches); returns the next sequence number and whether any
+        message was sent, and also leaves them in `progress` (a list, when given) even when the
+        iterable or a send raises: the numbers of what went out before are taken.
+
+        Small messages are framed in a run of their own, outside the lock, and the run joins the
+        batch (under the lock, once) when it fills what the batch lacks of
+        `batching_minimum_length`, before a message that goes as `send` sends it (one that fills a
+        batch by itself, or must be fragmented), and when `payloads` ends. The iterable may reuse
+        one buffer (each payload is copied before the next is asked for); what it gave waits in
+        the run until then, so give messages that are ready (lbm_src_sendv's vector), not an
+        iterable that waits between them. Why: the lock per message is a quarter of `send`'s cost
+        at 64 B (umsrc's loop: 515 ns a message with `send`, 365 with this)."""
+        largest = self.datagram_max_size - _MESSAGE_OVERHEAD
+        minimum = self.batching_minimum_length
+        room = minimum - len(self.batch)
+        run = bytearray()
+        sent = False
+        try:
+            for payload in payloads:
+                sent = True
+                size = len(payload)
+                if size > largest or (not run and size + _MESSAGE_OVERHEAD >= room):
+                    if run:
+                        before, run = run, bytearray()
+                        self._append_run(before)
+                    sqn = self.send(tidx, sqn, payload)
+                    room = minimum - len(self.batch)
+                    continue
+                run += _pack_message(LBMC_TYPE_MESSAGE, NHDR_DATA, size + _MESSAGE_OVERHEAD, tidx, sqn)
+                run += payload
+                sqn = (sqn + 1) & 0xFFFFFFFF    # topic sequence numbers wrap
+                if len(run) >= room:
+                    full, run = run, bytearray()
+                    room = self._append_run(full)
+        finally:
+            # Also when the iterable (or a message) raises: what it gave before goes out, as
+            # `send` would have sent it.
+            self._append_run(run)
+            if progress is not None:
+                progress[:] = (sqn, sent)
+        return sqn, sent
+
+    def _append_run(self, run: bytearray) -> int:
+        """Whole frames built by send_many into the batch (`run` is taken over: an empty batch
+        becomes it, uncopied): kept if retained, sent if the batch is full. Returns what the batch
+        lacks then of `batching_minimum_length`, where send_many cuts its next run. send_many
+        reads that outside the lock, as a hint: another sending thread may add to the batch
+        meanwhile, and then a batch is that much longer, as it is when they send."""
+        if run:
+            with self.lock:
+                start = len(self.batch)
+                if start:
+                    self.batch += run
+                else:
+                    self.batch = run
+                if self.retained:
+                    self._retain(self.batch, start, len(self.batch))
+                self._flush_or_arm_timer()
+        return self.batching_minimum_length - len(self.batch)
+
     def send_with_properties(self, tidx: int, sqn: int, payload, block: bytes, flush: bool = False) -> int:
         """Append one message whose payload ends in a properties block (router.um.wire.
         lbmc_properties): an APPHDR_CHAIN header in each of its frames says how long the block

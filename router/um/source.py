@@ -135,15 +135,20 @@ class Source:
         return pending
 
     def send_many(self, messages) -> None:
-        """Send each of `messages` (bytes-like), batched, in order: `send` without its per-call cost."""
+        """Send each of `messages` (bytes-like), batched, in order: `send` without its per-call
+        cost. Give messages that are ready: they are framed in runs that join the batch as they
+        fill it (BatchingSession.send_many)."""
         if self.closed:
             raise RuntimeError(f"source for topic {self.topic!r} is closed")
-        send = self.session.send
-        index, sqn, sent = self.index, self.sequence_number, self.sent_any
-        for data in messages:
-            sqn = send(index, sqn, data)
-            sent = True
-        self.sequence_number, self.sent_any = sqn, sent
+        progress = [self.sequence_number, False]
+        try:
+            self.session.send_many(self.index, self.sequence_number, messages, progress)
+        finally:
+            # Also when `messages` raises midway: the next message must not reuse the numbers of
+            # those that went out.
+            self.sequence_number = progress[0]
+            if progress[1]:
+                self.sent_any = True
 
     def flush(self) -> None:
         self.session.flush()

@@ -92,3 +92,69 @@ def test_a_payload_saying_a_sequence_number_billions_ahead_is_counted_not_listed
     assert summary["gaps"] == 2**40 - 1 and per_source["gap_events"] == 1
     assert per_source["unique"] == 3 and per_source["duplicates"] == 1       # 5: given up with the jump
     assert len(stats.sources[1].missing) == 0
+
+
+def _stamped(source_id: int, seq: int, topic: str, length: int = 64) -> Message:
+    """A message whose send time is its number times 7 (a latency then tells which batch it was in)."""
+    buffer = payload.make_buffer(max(length, payload.MINIMUM_LENGTH))
+    payload.pack_into(buffer, 0, source_id, seq, seq * 7)
+    return Message(topic, f"src{source_id}", seq, bytes(buffer[:length]))
+
+
+# Long runs in sequence (whole batches of them are counted at once), broken now and then by a
+# jump, a repeat, another source, another topic, another length or a payload too short to read.
+long_runs = st.lists(st.tuples(st.integers(1, 400), st.sampled_from([1, 1, 2]), st.sampled_from([1, 0, 3, -5, 1000]),
+                               st.sampled_from(["a", "a", "a", "b"]), st.sampled_from([64, 64, 64, 32, 10])),
+                     max_size=12)
+
+
+@given(long_runs, st.lists(st.integers(1, 500), min_size=1, max_size=6))
+def test_batches_of_long_runs_count_as_the_plain_way_and_keep_each_latency(runs, cuts):
+    seqs = {1: 0, 2: 50}
+    messages = []
+    for run_length, source_id, jump, topic, length in runs:
+        seqs[source_id] = max(0, seqs[source_id] + jump)
+        for _ in range(run_length):
+            messages.append(_stamped(source_id, seqs[source_id], topic, length))
+            seqs[source_id] += 1
+    stats = ReceiveStats()
+    batches, position, turn = [], 0, 0
+    while position < len(messages):
+        batches.append(messages[position:position + cuts[turn % len(cuts)]])
+        stats.on_batch(batches[-1])
+        position, turn = position + len(batches[-1]), turn + 1
+    readable = [m for m in messages if len(m.data) >= payload.MINIMUM_LENGTH]
+    summary = stats.summary()
+    assert summary["per_source"] == _plain(readable)
+    assert (summary["received"], summary["malformed"]) == (len(messages), len(messages) - len(readable))
+    # Each readable message's latency, in order, is its batch's clock reading less its send time.
+    latencies = iter(stats.latencies_ns)
+    clocks = [{next(latencies) + m.sequence_number * 7 for m in batch if len(m.data) >= payload.MINIMUM_LENGTH}
+              for batch in batches]
+    assert all(len(clock) <= 1 for clock in clocks)
+    assert next(latencies, None) is None
+
+
+def test_a_batch_in_sequence_after_a_gap_is_counted_whole_and_the_gap_stays_missing():
+    stats = ReceiveStats()
+    stats.on_batch([_stamped(1, seq, "a") for seq in range(100)])
+    stats.on_batch([_stamped(1, seq, "a") for seq in range(150, 400)])
+    stats.on_batch([_stamped(1, seq, "a") for seq in range(400, 600)])
+    per_source = stats.summary()["per_source"]["00000001"]
+    assert (per_source["unique"], per_source["gaps"], per_source["last_seq"]) == (550, 50, 599)
+    assert len(stats.latencies_ns) == 550
+
+
+def test_a_whole_batch_counts_at_once_only_as_one_sources_next_messages_with_their_topic():
+    """Another source's message among them with the number this one expects, or a new topic for
+    a source, is counted as the plain way counts it."""
+    first = [_stamped(1, seq, "a") for seq in range(100)]
+    new_topic = [_stamped(1, seq, "b") for seq in range(100, 200)]
+    mixed = [_stamped(2 if seq == 250 else 1, seq, "a") for seq in range(200, 300)]
+    stats = ReceiveStats()
+    for batch in (first, new_topic, mixed):
+        stats.on_batch(batch)
+    summary = stats.summary()
+    assert summary["per_source"] == _plain(first + new_topic + mixed)
+    assert summary["per_source"]["00000001"]["topics"] == ["a", "b"]
+    assert summary["per_source"]["00000001"]["gaps"] == 1 and summary["per_source"]["00000002"]["unique"] == 1

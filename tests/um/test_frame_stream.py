@@ -8,6 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from router.um.frame_stream import FrameStream, run_payloads
+from router.um.messages import Message
+from router.um.receiver import JoinedSource
 from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA,
                                  NHDR_FRAG, LbmcMessage, Tsni, encode_lbmc)
 
@@ -166,6 +168,36 @@ def test_a_read_of_equal_frames_in_sequence_is_one_batch_and_a_jump_after_it_is_
     assert sub.messages[50] == (59, bytes([59]) * 52)
     assert sub.gaps == [(110, 5)]
     assert stream.counters["frames"] == 102
+
+
+class _Application:
+    """A receiver as a JoinedSource sees it: its topic, and one callback for each batch."""
+    topic, raw, on_message = "t", False, None
+
+    def __init__(self):
+        self.messages = []
+        self.on_batch = self.messages.extend
+
+
+def _applications_messages(stream_class, read: bytes) -> list:
+    stream = stream_class(None, ("test",), lambda s: None)
+    application = _Application()
+    stream.subscribe(1, JoinedSource(application, type("Candidate", (), {"source_string": "TCP:1.2.3.4:5[1]"})()))
+    stream.next_sqns[1] = MESSAGE_HEADER.unpack_from(read)[4]       # joined before: the first is in sequence
+    assert stream._parse(read) == len(read)
+    return application.messages
+
+
+@given(st.integers(0, 0xFFFFFFFF - 500), st.sampled_from([12, 13, 40, 76, 300, 8204]), st.integers(8, 500))
+def test_a_joined_source_makes_the_same_messages_of_a_run_as_of_its_frames_walked_one_by_one(start, length, count):
+    """A read of equal frames in sequence becomes the application's messages in one pass
+    (JoinedSource.on_run): each a Message, with the payloads, numbers and source the walk gives."""
+    read = b"".join(frame(1, start + n, length) for n in range(count))
+    messages = _applications_messages(_Stream, read)
+    assert messages == _applications_messages(_Walked, read)
+    assert len(messages) == count and all(type(m) is Message for m in messages)
+    assert messages[-1] == Message("t", "TCP:1.2.3.4:5[1]", start + count - 1,
+                                   bytes([(start + count - 1) & 0xFF]) * (length - 12))
 
 
 class _Loop:
