@@ -38,6 +38,13 @@ class TsharkError(RuntimeError):
     """tshark is missing, failed, or printed something we cannot parse."""
 
 
+# LiveCapture's canaries carry this payload. Their port is whatever the kernel gives, and a
+# dissector registered on it (Elasticsearch's 54328, say) reads the canary as a malformed packet
+# of its protocol: the expert checks leave them out by their bytes, whichever port they took.
+CANARY_PAYLOAD = b"umrouter capture canary"
+NOT_CANARY = f'!(udp contains "{CANARY_PAYLOAD.decode()}")'
+
+
 def tshark_path() -> str:
     """Absolute path of tshark; raises TsharkError (a test failure, not a skip) if missing."""
     path = shutil.which("tshark") or ("/usr/bin/tshark" if os.access("/usr/bin/tshark", os.X_OK) else None)
@@ -141,7 +148,7 @@ def expert_info(pcap_path, decode_as: list[str], prefs: list[str] = (),
     """
     if min_severity not in SEVERITIES:
         raise ValueError(f"min_severity must be one of {sorted(SEVERITIES)}")
-    args = _base_args(pcap_path, decode_as, prefs) + ["-q", "-z", f"expert,{min_severity}"]
+    args = _base_args(pcap_path, decode_as, prefs) + ["-q", "-z", f"expert,{min_severity},{NOT_CANARY}"]
     return _parse_z_expert(_run(args))
 
 
@@ -149,7 +156,7 @@ def expert_frames(pcap_path, decode_as: list[str], prefs: list[str] = (),
                   min_severity: str = "note") -> dict[int, list[str]]:
     """Frame number -> ``["Severity/group 0x..: message", ...]`` for frames with expert info."""
     threshold = SEVERITIES[min_severity]
-    rows = decode(pcap_path, decode_as, prefs, fields=list(_EXPERT_FIELDS), display_filter="_ws.expert")
+    rows = decode(pcap_path, decode_as, prefs, fields=list(_EXPERT_FIELDS), display_filter=f"_ws.expert and {NOT_CANARY}")
     result: dict[int, list[str]] = {}
     for row in rows:
         severities = row.get("_ws.expert.severity", [])
@@ -277,7 +284,7 @@ class LiveCapture:
         deadline = time.monotonic() + self.start_timeout
         first_size = None
         while time.monotonic() < deadline:
-            canary.sendto(b"capture canary", ("127.0.0.1", port))
+            canary.sendto(CANARY_PAYLOAD, ("127.0.0.1", port))
             # dumpcap writes the file in ~4 KB blocks: one canary per 50 ms keeps the file
             # small (a dozen or so) while still proving the capture live within ~0.7 s.
             time.sleep(0.05)

@@ -29,7 +29,7 @@ from router.um.wire import lbmc as c
 from router.um.wire import lbmr as r
 from router.um.wire.lbmr_options import topic_options_size
 from router.um.wire.otid import lbtrm_otid, tcp_otid
-from tests.support.pcap import TCP_ACK, TCP_PSH, PcapWriter, tcp_segment
+from tests.support.pcap import TCP_ACK, TCP_PSH, PcapWriter, tcp_segment, write_udp_pcap
 from tests.support.tshark import assert_no_expert_info, decode, expert_frames, expert_info, tshark_path
 
 RESOLVER = ("127.0.0.1", 12965)
@@ -481,3 +481,18 @@ def test_the_oracle_leaves_out_tcp_recovery_but_not_a_bad_frame_inside_it(tmp_pa
     _retransmitted_stream(broken, good[:2] + b"\x00\x02" + good[4:])    # a frame length below its header
     with pytest.raises(AssertionError, match="expert info"):
         assert_no_expert_info(broken, DECODE_AS, PREFS)
+
+
+def test_the_oracle_leaves_out_a_capture_canary_whatever_dissector_its_port_has(tmp_path):
+    """LiveCapture's canary goes to a port the kernel picks: on 54328 tshark reads it as a malformed
+    Elasticsearch ping. The check passes the canary there, and still fails another datagram."""
+    from tests.support.tshark import CANARY_PAYLOAD
+
+    zen_ping = ("127.0.0.1", 54328)
+    canary = tmp_path / "canary.pcap"
+    write_udp_pcap(canary, [CANARY_PAYLOAD], src=zen_ping, dst=zen_ping)
+    assert_no_expert_info(canary, [])
+    stray = tmp_path / "stray.pcap"
+    write_udp_pcap(stray, [b"not a canary at all"], src=zen_ping, dst=zen_ping)
+    with pytest.raises(AssertionError, match="Malformed"):
+        assert_no_expert_info(stray, [])
