@@ -16,10 +16,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from bench import relay_floor
 from bench.report import table, write_section
+from router.ipc.shm import pid_alive, remove_stale
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = ".venv/bin/python -m bench.router_bench"
@@ -105,7 +107,9 @@ def wait_stderr(proc: subprocess.Popen, text: str, timeout: float = 30, keep: li
 
 def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
     """SIGTERM, then SIGKILL after `timeout` s, to the process and to its children (a router's
-    workers outlive a killed supervisor), which are listed before the kill."""
+    workers outlive a killed supervisor), which are listed before the kill. A killed router
+    cannot unlink its shared memory, and a bench's router names are never started again to sweep
+    it: whatever segments dead processes left are removed then."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
@@ -119,6 +123,16 @@ def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            else:
+                _reap(pid)
+        remove_stale()
+
+
+def _reap(pid: int, timeout: float = 5.0) -> None:
+    """Wait until a killed grandchild (not ours to wait for) is gone."""
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def children(pid: int) -> list[int]:
