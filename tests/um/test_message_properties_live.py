@@ -1,14 +1,12 @@
 """Message properties on a live LBT-TCP source in one domain: the receiver gets each message's
 properties (whole and fragmented messages; None for a message sent without), and Wireshark's
 LBMC dissector decodes every key and typed value in the capture with no expert info."""
-import threading
 
 import pytest
 
-from router.um.context import Context
 from router.um.wire.lbmc_properties import Property
-from tests.support.processes import wait_for
-from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
+from tests.support.captured_exchange import captured_exchange
+from tests.support.tshark import assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
 
@@ -22,34 +20,15 @@ PROPERTIES = {
 
 def test_a_receiver_gets_the_properties_and_tshark_decodes_them_cleanly(domain, tmp_path):
     pcap = tmp_path / "properties.pcapng"
-    capture_filter = f"udp port {domain.port} or tcp portrange {domain.tcp_low}-{domain.tcp_high}"
     sent = [(b"small %d" % n, {**PROPERTIES, "n": Property("int", n)}) for n in range(5)]
     sent += [(b"plain", None), (bytes(range(256)) * 600, PROPERTIES), (b"", {"only": Property("byte", 1)})]
-    received = []
-    done = threading.Event()
-    with LiveCapture(capture_filter=capture_filter, path=pcap):
-        publisher = Context(**domain.overrides())
-        subscriber = Context(**domain.overrides())
-        try:
-            def on_message(message):
-                received.append(message)
-                if len(received) == len(sent):
-                    done.set()
-            subscriber.receiver("props.topic", on_message)
-            source = publisher.source("props.topic")
-            wait_for(lambda: source.receiver_count >= 1, 10, message="receiver joins")
-            for data, properties in sent:
-                source.send_with_properties(data, properties)
-            source.flush()
-            assert done.wait(10)
-            port = source.transport_info.port
-        finally:
-            subscriber.close()
-            publisher.close()
+
+    def send(source) -> None:
+        for data, properties in sent:
+            source.send_with_properties(data, properties)
+    received, decode_as, prefs = captured_exchange(domain, pcap, "props.topic", len(sent), send)
     assert [(m.data, m.properties) for m in received] == sent
 
-    decode_as = [f"udp.port=={domain.port},lbmr", f"tcp.port=={port},lbttcp"]
-    prefs = [f"lbttcp.source_port_low:{port}", f"lbttcp.source_port_high:{port}", "lbmc.reassemble_fragments:TRUE"]
     assert_no_expert_info(pcap, decode_as, prefs, min_severity="warn")
     fields = ["lbmc.apphdr_chain.first_chain_hdr", "lbmc.apphdr_chain.msgprop.proplen",
               "lbmc.lbm_msg_properties.data.magic", "lbmc.lbm_msg_properties.hdr.key",

@@ -3,17 +3,15 @@ sent one by one would: the same frames, in the same batches, kept by retention a
 that keeps each batch it would send); and live on LBT-TCP, whole, in order, decoded by tshark."""
 from __future__ import annotations
 
-import threading
 from types import SimpleNamespace
 
 import pytest
 
 from router.um.batching_session import BatchingSession
-from router.um.context import Context
 from router.um.source import Source
 from router.um.wire.lbmr import TcpInfo
-from tests.support.processes import wait_for
-from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
+from tests.support.captured_exchange import captured_exchange
+from tests.support.tshark import assert_no_expert_info, decode
 
 TIDX = 5
 
@@ -120,32 +118,11 @@ def test_a_run_on_lbt_tcp_arrives_whole_in_order_and_decodes_cleanly(domain, tmp
     pcap = tmp_path / "run.pcapng"
     messages = [b"run message %d" % n for n in range(300)]
     messages[150:150] = [bytes([7]) * 150_000]                # fragmented at 65535, mid-run
-    received = []
-    done = threading.Event()
-    with LiveCapture(capture_filter=f"udp port {domain.port} or tcp portrange {domain.tcp_low}-{domain.tcp_high}",
-                     path=pcap):
-        publisher = Context(**domain.overrides())
-        subscriber = Context(**domain.overrides())
-        try:
-            def on_message(message):
-                received.append(message)
-                if len(received) == len(messages):
-                    done.set()
-            subscriber.receiver("run.topic", on_message)
-            source = publisher.source("run.topic")
-            wait_for(lambda: source.receiver_count >= 1, 10, message="receiver joins")
-            source.send_many(iter(messages))
-            source.flush()
-            assert done.wait(10), f"{len(received)} of {len(messages)} received"
-            port = source.transport_info.port
-        finally:
-            subscriber.close()
-            publisher.close()
+    received, decode_as, prefs = captured_exchange(domain, pcap, "run.topic", len(messages),
+                                                   lambda source: source.send_many(iter(messages)))
     assert [m.data for m in received] == messages
     # The fragmented message is numbered by its first fragment; its three frames take 150..152.
     assert [m.sequence_number for m in received] == [*range(151), *range(153, 303)]
-    decode_as = [f"udp.port=={domain.port},lbmr", f"tcp.port=={port},lbttcp"]
-    prefs = [f"lbttcp.source_port_low:{port}", f"lbttcp.source_port_high:{port}", "lbmc.reassemble_fragments:TRUE"]
     assert_no_expert_info(pcap, decode_as, prefs, min_severity="warn")
     frames = decode(pcap, decode_as, prefs, fields=["lbmc.topic", "lbmc.frag.offset"])
     assert any("run.topic" in f.get("lbmc.topic", []) for f in frames), "tshark tied no data frame to the topic"
