@@ -74,10 +74,11 @@ def test_an_application_source_sends_only_to_receivers_already_there(loop, domai
         session.close()
 
 
-def _fill(session, sock: socket.socket) -> int:
-    """Send until the receiver's socket buffers are full and the session queues; the next number."""
+def _fill(session, sock: socket.socket, queued_at_least: int = 1) -> int:
+    """Send until the receiver's socket buffers are full and the session queues at least
+    `queued_at_least` bytes; the next number."""
     number = 0
-    while not any(c.queue for c in session.connections):
+    while sum(len(c.queue) for c in session.connections) < queued_at_least:
         session.send(1, number, bytes(60_000), flush=True)
         number += 1
         assert number < 10_000, "the session never queued"
@@ -88,11 +89,12 @@ def test_closed_from_its_loop_it_does_not_wait_and_a_reading_receiver_still_gets
     """A router deletes its last proxy source on a session from the loop's own thread: close must
     not block that thread (every portal of the worker would stall) yet a receiver that is merely
     behind still gets all that was queued for it, then the end of the session."""
-    session = _session(loop, domain)
-    with socket.create_connection(("127.0.0.1", session.port)) as receiver:
+    session = _session(loop, domain, send_buffer=65536)       # fixed buffers: the queue cannot vanish into them
+    with socket.socket() as receiver:
         receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        receiver.connect(("127.0.0.1", session.port))
         wait_for(lambda: session.receiver_count == 1, 10, message="the receiver connected")
-        sent = _fill(session, receiver)
+        sent = _fill(session, receiver, queued_at_least=256 * 1024)
         loop.call_and_wait(session.close)                 # returns with data still queued
         assert session.connections and any(c.queue for c in session.connections)
         assert len(_messages(receiver, sent, timeout=30)) == sent, "everything queued was delivered"
@@ -104,10 +106,14 @@ def test_closed_from_its_loop_it_does_not_wait_and_a_reading_receiver_still_gets
 def test_closed_from_its_loop_what_a_stuck_receiver_never_takes_is_dropped_and_counted(loop, domain, caplog,
                                                                                        monkeypatch):
     monkeypatch.setattr("router.um.tcp_source.CLOSE_DRAIN_TIMEOUT", 0.5)
-    session = _session(loop, domain)
-    with socket.create_connection(("127.0.0.1", session.port)) as stuck:      # never reads
+    # Both ends' buffers fixed and far more queued than they hold: with the kernel's autotuned
+    # buffers a few bytes queued at the fill's end could still fit in a grown send buffer.
+    session = _session(loop, domain, send_buffer=65536)
+    with socket.socket() as stuck:                                           # never reads
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        stuck.connect(("127.0.0.1", session.port))
         wait_for(lambda: session.receiver_count == 1, 10, message="the receiver connected")
-        _fill(session, stuck)
+        _fill(session, stuck, queued_at_least=1024 * 1024)
         queued = sum(len(c.queue) for c in session.connections)
         loop.call_and_wait(session.close)
         wait_for(lambda: not session.connections, 10, message="closed at the drain timeout")
