@@ -92,6 +92,17 @@ class Subscription(Protocol):
 # that read's batch): what the transport lost for good (a router dropped it, LBT-RM gave it up).
 
 
+class Lost:
+    """A batch entry `(first sqn, Lost(count))` standing where the stream dropped a message it
+    could not read (a malformed frame whose length is sound: the stream goes on). Its sequence
+    numbers were taken, so no gap would ever tell of it: it is told as `on_gap(first, count)`
+    in its place, between the messages before and after it."""
+    __slots__ = ("count",)
+
+    def __init__(self, count: int):
+        self.count = count
+
+
 class FrameStream:
     """Subscriptions by topic index, frame parsing and reassembly; subclasses move the bytes."""
 
@@ -175,7 +186,7 @@ class FrameStream:
         subscriptions, raw_indexes, next_sqns = self.subscriptions, self.raw_indexes, self.next_sqns
         batches: dict[int, list] = {}
         raw_spans: dict[int, list] = {}
-        requested: set[int] | None = None       # topic indexes whose batch holds a request
+        interrupted: set[int] | None = None     # topic indexes whose batch holds a request or a Lost
         raw_told: list | None = None            # (tidx, sqn) a TSNI told of a raw topic, in order
         offset = frames = 0
         run_tidx, run_next, run_batch = -1, 0, None
@@ -254,15 +265,24 @@ class FrameStream:
                         request = self._request(data, offset, msglen, tidx, sqn, subscriptions.get(tidx))
                         if request is not None:
                             batches.setdefault(tidx, []).append(request)
-                            if requested is None:
-                                requested = set()
-                            requested.add(tidx)
+                            if interrupted is None:
+                                interrupted = set()
+                            interrupted.add(tidx)
                     elif next_hdr == NHDR_APPHDR_CHAIN:
                         message = self._with_properties(data, offset, msglen, tidx, sqn, subscriptions.get(tidx))
                         if message is not None:
                             batches.setdefault(tidx, []).append(message)
+                            if type(message[1]) is Lost:
+                                if interrupted is None:
+                                    interrupted = set()
+                                interrupted.add(tidx)
                     else:
                         self.counters["unknown_frames"] += 1
+                        if tidx in subscriptions:       # a message of a kind we cannot read: lost to them
+                            batches.setdefault(tidx, []).append((sqn, Lost(1)))
+                            if interrupted is None:
+                                interrupted = set()
+                            interrupted.add(tidx)
             elif ver_type == LBMC_TYPE_CONTROL:
                 self.counters["control_frames"] += 1
                 if run_tidx >= 0:                 # what a TSNI is compared with
@@ -284,8 +304,8 @@ class FrameStream:
         if self.windows:
             self._settle_windows(batches)
         for tidx, batch in batches.items():
-            if requested is not None and tidx in requested:
-                self._deliver_with_requests(batch, subscriptions.get(tidx, ()))
+            if interrupted is not None and tidx in interrupted:
+                self._deliver_with_requests(tidx, batch, subscriptions.get(tidx, ()))
                 continue
             self._tell(subscriptions.get(tidx, ()), "on_batch", batch)
         for tidx, (start, stop, count, longest, earlier, has_requests) in raw_spans.items():
@@ -311,15 +331,19 @@ class FrameStream:
                     log.exception("%s: a receiver's %s failed (%d so far); the stream goes on",
                                   self.description, what, count)
 
-    def _deliver_with_requests(self, batch: list, subs) -> None:
-        """A batch with requests in it ((sqn, payload, origin) entries): the messages before each
-        request as one batch, then the request, so the application sees the source's order."""
+    def _deliver_with_requests(self, tidx: int, batch: list, subs) -> None:
+        """A batch with requests ((sqn, payload, origin) entries) or losses ((sqn, Lost) entries)
+        in it: the messages before each as one batch, then the request or the loss, so the
+        application sees the source's order."""
         start = 0
         for position, entry in enumerate(batch):
-            if len(entry) == 3:
+            if len(entry) == 3 or type(entry[1]) is Lost:
                 if position > start:
                     self._tell(subs, "on_batch", batch[start:position])
-                self._tell(subs, "on_request", *entry)
+                if len(entry) == 3:
+                    self._tell(subs, "on_request", *entry)
+                else:
+                    self._declare_lost(tidx, entry[0], entry[1].count, subs)
                 start = position + 1
         if start < len(batch):
             self._tell(subs, "on_batch", batch[start:])
@@ -392,7 +416,7 @@ class FrameStream:
         subs = self.subscriptions.get(tidx, ())
         batch = batches.pop(tidx, None)
         if batch:
-            self._deliver_with_requests(batch, subs)
+            self._deliver_with_requests(tidx, batch, subs)
         if self.loss_recovery_timeout > 0 and subs and tidx not in self.raw_indexes and count <= MAX_WAITED:
             window = self.windows[tidx] = ReorderWindow(first, count)
             window.timer = self.loop.call_later(self.loss_recovery_timeout, self._window_expired, tidx, window)
@@ -420,7 +444,7 @@ class FrameStream:
                 continue
             ready = window.take(batch)
             if ready:
-                self._deliver_with_requests(ready, self.subscriptions.get(tidx, ()))
+                self._deliver_with_requests(tidx, ready, self.subscriptions.get(tidx, ()))
             if not window.missing:
                 self._close_window(tidx, window, [])
 
@@ -442,7 +466,7 @@ class FrameStream:
         for kind, step in window.closing(entries):
             subs = self.subscriptions.get(tidx, ())
             if kind == "batch":
-                self._deliver_with_requests(step, subs)
+                self._deliver_with_requests(tidx, step, subs)
             else:
                 self._declare_lost(tidx, *step, subs)
 
@@ -455,9 +479,13 @@ class FrameStream:
         return False
 
     def _request(self, data, offset: int, msglen: int, tidx: int, sqn: int, subs):
-        """A request frame: (sqn, payload, origin) when the request is whole (its last fragment)."""
-        if not self._valid_request(data, offset, msglen) or not subs:
+        """A request frame: (sqn, payload, origin) when the request is whole (its last fragment);
+        (sqn, Lost(1)) in place of one that cannot be read."""
+        valid = self._valid_request(data, offset, msglen)
+        if not subs:
             return None
+        if not valid:
+            return sqn, Lost(1)
         origin = read_request(data, offset)
         if data[offset + REQUEST_HEADER_OFFSET] == NHDR_DATA:
             return sqn, data[offset + REQUEST_FRAME_MIN:offset + msglen], origin
@@ -467,15 +495,16 @@ class FrameStream:
     def _with_properties(self, data, offset: int, msglen: int, tidx: int, sqn: int, subs):
         """A frame whose payload ends in message properties (router.um.wire.lbmc_properties):
         (sqn, DataWithProperties) when the message is whole. A chain header that does not say
-        where the data ends drops the frame; a properties block that cannot be read is counted
-        and the message delivered without properties, as data is never dropped for its extras."""
+        where the data ends drops the message, told lost in its place ((first sqn, Lost)); a
+        properties block that cannot be read is counted and the message delivered without
+        properties, as data is never dropped for its extras."""
         header = offset + _MESSAGE_SIZE
         end = offset + msglen
         try:
             after, block_size = read_apphdr_chain(data, header, end)
         except WireError as exc:
             self._malformed(str(exc), close=False)
-            return None
+            return (sqn, Lost(1)) if subs else None
         header += APPHDR_CHAIN_SIZE
         if after == NHDR_DATA:
             whole = (sqn, data[header:end])
@@ -485,11 +514,13 @@ class FrameStream:
                 return None
         else:
             self.counters["unknown_frames"] += 1
-            return None
+            return (sqn, Lost(1)) if subs else None
         first_sqn, payload = whole
         if block_size > len(payload):
             self._malformed(f"properties block of {block_size} bytes in a message of {len(payload)}", close=False)
-            return None
+            # Every fragment's number went with it (one a fragment, first_sqn..sqn).
+            fragments = distance(first_sqn, sqn) + 1
+            return (first_sqn, Lost(fragments)) if 0 < fragments <= MAX_WAITED else (sqn, Lost(1))
         try:
             return first_sqn, with_properties(payload, block_size)
         except WireError as exc:

@@ -4,14 +4,16 @@ fast path for a read of equal frames must agree), and partial messages that can 
 complete being expired."""
 import time
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from router.um.frame_stream import FrameStream, run_payloads
 from router.um.messages import Message
 from router.um.receiver import JoinedSource
-from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA,
-                                 NHDR_FRAG, LbmcMessage, Tsni, encode_lbmc)
+from router.um.wire.lbmc import (FRAG_HEADER, LBMC_TYPE_CONTROL, LBMC_TYPE_MESSAGE, MESSAGE_HEADER,
+                                 NHDR_APPHDR_CHAIN, NHDR_DATA, NHDR_FRAG, NHDR_REQUEST, LbmcMessage, Tsni, encode_lbmc)
+from router.um.wire.lbmc_properties import apphdr_chain
 
 
 class _Raw:
@@ -254,3 +256,79 @@ def test_a_routers_frames_before_a_broken_fragment_go_on_before_the_stream_ends(
     stream, sub, loop, closed, good = _corrupt_after_good_frames(broken, raw=True)
     assert (bytes(sub.frames), sub.count) == (b"".join(good), 5)
     assert stream.counters["malformed"] == 1
+
+
+class _InOrder:
+    """An application's subscription recording what it is told, in order."""
+
+    def __init__(self):
+        self.told = []
+
+    def on_batch(self, messages):
+        self.told += [("message", sqn) for sqn, *_ in messages]
+
+    def on_run(self, data, first, count, length):
+        self.told += [("message", sqn) for sqn, _ in run_payloads(data, first, count, length)]
+
+    def on_request(self, sqn, payload, origin):
+        self.told.append(("request", sqn))
+
+    def on_gap(self, first, count):
+        self.told.append(("lost", first, count))
+
+
+def _with_header(next_hdr: int, sqn: int, rest: bytes, tidx: int = 1) -> bytes:
+    return MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, next_hdr, MESSAGE_HEADER.size + len(rest), tidx, sqn) + rest
+
+
+# Frames whose length is sound but whose message cannot be read: dropped alone, the stream goes on.
+UNREADABLE = {
+    "a properties block longer than its message": lambda sqn: _with_header(
+        NHDR_APPHDR_CHAIN, sqn, apphdr_chain(NHDR_DATA, 100) + b"data"),
+    "a chain that is not a properties length": lambda sqn: _with_header(NHDR_APPHDR_CHAIN, sqn, bytes(12) + b"data"),
+    "properties chained to neither data nor fragment": lambda sqn: _with_header(
+        NHDR_APPHDR_CHAIN, sqn, apphdr_chain(0x7F, 4) + b"data"),
+    "a request header of the wrong length": lambda sqn: _with_header(NHDR_REQUEST, sqn, bytes(16) + b"data"),
+    "an unknown header": lambda sqn: _with_header(0x7F, sqn, b"what"),
+}
+
+
+@pytest.mark.parametrize("walked", [False, True], ids=["fast path", "walked"])
+@pytest.mark.parametrize("unreadable", UNREADABLE.values(), ids=UNREADABLE.keys())
+def test_a_message_dropped_as_unreadable_is_told_lost_in_its_place(unreadable, walked):
+    """Its sequence number was taken, so no gap would ever say it is missing: the application
+    hears of it as a loss between the messages around it, and the stream goes on."""
+    stream = (_Walked if walked else _Stream)(None, ("test",), lambda s: None)
+    sub = _InOrder()
+    stream.subscribe(1, sub)
+    stream.next_sqns[1] = 0
+    equal = b"".join(frame(1, n, 64) for n in range(40))            # a run first (the fast path)
+    stream._parse(equal + unreadable(40) + frame(1, 41, 64) + unreadable(42) + frame(1, 43, 30))
+    assert sub.told == ([("message", n) for n in range(40)] + [("lost", 40, 1), ("message", 41),
+                                                                ("lost", 42, 1), ("message", 43)])
+    assert stream.counters["frames_missing"] == 2
+    assert stream.counters["malformed"] + stream.counters["unknown_frames"] == 2
+
+
+def test_a_fragmented_message_whose_properties_cannot_fit_is_told_lost_for_every_fragment():
+    chain = apphdr_chain(NHDR_FRAG, 100)
+    fragments = [_with_header(NHDR_APPHDR_CHAIN, 10 + n, chain + FRAG_HEADER.pack(
+        NHDR_DATA, FRAG_HEADER.size, 0, 10, 5 * n, 15) + bytes(5)) for n in range(3)]
+    stream = _Stream(None, ("test",), lambda s: None)
+    sub = _InOrder()
+    stream.subscribe(1, sub)
+    stream._parse(frame(1, 9, 40) + b"".join(fragments) + frame(1, 13, 40))
+    assert sub.told == [("message", 9), ("lost", 10, 3), ("message", 13)]
+
+
+def test_an_unreadable_message_inside_a_gap_waited_for_is_told_lost_in_order():
+    """With a loss recovery wait the message stands where it belongs among the late ones."""
+    loop = _Loop()
+    stream = _Stream(loop, ("test",), lambda s: None)
+    stream.loss_recovery_timeout = 1.0
+    sub = _InOrder()
+    stream.subscribe(1, sub)
+    stream._parse(frame(1, 0, 40))
+    stream._parse(frame(1, 3, 40))                          # 1 and 2 missing: waited for
+    stream._parse(UNREADABLE["an unknown header"](2) + frame(1, 1, 40))
+    assert sub.told == [("message", 0), ("message", 1), ("lost", 2, 1), ("message", 3)]
