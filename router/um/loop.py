@@ -3,6 +3,15 @@
 A UM context runs one of these on its own thread (as UM's context thread does); a router worker runs
 one as its main loop. It sleeps in epoll until a socket, an eventfd or a timer needs it, so an idle
 process costs no CPU.
+
+Read coalescing (off unless `read_coalescing` is set; a router worker sets it while it batches a
+stream, router.worker.scheduling): a stream's reader that got little from its socket calls
+`read_was_small()`, and the loop then sleeps that long before it waits for events again. Woken by
+every readable edge, a worker carrying a stream of small messages runs once per few kilobytes, and
+each turn's fixed cost (the wake-up, epoll, the record, its commit) comes to most of its CPU per
+message; the pause lets the socket fill (TCP's flow control holds the source meanwhile, nothing
+is lost) and the CPU go to the source and the receiver on a small host. Measured: BENCHMARKS.md,
+"Router (1 hop)".
 """
 from __future__ import annotations
 
@@ -46,6 +55,8 @@ _COMPACT_AFTER = 256
 class EventLoop:
     def __init__(self, name: str = "loop"):
         self.name = name
+        self.read_coalescing = 0.0      # s to sleep after a small read before waiting again; 0: never
+        self._coalesce = False
         self._selector = selectors.DefaultSelector()
         self._timers: list[tuple[float, int, Timer]] = []
         self._sequence = itertools.count()
@@ -160,8 +171,17 @@ class EventLoop:
             pass
 
     # -- running ---------------------------------------------------------------------------------
+    def read_was_small(self) -> None:
+        """A stream's reader got little: with read coalescing on, pause before the next wait."""
+        if self.read_coalescing:
+            self._coalesce = True
+
     def run_once(self, timeout: float | None = None) -> None:
         """Wait for at most `timeout` seconds (None: until something happens) and dispatch."""
+        if self._coalesce:
+            self._coalesce = False
+            if not self._pending:
+                time.sleep(self.read_coalescing)
         if self._pending:
             timeout = 0.0
         elif self._timers:

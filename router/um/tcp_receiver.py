@@ -20,6 +20,9 @@ _BUFFER_SIZE = 4 * 1024 * 1024
 # Bytes taken per read: enough to batch thousands of small frames, small enough that what one read
 # brings stays in the CPU cache while it is parsed and copied on (and the next hop starts sooner).
 _READ_SIZE = 256 * 1024
+# A read that brought less than this is small: the loop may let the socket fill before the next
+# (router.um.loop, read coalescing; on only in a worker batching a stream).
+COALESCE_BELOW = 32 * 1024
 
 
 class TcpSessionClient(FrameStream):
@@ -79,6 +82,8 @@ class TcpSessionClient(FrameStream):
             self.close()
             return
         self.filled += received
+        if received < COALESCE_BELOW:
+            self.loop.read_was_small()
         if self.raw_indexes:      # a router's proxy receiver: frames go on as views of the buffer
             consumed = self._parse(self.buffer, self.filled, self.view)
         else:                     # an application's receiver keeps its payloads: slice a copy

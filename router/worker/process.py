@@ -133,7 +133,7 @@ def _run(specs: list[WorkerSpec]) -> int:
     _join_local(hosted)
     for one in hosted:
         one.statistics = _publish_statistics(one.spec, one.portal)
-    scheduling = WorkerScheduling(first.scheduling, [one.counters for one in hosted])
+    scheduling = WorkerScheduling(first.scheduling, [one.counters for one in hosted], loop=loop)
     for one in hosted:
         one.datapath.on_burst = scheduling.nudge
     loop.on_ready = _early_wakeups([one.datapath for one in hosted])

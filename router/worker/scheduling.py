@@ -19,6 +19,12 @@ event loop runs on its main thread, which is the one switched. A worker started 
 than the normal one (chrt, systemd's CPUSchedulingPolicy=) keeps it. The supervisor reads the
 policy back with `policy_of(pid)` for `routerctl status`.
 
+While it batches, a worker also coalesces its reads (router.um.loop): after a read of a source's
+connection that brought little (router.um.tcp_receiver.COALESCE_BELOW), it sleeps READ_COALESCING
+before waiting for events again, so each wake-up takes in more of the stream. Under a stream of
+64-byte messages that halved the CPU a worker spends per message and let the source and the
+receiver, sharing the host's two CPUs with it, run that much faster (BENCHMARKS.md).
+
 On the normal policy a worker (adaptive or normal) also asks for the kernel's shortest time slice
 (LATENCY_SLICE_NS; `sched_setattr`'s runtime for a fair task, Linux 6.12 and later). The fair
 scheduler (EEVDF) lets a woken task preempt the running one only if its deadline, its slice after
@@ -54,6 +60,10 @@ NORMAL_BELOW = 5_000          # hysteresis, so a stream that varies does not fli
 # heartbeat interval later, during which a worker on the short slice preempts the source and
 # the receiver on every read.
 NUDGE_INTERVAL = 0.005
+# How long a batching worker lets a source's connection fill after a small read (s). Asked of
+# time.sleep, it lasts some 50 µs more (the kernel's default timer slack): about 2-3 reads' worth
+# of a stream that comes as fast as one worker can read, well inside a socket's buffer.
+READ_COALESCING = 100e-6
 
 # What a worker moves, whatever its portal's kind (a counter a kind never touches stays zero).
 WORK_COUNTERS = ("transport_topic_fragments_rcvd", "transport_topic_fragments_sent",
@@ -136,7 +146,7 @@ class WorkerScheduling:
     thread's policy."""
 
     def __init__(self, mode: str, counters: list, clock=time.monotonic, set_policy=_set_policy,
-                 inherited: int | None = None):
+                 inherited: int | None = None, loop=None):
         if mode not in MODES:
             raise ValueError(f"worker scheduling must be one of {', '.join(MODES)}, not {mode!r}")
         if inherited is None:
@@ -151,6 +161,7 @@ class WorkerScheduling:
         self.counters = counters
         self.clock = clock
         self.set_policy = set_policy
+        self.loop = loop                # its read coalescing follows the policy (router.um.loop)
         self.batching = False
         self._last: tuple[float, int] | None = None
         if not own_policy:
@@ -164,6 +175,8 @@ class WorkerScheduling:
             self.mode = NORMAL
             return False
         self.batching = batch
+        if self.loop is not None:
+            self.loop.read_coalescing = READ_COALESCING if batch else 0.0
         return True
 
     def nudge(self) -> None:

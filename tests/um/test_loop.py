@@ -133,3 +133,29 @@ def test_a_periodic_callback_that_keeps_failing_is_logged_once_per_interval(capl
         assert len(lines) == 1 and lines[0].exc_info is not None, [r.getMessage() for r in lines]
     finally:
         loop.close()
+
+
+def test_a_small_read_pauses_the_next_wait_once_and_only_while_coalescing_is_on(monkeypatch):
+    """Read coalescing: a reader that got little makes the loop sleep before its next wait, so
+    the socket fills meanwhile; off (an application's loop), nothing changes; with callbacks
+    waiting to run there is work to do, and no pause."""
+    import router.um.loop as loop_module
+    loop = EventLoop("coalescing")
+    paused = []
+    monkeypatch.setattr(loop_module.time, "sleep", paused.append)
+    loop.read_was_small()
+    loop.run_once(0)
+    assert paused == []                                   # off by default
+    loop.read_coalescing = 1e-4
+    loop.read_was_small()
+    loop.run_once(0)
+    loop.run_once(0)
+    assert paused == [1e-4]                               # once per small read
+    loop.read_was_small()
+    loop.call_soon_threadsafe(lambda: None)
+    loop.run_once(0)
+    assert paused == [1e-4]
+    loop.read_coalescing = 0.0                            # the worker stopped batching
+    loop.read_was_small()
+    loop.run_once(0)
+    assert paused == [1e-4]

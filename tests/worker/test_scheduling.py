@@ -6,8 +6,8 @@ import os
 import pytest
 
 from router.monitor.counters import PortalCounters
-from router.worker.scheduling import (BATCH_ABOVE, LATENCY_SLICE_NS, NORMAL_BELOW, NUDGE_INTERVAL, WorkerScheduling,
-                                      policy_of, slice_of, wants_batch)
+from router.worker.scheduling import (BATCH_ABOVE, LATENCY_SLICE_NS, NORMAL_BELOW, NUDGE_INTERVAL, READ_COALESCING,
+                                      WorkerScheduling, policy_of, slice_of, wants_batch)
 
 
 class Clock:
@@ -153,3 +153,27 @@ def test_a_worker_started_with_a_policy_of_its_own_keeps_it():
     sched = WorkerScheduling("adaptive", [counters], clock, applied.append, inherited=os.SCHED_FIFO)
     run(sched, counters, clock, [0, 1_000_000])
     assert sched.mode == "normal" and applied == []
+
+
+class _Loop:
+    read_coalescing = 0.0
+
+
+def test_a_batching_worker_coalesces_its_reads_and_stops_when_it_goes_back():
+    counters, clock, loop = PortalCounters(), Clock(), _Loop()
+    sched = WorkerScheduling("adaptive", [counters], clock, lambda batch: None, loop=loop)
+    run(sched, counters, clock, [0, 2000])
+    assert loop.read_coalescing == 0.0
+    run(sched, counters, clock, [400_000])
+    assert loop.read_coalescing == READ_COALESCING > 0
+    run(sched, counters, clock, [0])
+    assert loop.read_coalescing == 0.0
+
+
+def test_a_worker_whose_policy_switch_is_refused_never_coalesces():
+    def refuse(batch):
+        raise PermissionError(1, "Operation not permitted")
+    counters, clock, loop = PortalCounters(), Clock(), _Loop()
+    sched = WorkerScheduling("adaptive", [counters], clock, refuse, loop=loop)
+    run(sched, counters, clock, [0, 400_000])
+    assert loop.read_coalescing == 0.0 and not sched.batching
