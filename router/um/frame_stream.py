@@ -582,7 +582,7 @@ class FrameStream:
         key = (tidx, first_sqn)
         entry = self.fragments.get(key)
         if entry is None:
-            if total > 64 * 1024 * 1024:
+            if total > MAX_REASSEMBLED:
                 self._malformed(f"fragmented message of {total} bytes")
                 return None
             entry = self.fragments[key] = [bytearray(total), 0, time.monotonic()]

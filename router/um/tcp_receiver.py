@@ -29,7 +29,8 @@ class TcpSessionClient(FrameStream):
     """A connection to one source session (ip, port, session id)."""
 
     def __init__(self, loop, ip: str, port: int, session_id: int, on_closed: Callable[[FrameStream], None],
-                 receive_buffer: int = 4 * 1024 * 1024):
+                 receive_buffer: int):
+        """`receive_buffer`: SO_RCVBUF (transport_tcp_receiver_socket_buffer; 0: the kernel's)."""
         super().__init__(loop, ("tcp", ip, port, session_id), on_closed)
         self.ip, self.port, self.session_id = ip, port, session_id
         self.description = f"LBT-TCP stream from {ip}:{port}"
