@@ -116,7 +116,10 @@ def test_both_sides_must_have_a_udp_path(harness, caplog):
 
 
 def test_a_udp_path_that_closes_takes_the_link_down_and_it_comes_back(harness):
-    acceptor, initiator, _ = udp_pair(harness, udp(), udp(), reconnect=100)
+    # The link's keepalive timeout is 5 s here, not this file's 0.6 s: on a loaded machine a
+    # stall of the test's loop once let the keepalive time out before the 10 connection requests
+    # (50 ms apart) ran out, and the link went down for that reason. Only the requests may here.
+    acceptor, initiator, _ = udp_pair(harness, udp(), udp(), reconnect=100, timeout=5000)
     harness.run_until(lambda: acceptor.link.is_up and initiator.link.is_up, 5, "the link")
     # The acceptor's UDP path goes while its TCP stays: its RST makes the initiator connect
     # again, nobody answers, and after <connect max-attempts> the link goes down.
