@@ -98,8 +98,10 @@ class Worker:
 class Supervisor:
     SIGNALS = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
 
-    def __init__(self, config_path: str, utc: bool = False, config=None):
-        """`config`: the file's configuration, loaded already (tnwgd loads it before it drops root)."""
+    def __init__(self, config_path: str, utc: bool = False, config=None, cpu_latency=None):
+        """`config`: the file's configuration, loaded already (tnwgd loads it before it drops root);
+        `cpu_latency`: the <cpu-latency-limit> request tnwgd holds (router.cpu_latency), if any."""
+        self.cpu_latency = cpu_latency
         self.config_path = config_path
         self.config = config if config is not None else load_gateway_config(config_path)
         self.name = self.config.daemon.name
@@ -752,7 +754,8 @@ class Supervisor:
         return {"router": self.name, "node_id": self.node_id, "pid": self.pid,
                 "uptime_s": round(time.time() - self.started, 3), "config": str(self.config_path),
                 "portals": portals, "topology_signature": f"{self.routing.signature:#018x}",
-                "routers_known": len(self.routing.topology.routers())}
+                "routers_known": len(self.routing.topology.routers()),
+                "cpu_latency_limit_us": self.cpu_latency.limit_us if self.cpu_latency is not None else None}
 
     def portal_counters(self) -> dict[str, dict[str, int]]:
         return {name: worker.counters.snapshot() for name, worker in self.workers.items()}

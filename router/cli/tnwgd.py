@@ -91,6 +91,10 @@ def _run(args: argparse.Namespace, config) -> int:
     raised = raise_open_files_limit()
     if raised:
         logging.getLogger("router.daemon").info(raised)
+    cpu_latency = None
+    if config.daemon.cpu_latency_limit is not None:    # the device is root's: opened before root is given up
+        from router.cpu_latency import CpuLatencyLimit
+        cpu_latency = CpuLatencyLimit.hold(config.daemon.cpu_latency_limit)
     from router.identity import IdentityError, switch_identity
     try:
         switched = switch_identity(config.daemon.uid, config.daemon.gid,
@@ -102,7 +106,7 @@ def _run(args: argparse.Namespace, config) -> int:
     if switched:
         logging.getLogger("router.identity").info(switched)
     from router.supervisor import Supervisor
-    return Supervisor(args.configfile, utc=args.use_utc, config=config).run()
+    return Supervisor(args.configfile, utc=args.use_utc, config=config, cpu_latency=cpu_latency).run()
 
 
 def _daemonize(pidfile: str | None) -> None:

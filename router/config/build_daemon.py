@@ -11,6 +11,7 @@ from lxml import etree
 from router.config.model import (DaemonConfig, HashMapConfig, LogConfig, MonitorConfig, RouteInfo,
                                  RouteRecalculation, WebMonitorConfig, WorkerGroup)
 from router.config.reader import INT32_MAX, UINT32_MAX, ElementReader
+from router.cpu_latency import MAX_LIMIT_US
 from router.hostnames import is_host_name
 from router.ipc.shm import segment_name
 from router.um import monitoring
@@ -58,6 +59,8 @@ def build_daemon(reader: ElementReader, element: etree._Element | None, config_p
         daemon.worker_scheduling = reader.text(scheduling)
         if daemon.worker_scheduling not in SCHEDULING_MODES:
             reader.fail(scheduling, f"expected one of {', '.join(SCHEDULING_MODES)}, got '{daemon.worker_scheduling}'")
+    if reader.child(element, "cpu-latency-limit") is not None:
+        daemon.cpu_latency_limit = reader.child_int(element, "cpu-latency-limit", 0, 0, MAX_LIMIT_US)
     daemon.worker_groups = _worker_groups(reader, element)
     return daemon
 

@@ -91,6 +91,7 @@ class DaemonConfig:
     route_info: RouteInfo = field(default_factory=RouteInfo)
     route_recalculation: RouteRecalculation = field(default_factory=RouteRecalculation)
     worker_scheduling: str = "adaptive"     # router.worker.scheduling: adaptive | normal
+    cpu_latency_limit: int | None = None    # µs; router.cpu_latency (None: no limit asked for)
     worker_groups: list[WorkerGroup] = field(default_factory=list)
     line: int | None = field(default=None, compare=False)
     locations: dict[str, Location] = _where()

@@ -60,6 +60,8 @@ CASES = {
                                    "unknown monitoring transport option 'tpoic'"),
     "worker-scheduling.xml": ("worker-scheduling.xml", 5, "worker-scheduling",
                               "expected one of adaptive, normal, got 'realtime'"),
+    "cpu-latency-limit.xml": ("cpu-latency-limit.xml", 5, "cpu-latency-limit",
+                              "cpu-latency-limit must be an integer, got '10us'"),
     "bad-pcre.xml": ("bad-pcre.xml", 12, "pcre-pattern", r"invalid pattern '^md\.(prices'"),
     "batch-interval.xml": ("batch-interval.xml", 18, "batch-interval", "batch-interval must be at least 3, got 2"),
     "max-datagram.xml": ("max-datagram.xml", 17, "max-datagram", "max-datagram must be 1..65500, got 65535"),

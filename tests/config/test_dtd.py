@@ -10,12 +10,12 @@ from lxml import etree
 from router.config import ConfigError, dump_dtd, validate_structure
 from tests.config.samples import BROKEN, VALID
 
-# spec/dro.md §1.2-1.7, plus umrouter's <admin>, <worker-scheduling> and <worker-group>.
+# spec/dro.md §1.2-1.7, plus umrouter's <admin>, <worker-scheduling>, <cpu-latency-limit> and <worker-group>.
 SPEC_ELEMENTS = """
 tnw-gateway daemon name log uid gid pidfile lbm-license-file topicmap patternmap monitor
 transport-module format-module web-monitor daemon-monitor lbm-config publishing-interval group
 remote-snapshot-request remote-config-changes-request propagation-delay xml-config route-info
-route-recalculation admin worker-scheduling worker-group portal-name portals endpoint peer domain-id cost hotlink-index source-deletion-delay
+route-recalculation admin worker-scheduling cpu-latency-limit worker-group portal-name portals endpoint peer domain-id cost hotlink-index source-deletion-delay
 max-queue smart-batch lbm-attributes option acl inbound outbound ace topic pcre-pattern regex-pattern
 transport source-ip multicast-group udp-source-port udp-destination-port tcp-source-port xport-id
 topic-resolution topic-use-query pattern-use-query remote-topic-interest remote-pattern-interest
@@ -59,7 +59,8 @@ def test_sequences_follow_the_dro_order():
     decls = declarations()
     assert content_names(decls["tnw-gateway"]) == ["daemon", "portals"]
     daemon = content_names(decls["daemon"])
-    assert daemon[:3] == ["name", "log", "uid"] and daemon[-3:] == ["admin", "worker-scheduling", "worker-group"]
+    assert daemon[:3] == ["name", "log", "uid"] and daemon[-4:] == ["admin", "worker-scheduling", "cpu-latency-limit",
+                                                                    "worker-group"]
     assert content_names(decls["endpoint"])[:3] == ["name", "domain-id", "cost"]
     assert content_names(decls["peer"])[:6] == ["name", "cost", "sourcemap", "tcp", "single-tcp", "udp"]
     assert content_names(decls["single-tcp"])[-2:] == ["initiator", "acceptor"]

@@ -136,6 +136,7 @@ def test_every_element_of_the_dtd_is_read(caplog):
     assert daemon.route_info == RouteInfo(500, 300, 2000, 16)
     assert daemon.admin == "tcp://127.0.0.1:15400"
     assert daemon.worker_scheduling == "normal"
+    assert daemon.cpu_latency_limit == 10
     lan = config.portal("LAN1")
     assert isinstance(lan, EndpointConfig)
     assert (lan.domain_id, lan.cost, lan.hotlink_index, lan.max_queue, lan.smart_batch) == (
