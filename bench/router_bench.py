@@ -71,13 +71,16 @@ def gateway_config(path: Path, name: str, portals_xml: str, daemon_xml: str = ""
     return path
 
 
-def router_config(directory: Path, lan1: Path, lan2: Path, grouped: bool = False) -> Path:
-    """LAN1 and LAN2 joined; `grouped`: both portals in one worker process."""
-    group = ("<worker-group><portal-name>LAN1</portal-name><portal-name>LAN2</portal-name></worker-group>"
-             if grouped else "")
-    name = f"bench{os.getpid()}{'g' if grouped else ''}"
+def router_config(directory: Path, lan1: Path, lan2: Path, grouped: bool = False,
+                  cpu_latency_limit: int | None = None) -> Path:
+    """LAN1 and LAN2 joined; `grouped`: both portals in one worker process; `cpu_latency_limit`:
+    the router holds that <cpu-latency-limit> (µs) while it runs."""
+    daemon = "" if cpu_latency_limit is None else f"<cpu-latency-limit>{cpu_latency_limit}</cpu-latency-limit>"
+    if grouped:
+        daemon += "<worker-group><portal-name>LAN1</portal-name><portal-name>LAN2</portal-name></worker-group>"
+    name = f"bench{os.getpid()}{'g' if grouped else ''}{'' if cpu_latency_limit is None else 'q'}"
     return gateway_config(directory / f"{name}.xml", name,
-                          endpoint_xml("LAN1", 1, lan1) + endpoint_xml("LAN2", 2, lan2), group)
+                          endpoint_xml("LAN1", 1, lan1) + endpoint_xml("LAN2", 2, lan2), daemon)
 
 
 def spawn(*args, stdin=None) -> subprocess.Popen:
@@ -218,9 +221,9 @@ def zmq_run(directory: Path, count: int, length: int, rate: float = 0) -> dict:
                 proc.kill()
 
 
-def floor_table(rate: int) -> list[list]:
+def floor_table(rate: int, suffix: str = "") -> list[list]:
     """bench.relay_floor's shapes at `rate`, in Python and in C, RUNS interleaved runs each:
-    medians, added vs the direct path in the same language."""
+    medians, added vs the direct path in the same language (`suffix` ends each row's label)."""
     shapes = {"direct (sender → receiver)": "direct", "one process relaying": "one process",
               "two processes, ring + eventfd (the router's shape)": "two processes"}
     rows = []
@@ -241,16 +244,18 @@ def floor_table(rate: int) -> list[list]:
         medians = {label: {q: statistics.median(r[q] for r in results) for q in ("p50", "p99")}
                    for label, results in runs.items()}
         direct = medians["direct (sender → receiver)"]["p50"]
-        rows += [[f"{language}: {label}, {rate} msgs/s", m["p50"], m["p99"], round(m["p50"] - direct, 1)]
+        rows += [[f"{language}: {label}, {rate} msgs/s{suffix}", m["p50"], m["p99"], round(m["p50"] - direct, 1)]
                  for label, m in medians.items()]
     return rows
 
 
-def native_floor_text(floor_rows: list[list]) -> str:
-    """What the C floor of each router shape leaves of the issue's 50 µs for the routing work."""
+def native_floor_text(floor_rows: list[list], limited: bool = False) -> str:
+    """What the C floor of each router shape leaves of the issue's 50 µs for the routing work
+    (`limited`: of the rows measured while the CPU latency limit was held)."""
     parts = []
     for shape, label in (("C: two processes", "a worker per portal"), ("C: one process", "portals in one worker")):
-        added = [row[3] for row in floor_rows if row[0].startswith(shape)]
+        added = [row[3] for row in floor_rows
+                 if row[0].startswith(shape) and row[0].endswith(LIMITED_FLOOR) == limited]
         if not added:
             return "not measured here (no C compiler)."
         if added[0] >= ADDED_P50_GOAL_US:
@@ -312,11 +317,31 @@ def latency_rows(rate: int, lans: dict, directory: Path) -> list[list]:
     return rows
 
 
+LIMITED = "router, a worker per portal, holding `<cpu-latency-limit>0`"
+LIMITED_FLOOR = ", CPU latency limit 0 held"
+
+
+def limited_latency_rows(rate: int, lans: dict) -> list[list]:
+    """Paced runs while a router holding <cpu-latency-limit>0 runs (lans 5 and 6): through it,
+    and the direct path measured meanwhile, as the limit speeds every wake-up on the host."""
+    count = rate * 5
+    runs = {"direct": [], "limited": []}
+    for n in range(LATENCY_RUNS):
+        runs["direct"].append(um_run(lans[1], lans[1], count, 64, ("-P", rate, "-F"), topic=f"direct.limited.{n}"))
+        runs["limited"].append(um_run(lans[5], lans[6], count, 64, ("-P", rate, "-F"),
+                                      receiver_extra=("--idle-timeout", 15), topic=f"limited.paced.{n}"))
+    median = {k: {q: statistics.median(r["latency_us"][q] for r in v) for q in ("p50", "p99")}
+              for k, v in runs.items()}
+    d, r = median["direct"], median["limited"]
+    return [[f"{rate} msgs/s, 64 B", LIMITED, d["p50"], d["p99"], r["p50"], r["p99"],
+             round(r["p50"] - d["p50"], 1), round(r["p99"] - d["p99"], 1), "", ""]]
+
+
 def main() -> int:
     rows, paced_rows, floor_rows, ceilings = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        lans = {n: domain(directory, n) for n in (1, 2, 3, 4)}
+        lans = {n: domain(directory, n) for n in (1, 2, 3, 4, 5, 6)}
         routers = {"routed": spawn("router.cli.tnwgd", router_config(directory, lans[1], lans[2])),
                    "grouped": spawn("router.cli.tnwgd", router_config(directory, lans[3], lans[4], grouped=True))}
         pairs = {"direct": (lans[1], lans[1]), "routed": (lans[1], lans[2]), "grouped": (lans[3], lans[4])}
@@ -343,6 +368,15 @@ def main() -> int:
                 rows.append(throughput_row(label, count, runs, ceilings))
             paced_rows = latency_rows(2000, lans, directory)
             floor_rows = floor_table(2000)
+            # Last, as the limit it holds speeds every wake-up on the host while it runs.
+            routers["limited"] = spawn("router.cli.tnwgd", router_config(directory, lans[5], lans[6],
+                                                                         cpu_latency_limit=0))
+            limited_log: list[str] = []
+            wait_stderr(routers["limited"], "portals are up", keep=limited_log)
+            if not any("holding a CPU wake-up latency limit of 0" in line for line in limited_log):
+                raise RuntimeError("the router did not hold <cpu-latency-limit>0 (not root?)")
+            paced_rows += limited_latency_rows(2000, lans)
+            floor_rows += floor_table(2000, LIMITED_FLOOR)
         finally:
             for router in routers.values():
                 stop(router, 30)
@@ -389,13 +423,20 @@ def main() -> int:
             "to the egress portal, which sends them before the worker sleeps again. The price is "
             "throughput at 8 KB, where one process now does both the read and the send that two processes "
             "did on two cores, and a crash or restart taking both portals.\n\n"
+            f"The last latency row is measured while a third router, with a worker per portal, holds "
+            "`<daemon><cpu-latency-limit>0</cpu-latency-limit>` (README, \"How workers are scheduled\"): "
+            "no CPU of the host may then take longer than 0 µs to wake, so idle CPUs poll instead of "
+            "halting and every wake-up on a paced message's way (the workers', the receiver's) is shorter; "
+            "its direct path is measured meanwhile, with the same faster wake-ups. The limit is an option, "
+            "off by default: it costs the idle CPUs' power (on a virtual machine, its host's CPU time).\n\n"
             f"The floor of those shapes on this machine: the same hand-offs carrying 64-byte messages with "
             f"nothing else done, in bare Python (bench/relay_floor.py) and in C (bench/relay_floor.c), median "
             f"of {RUNS} interleaved runs, µs:\n\n" +
             table(["path", "p50", "p99", "added p50"], floor_rows) +
             "\n\nA router with a worker per portal pays the two-process row's added time before it parses "
             "a frame; one with its portals in one worker pays the one-process row's. The C rows are the "
-            f"machine's own cost of those wake-ups and loopback TCP crossings: {native_floor_text(floor_rows)}")
+            f"machine's own cost of those wake-ups and loopback TCP crossings: {native_floor_text(floor_rows)} "
+            f"With the CPU latency limit held: {native_floor_text(floor_rows, limited=True)}")
     print(body)
     write_section("Router (1 hop) vs direct path vs ZeroMQ proxy", body, COMMAND)
     return 0

@@ -4,8 +4,8 @@ router runs (a umrouter extension; off by default).
 A paced message through a router meets wake-ups of idle CPUs: the ingress worker's when the
 source's data arrives, the egress worker's, the receiver's. Where idle CPUs sleep deeply, each
 costs tens of µs: on a virtual machine whose idle vCPUs halt, the host must wake them (measured
-here: a bare two-process relay in Python added 58 µs at p50 with the limit off, 27 µs with it at
-0; BENCHMARKS.md, "Router (1 hop)"). Linux's PM QoS interface lets a process ask that no CPU take
+here: a router with a worker per portal added 74 µs at p50 with the limit off, 36 µs with it at 0;
+BENCHMARKS.md, "Router (1 hop)"). Linux's PM QoS interface lets a process ask that no CPU take
 longer than a limit to wake from idle: the request holds while /dev/cpu_dma_latency stays open
 with the limit written to it (tuned's latency-performance profile holds one too). With 0, idle
 CPUs poll instead of sleeping, and a wake-up takes a few µs; the price is the idle CPUs' power,
