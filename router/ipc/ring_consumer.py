@@ -123,7 +123,8 @@ class RingConsumer(_RingView):
     def read_batch(self, handler: Callable[[int, memoryview], object], limit: int = DEFAULT_BATCH_LIMIT,
                    max_bytes: int = 1 << 62) -> int:
         """Call ``handler(record_type, payload)`` for up to ``limit`` of our records, stopping after
-        the record that brings the payload bytes delivered to ``max_bytes``; return how many.
+        the record that brings the payload bytes delivered to ``max_bytes``, or after a record
+        whose handler returned a true value (it cannot take more now); return how many.
 
         ``payload`` is a read-only-by-convention view into the ring, **valid only until read_batch
         returns**: the head advances then and the producer may reuse the space. Copy to keep.
@@ -157,10 +158,10 @@ class RingConsumer(_RingView):
                     break
                 if dest_mask & bit:
                     payload_start = index + header
-                    handler(record_type, data[payload_start : payload_start + length])
+                    full = handler(record_type, data[payload_start : payload_start + length])
                     delivered += 1
                     budget -= length
-                    if delivered == limit or budget <= 0:
+                    if full or delivered == limit or budget <= 0:
                         index = end
                         break
                 index = end

@@ -541,10 +541,15 @@ class DataPath:
         """The ring reader's handler for records from `ring`: the portal's, made to count and log
         a record it fails on and go on with the next. Raised out of the ring read, the failure
         would leave the head before the records already handed over, which would go out again
-        on the next read, and the failing one again with them, for ever."""
-        handler = self.handler
+        on the next read, and the failing one again with them, for ever.
 
-        def deliver(record_type: int, payload) -> None:
+        It ends the ring read (returns True) once the portal's sends would block: the records
+        after it stay in the ring, held back as the next turn decides (_holding_back), instead
+        of going into the portal's queue behind what it could not send, where one that does not
+        fit in `<max-queue>` would be dropped."""
+        handler, backlog = self.handler, self.backlog
+
+        def deliver(record_type: int, payload) -> bool:
             try:
                 if now:
                     handler(ring, record_type, payload, True)
@@ -553,6 +558,7 @@ class DataPath:
             except Exception:
                 self.counters.add("ring_records_malformed")
                 log.exception("portal %d could not take a record from portal %d", self.index, ring)
+            return backlog is not None and not self._released and backlog() is not None
         return deliver
 
     def _recheck(self) -> None:

@@ -124,6 +124,39 @@ def test_portals_in_one_process_hand_records_over_and_fall_back_to_the_ring_in_o
         egress.close()
 
 
+def test_records_read_together_stop_at_the_one_after_which_sends_would_block(rings):
+    """Records behind the one that filled the portal's sockets stay in the ring, held back, rather
+    than going into its queue behind what it could not send (where a record larger than what
+    `<max-queue>` has left would be dropped); they follow in order once its receivers catch up."""
+    ring_set, loop = rings
+    spec = DataPathSpec(ring_set, {"E0": 0, "E1": 1})
+    ingress, egress = DataPath(spec, 0, loop, PortalCounters()), DataPath(spec, 1, loop, PortalCounters())
+    portal = _Portal(egress)
+    behind = {"since": None}
+    egress.backlog = lambda: behind["since"]
+    sent = portal.on_frames
+
+    def on_frames(*args):                       # the first record fills the receivers' sockets
+        sent(*args)
+        behind["since"] = time.monotonic()
+    portal.on_frames = on_frames
+    try:
+        loop.run_until(lambda: False, 0.05)          # the egress parks on ring 0
+        for n in range(3):                           # three records before the egress wakes
+            ingress.frames(0b010, 7, b"record %d" % n, 1, 8)
+        assert loop.run_until(lambda: portal.got, 2)
+        loop.run_until(lambda: False, 0.05)
+        assert [frames for _, frames in portal.got] == [b"record 0"]
+        assert egress.counters.get("egress_backlog_holds") == 1
+        portal.on_frames = sent
+        behind["since"] = None                       # the receivers took it
+        assert loop.run_until(lambda: len(portal.got) == 3, 2)
+        assert [frames for _, frames in portal.got] == [b"record 0", b"record 1", b"record 2"]
+    finally:
+        ingress.close()
+        egress.close()
+
+
 def test_a_record_read_alone_is_sent_at_once_and_records_read_together_are_batched(rings):
     """A paced message is the one record in the ring when its egress wakes: nothing to batch it
     with, so it goes out at once (`now`). A burst read in one turn is batched, then flushed."""

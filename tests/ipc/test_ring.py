@@ -207,6 +207,20 @@ def test_read_batch_stops_at_its_bound_and_resumes(make_ring, bound, delivered):
     assert [data for _, data in drain(consumer)] == [payload(n, 100) for n in range(delivered, 10)]
 
 
+def test_a_handler_that_cannot_take_more_ends_the_read_after_its_record(make_ring):
+    segment = make_ring(CAPACITY, consumer_slots=1)
+    producer, consumer = RingProducer(segment.memory), RingConsumer(segment.memory, 0)
+    producer.write_batch([(1, payload(n, 100), 1) for n in range(5)])
+    first: list = []
+
+    def handler(record_type, view) -> bool:
+        first.append(bytes(view))
+        return len(first) == 2                  # full after the second
+    assert consumer.read_batch(handler) == 2
+    assert first == [payload(0, 100), payload(1, 100)]
+    assert [data for _, data in drain(consumer)] == [payload(n, 100) for n in range(2, 5)]
+
+
 def test_a_parked_producer_tells_consumers_whom_its_waiting_record_is_for(make_ring):
     segment = make_ring(CAPACITY, consumer_slots=3)
     wakeups = RingWakeups.eventfds(3)
