@@ -427,6 +427,6 @@ class OtrRecovery:
         self.missing.clear()
         self.recovered.clear()
         self.fragments.clear()
-        self.reassembly.partial.clear()
+        self.reassembly.forget()
         self.held.clear()
         self.losses.clear()

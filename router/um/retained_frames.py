@@ -137,6 +137,11 @@ class Reassembly:
         self.counters[self.incomplete] += len(self.partial)
         self.partial.clear()
 
+    def forget(self) -> None:
+        """Forget the messages not whole, uncounted: nobody waits for them any more (the
+        recovery ended with its receiver or its source)."""
+        self.partial.clear()
+
     def _message(self, piece: RetainedPiece, payload: bytes) -> tuple:
         if piece.origin is not None:
             return piece.first, payload, piece.origin
