@@ -32,7 +32,7 @@ _VALUE = struct.Struct("=i")        # the device takes and gives a native 32-bit
 
 
 class CpuLatencyLimit:
-    """An open PM QoS request: the limit holds until `release()` (or the process ends)."""
+    """An open PM QoS request: the limit holds until the process ends (its descriptor closes)."""
 
     def __init__(self, fd: int, limit_us: int):
         self.fd, self.limit_us = fd, limit_us
@@ -56,11 +56,6 @@ class CpuLatencyLimit:
             return None
         log.info("holding a CPU wake-up latency limit of %d µs (%s) while the router runs", limit_us, device)
         return cls(fd, limit_us)
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 def effective_limit(device: Path = DEVICE) -> int | None:

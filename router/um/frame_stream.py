@@ -305,7 +305,7 @@ class FrameStream:
             self._settle_windows(batches)
         for tidx, batch in batches.items():
             if interrupted is not None and tidx in interrupted:
-                self._deliver_with_requests(tidx, batch, subscriptions.get(tidx, ()))
+                self._deliver_split(tidx, batch, subscriptions.get(tidx, ()))
                 continue
             self._tell(subscriptions.get(tidx, ()), "on_batch", batch)
         for tidx, (start, stop, count, longest, earlier, has_requests) in raw_spans.items():
@@ -331,7 +331,7 @@ class FrameStream:
                     log.exception("%s: a receiver's %s failed (%d so far); the stream goes on",
                                   self.description, what, count)
 
-    def _deliver_with_requests(self, tidx: int, batch: list, subs) -> None:
+    def _deliver_split(self, tidx: int, batch: list, subs) -> None:
         """A batch with requests ((sqn, payload, origin) entries) or losses ((sqn, Lost) entries)
         in it: the messages before each as one batch, then the request or the loss, so the
         application sees the source's order."""
@@ -416,7 +416,7 @@ class FrameStream:
         subs = self.subscriptions.get(tidx, ())
         batch = batches.pop(tidx, None)
         if batch:
-            self._deliver_with_requests(tidx, batch, subs)
+            self._deliver_split(tidx, batch, subs)
         if self.loss_recovery_timeout > 0 and subs and tidx not in self.raw_indexes and count <= MAX_WAITED:
             window = self.windows[tidx] = ReorderWindow(first, count)
             window.timer = self.loop.call_later(self.loss_recovery_timeout, self._window_expired, tidx, window)
@@ -444,7 +444,7 @@ class FrameStream:
                 continue
             ready = window.take(batch)
             if ready:
-                self._deliver_with_requests(tidx, ready, self.subscriptions.get(tidx, ()))
+                self._deliver_split(tidx, ready, self.subscriptions.get(tidx, ()))
             if not window.missing:
                 self._close_window(tidx, window, [])
 
@@ -466,7 +466,7 @@ class FrameStream:
         for kind, step in window.closing(entries):
             subs = self.subscriptions.get(tidx, ())
             if kind == "batch":
-                self._deliver_with_requests(tidx, step, subs)
+                self._deliver_split(tidx, step, subs)
             else:
                 self._declare_lost(tidx, *step, subs)
 
