@@ -104,6 +104,7 @@ class Supervisor:
         self.cpu_latency = cpu_latency
         self.config_path = config_path
         self.config = config if config is not None else load_gateway_config(config_path)
+        self.cpu_latency_asked = self.config.daemon.cpu_latency_limit     # at start; a reload's waits for a restart
         self.name = self.config.daemon.name
         self.utc = utc
         self.pid = os.getpid()
@@ -755,7 +756,8 @@ class Supervisor:
                 "uptime_s": round(time.time() - self.started, 3), "config": str(self.config_path),
                 "portals": portals, "topology_signature": f"{self.routing.signature:#018x}",
                 "routers_known": len(self.routing.topology.routers()),
-                "cpu_latency_limit_us": self.cpu_latency.limit_us if self.cpu_latency is not None else None}
+                "cpu_latency_limit_us": self.cpu_latency.limit_us if self.cpu_latency is not None else None,
+                "cpu_latency_limit_asked_us": self.cpu_latency_asked}
 
     def portal_counters(self) -> dict[str, dict[str, int]]:
         return {name: worker.counters.snapshot() for name, worker in self.workers.items()}

@@ -53,6 +53,17 @@ def test_status_names_the_statistics_sink_and_whether_it_keeps_up(tmp_path):
         sink.writer.stop(5)
 
 
+@pytest.mark.parametrize("held, asked, shown", [
+    (0, 0, "latency     CPU wake-ups limited to 0 µs while the router runs (<cpu-latency-limit>)"),
+    (None, 0, "latency     <cpu-latency-limit> 0 µs asked for but not held (refused at start: see the log)"),
+    (None, None, "latency     -"),
+], ids=["held", "refused", "not asked for"])
+def test_status_says_whether_the_cpu_latency_limit_asked_for_is_held(held, asked, shown):
+    data = call(FakeSupervisor(), "status")["data"]
+    data.update(cpu_latency_limit_us=held, cpu_latency_limit_asked_us=asked)
+    assert shown in commands()["status"].render(data).splitlines()
+
+
 def test_stats_reads_the_counters_and_selects_a_portal():
     data = call(FakeSupervisor(), "stats", {"portal": "LAN1"})["data"]
     assert list(data["portals"]) == ["LAN1"]

@@ -20,7 +20,8 @@ class Status(Command):
                     "heartbeat_age_s", "proxy_receivers", "proxy_sources", "state",
                     "rx_fragments_per_s", "rx_bytes_per_s", "tx_fragments_per_s", "tx_bytes_per_s",
                     "scheduling", "scheduling_slice_us", "worker_portals", "rss_bytes", "private_bytes"}],
-       "rss_bytes", "private_bytes", "statistics", "admin", "bus", "cpu_latency_limit_us"}
+       "rss_bytes", "private_bytes", "statistics", "admin", "bus", "cpu_latency_limit_us",
+       "cpu_latency_limit_asked_us"}
     `pid` is null and `uptime_s` 0 while a portal's worker is down; `state` is up, starting or down;
     `scheduling` is the worker's kernel policy now, "normal" or "batch" (router/worker/scheduling.py;
     "fifo", "rr" or "idle" if the router was started with one), `scheduling_slice_us` the time slice
@@ -45,7 +46,8 @@ class Status(Command):
     (restarting or gone: it gets the current state when it says hello). A worker's own messages that
     its outbox dropped are its portal's bus_messages_dropped. `cpu_latency_limit_us` is the CPU
     wake-up latency limit the router holds (`<daemon><cpu-latency-limit>`, router/cpu_latency.py),
-    null when it holds none (not configured, or refused at start: the log says why).
+    null when it holds none; `cpu_latency_limit_asked_us` is the one its configuration asked for at
+    start (null: none), so a limit asked for but refused (not root: the log says why) shows.
     """
 
     def execute(self, supervisor, props: dict) -> dict:
@@ -71,9 +73,7 @@ class Status(Command):
             ("memory", _memory(data)), ("statistics", _statistics(data.get("statistics"))),
             ("admin", _admin(data.get("admin"))),
             ("bus", _bus(data.get("bus"))),
-            ("latency", "-" if data.get("cpu_latency_limit_us") is None
-             else f"CPU wake-ups limited to {data['cpu_latency_limit_us']} µs while the router runs "
-                  "(<cpu-latency-limit>)"),
+            ("latency", _cpu_latency(data.get("cpu_latency_limit_us"), data.get("cpu_latency_limit_asked_us"))),
         ])
         rows = [[p["name"], p["kind"], p["domain_id"], p["cost"], p["state"], p["pid"],
                  tables.duration(p["uptime_s"]) if p["pid"] else "-",
@@ -133,3 +133,11 @@ def _scheduling(portal: dict) -> str:
     if not policy:
         return "-"
     return policy if slice_us is None else f"{policy} {slice_us:g}µs"
+
+
+def _cpu_latency(held: int | None, asked: int | None) -> str:
+    if held is not None:
+        return f"CPU wake-ups limited to {held} µs while the router runs (<cpu-latency-limit>)"
+    if asked is not None:
+        return f"<cpu-latency-limit> {asked} µs asked for but not held (refused at start: see the log)"
+    return "-"
