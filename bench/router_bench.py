@@ -295,46 +295,32 @@ def throughput_row(label: str, count: int, runs: dict, ceilings: list[str]) -> l
             f"{lost(runs['routed'])} / {lost(runs['grouped'])}", lost(runs["relayed"])]
 
 
-def latency_rows(rate: int, lans: dict, directory: Path) -> list[list]:
-    """LATENCY_RUNS interleaved paced runs of each path: the medians of their p50s and p99s."""
-    count = rate * 5
-    runs = {k: [] for k in PATHS}
-    for n in range(LATENCY_RUNS):
-        runs["direct"].append(um_run(lans[1], lans[1], count, 64, ("-P", rate, "-F"), topic=f"direct.paced.{n}"))
-        for path, (source, receiver) in (("routed", (lans[1], lans[2])), ("grouped", (lans[3], lans[4]))):
-            runs[path].append(um_run(source, receiver, count, 64, ("-P", rate, "-F"),
-                                     receiver_extra=("--idle-timeout", 15), topic=f"{path}.paced.{n}"))
-        runs["relayed"].append(zmq_run(directory, count, 64, rate))
-    median = {k: {q: statistics.median(r["latency_us"][q] for r in v) for q in ("p50", "p99")}
-              for k, v in runs.items()}
-    rows = []
-    for path in ("routed", "grouped"):
-        rows.append([f"{rate} msgs/s, 64 B", LABELS[path], median["direct"]["p50"], median["direct"]["p99"],
-                     median[path]["p50"], median[path]["p99"],
-                     round(median[path]["p50"] - median["direct"]["p50"], 1),
-                     round(median[path]["p99"] - median["direct"]["p99"], 1),
-                     median["relayed"]["p50"], median["relayed"]["p99"]])
-    return rows
-
-
 LIMITED = "router, a worker per portal, holding `<cpu-latency-limit>0`"
 LIMITED_FLOOR = ", CPU latency limit 0 held"
 
 
-def limited_latency_rows(rate: int, lans: dict) -> list[list]:
-    """Paced runs while a router holding <cpu-latency-limit>0 runs (lans 5 and 6): through it,
-    and the direct path measured meanwhile, as the limit speeds every wake-up on the host."""
+def latency_rows(rate: int, lans: dict, routed: dict[str, tuple[Path, Path]], directory: Path | None = None,
+                 tag: str = "paced") -> list[list]:
+    """LATENCY_RUNS interleaved paced runs of the direct path, of each routed path (row label ->
+    its source's and receiver's domains) and, given `directory`, of the ZeroMQ proxy: a row of
+    medians of their p50s and p99s for each routed path. `tag` keeps the runs' topics new to
+    the routers (a proxy source of an earlier run may still wait out its deletion delay)."""
     count = rate * 5
-    runs = {"direct": [], "limited": []}
+    paced = ("-P", rate, "-F")
+    runs = {"direct": [], **{label: [] for label in routed}, "relayed": []}
     for n in range(LATENCY_RUNS):
-        runs["direct"].append(um_run(lans[1], lans[1], count, 64, ("-P", rate, "-F"), topic=f"direct.limited.{n}"))
-        runs["limited"].append(um_run(lans[5], lans[6], count, 64, ("-P", rate, "-F"),
-                                      receiver_extra=("--idle-timeout", 15), topic=f"limited.paced.{n}"))
+        runs["direct"].append(um_run(lans[1], lans[1], count, 64, paced, topic=f"direct.{tag}.{n}"))
+        for index, (label, (source, receiver)) in enumerate(routed.items()):
+            runs[label].append(um_run(source, receiver, count, 64, paced, receiver_extra=("--idle-timeout", 15),
+                                      topic=f"{tag}.{index}.{n}"))
+        if directory is not None:
+            runs["relayed"].append(zmq_run(directory, count, 64, rate))
     median = {k: {q: statistics.median(r["latency_us"][q] for r in v) for q in ("p50", "p99")}
-              for k, v in runs.items()}
-    d, r = median["direct"], median["limited"]
-    return [[f"{rate} msgs/s, 64 B", LIMITED, d["p50"], d["p99"], r["p50"], r["p99"],
-             round(r["p50"] - d["p50"], 1), round(r["p99"] - d["p99"], 1), "", ""]]
+              for k, v in runs.items() if v}
+    direct, relayed = median["direct"], median.get("relayed", {"p50": "", "p99": ""})
+    return [[f"{rate} msgs/s, 64 B", label, direct["p50"], direct["p99"], median[label]["p50"], median[label]["p99"],
+             round(median[label]["p50"] - direct["p50"], 1), round(median[label]["p99"] - direct["p99"], 1),
+             relayed["p50"], relayed["p99"]] for label in routed]
 
 
 def main() -> int:
@@ -366,7 +352,8 @@ def main() -> int:
                             routers["grouped" if path == "grouped" else "routed"], count))
                     runs["relayed"].append(zmq_run(directory, count, length))
                 rows.append(throughput_row(label, count, runs, ceilings))
-            paced_rows = latency_rows(2000, lans, directory)
+            paced_rows = latency_rows(2000, lans, {LABELS["routed"]: (lans[1], lans[2]),
+                                                   LABELS["grouped"]: (lans[3], lans[4])}, directory)
             floor_rows = floor_table(2000)
             # Last, as the limit it holds speeds every wake-up on the host while it runs.
             routers["limited"] = spawn("router.cli.tnwgd", router_config(directory, lans[5], lans[6],
@@ -375,7 +362,7 @@ def main() -> int:
             wait_stderr(routers["limited"], "portals are up", keep=limited_log)
             if not any("holding a CPU wake-up latency limit of 0" in line for line in limited_log):
                 raise RuntimeError("the router did not hold <cpu-latency-limit>0 (not root?)")
-            paced_rows += limited_latency_rows(2000, lans)
+            paced_rows += latency_rows(2000, lans, {LIMITED: (lans[5], lans[6])}, tag="limited")
             floor_rows += floor_table(2000, LIMITED_FLOOR)
         finally:
             for router in routers.values():

@@ -186,7 +186,7 @@ class FrameStream:
         subscriptions, raw_indexes, next_sqns = self.subscriptions, self.raw_indexes, self.next_sqns
         batches: dict[int, list] = {}
         raw_spans: dict[int, list] = {}
-        interrupted: set[int] | None = None     # topic indexes whose batch holds a request or a Lost
+        interrupted: set[int] = set()           # topic indexes whose batch holds a request or a Lost
         raw_told: list | None = None            # (tidx, sqn) a TSNI told of a raw topic, in order
         offset = frames = 0
         run_tidx, run_next, run_batch = -1, 0, None
@@ -265,23 +265,17 @@ class FrameStream:
                         request = self._request(data, offset, msglen, tidx, sqn, subscriptions.get(tidx))
                         if request is not None:
                             batches.setdefault(tidx, []).append(request)
-                            if interrupted is None:
-                                interrupted = set()
                             interrupted.add(tidx)
                     elif next_hdr == NHDR_APPHDR_CHAIN:
                         message = self._with_properties(data, offset, msglen, tidx, sqn, subscriptions.get(tidx))
                         if message is not None:
                             batches.setdefault(tidx, []).append(message)
                             if type(message[1]) is Lost:
-                                if interrupted is None:
-                                    interrupted = set()
                                 interrupted.add(tidx)
                     else:
                         self.counters["unknown_frames"] += 1
                         if tidx in subscriptions:       # a message of a kind we cannot read: lost to them
                             batches.setdefault(tidx, []).append((sqn, Lost(1)))
-                            if interrupted is None:
-                                interrupted = set()
                             interrupted.add(tidx)
             elif ver_type == LBMC_TYPE_CONTROL:
                 self.counters["control_frames"] += 1
@@ -304,7 +298,7 @@ class FrameStream:
         if self.windows:
             self._settle_windows(batches)
         for tidx, batch in batches.items():
-            if interrupted is not None and tidx in interrupted:
+            if tidx in interrupted:
                 self._deliver_split(tidx, batch, subscriptions.get(tidx, ()))
                 continue
             self._tell(subscriptions.get(tidx, ()), "on_batch", batch)
