@@ -82,12 +82,15 @@ def test_over_peer_links_both_redundant_paths_carry_and_a_hotlink_receiver_loses
     lan1, lan2 = make_domain(), make_domain()
     a_c, b_d = free_port(), free_port()
     hotlink = {"before_config": HOTLINK}
-    a = start(routers, endpoint_xml("D1", 1, lan1.config_path, **hotlink) + peer_xml("TO_C", connect=a_c), "hpa")
-    c = start(routers, peer_xml("TO_A", listen=a_c) + endpoint_xml("D2", 2, lan2.config_path, **hotlink), "hpc")
+    # Names per case (a router's name is its admin address): the two cases may run at once.
+    a = start(routers, endpoint_xml("D1", 1, lan1.config_path, **hotlink) + peer_xml("TO_C", connect=a_c),
+              f"hpa{victim}")
+    c = start(routers, peer_xml("TO_A", listen=a_c) + endpoint_xml("D2", 2, lan2.config_path, **hotlink),
+              f"hpc{victim}")
     b = start(routers, endpoint_xml("D1", 1, lan1.config_path, cost=5, **hotlink) + peer_xml("TO_D", connect=b_d),
-              "hpb")
+              f"hpb{victim}")
     d = start(routers, peer_xml("TO_B", listen=b_d) + endpoint_xml("D2", 2, lan2.config_path, cost=5, **hotlink),
-              "hpd")
+              f"hpd{victim}")
     for router in (a, b, c, d):
         router.wait_ready()
     wait_for(lambda: converged([a, b, c, d], 4), 30, message="the four routers converged")

@@ -72,7 +72,8 @@ def test_what_a_far_portal_dropped_is_recovered_from_the_origin_across_the_link(
                                                                                length, origin_extra):
     lan1 = make_domain(*_ORIGIN_RETAINS, *origin_extra)
     lan2 = make_domain(*_OTR)
-    chain, _ = _chain(routers, lan1, lan2, 1, "otrx", far_extra="      <max-queue>200000</max-queue>\n")
+    # A name per case: the two run at once on the suite's workers, and a router's name is its admin address.
+    chain, _ = _chain(routers, lan1, lan2, 1, f"otrx{length}", far_extra="      <max-queue>200000</max-queue>\n")
     far = chain[-1]
     fragments = -(-length // 8192) if origin_extra else 1
     stopped = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 120, "otr.links")
