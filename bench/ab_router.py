@@ -32,6 +32,43 @@ def checkout(revision: str, directory: Path) -> Path:
     return tree
 
 
+def interleaved(trees: dict[str, Path], paths: dict[str, tuple[Path, Path]], cases, runs: int,
+                tag: str = "ab") -> dict[tuple[str, int], list[float]]:
+    """umsrc → umrcv from source domain to receiver domain of each tree's path (`paths[name]`),
+    with that tree's tools: `runs` rounds, each every size of `cases` on every tree in turn, so
+    drifting load hits both trees. Messages/s at the receiver by (tree, size); any loss ends it."""
+    here, rates = rb.ROOT, {}
+    try:
+        for n in range(runs):
+            for size, count in cases:
+                for name, root in trees.items():
+                    rb.ROOT = root                  # spawn() runs the tools from this tree
+                    source_domain, receiver_domain = paths[name]
+                    got = rb.um_run(source_domain, receiver_domain, count, size,
+                                    receiver_extra=("--idle-timeout", 15), topic=f"{tag}.{size}.{n}")
+                    if (got["unique"], got["gaps"]) != (count, 0):
+                        raise SystemExit(f"{name}, {size} B: lost messages: {got}")
+                    rates.setdefault((name, size), []).append(got["rate_msgs_per_s"])
+    finally:
+        rb.ROOT = here
+    return rates
+
+
+def comparison(rates: dict[tuple[str, int], list[float]], revision: str, cases, path: str) -> str:
+    """The table of an A/B run: per message size, each tree's median rate, their ratio and every run."""
+    rows = []
+    for size, count in cases:
+        old, new = (statistics.median(rates[(name, size)]) for name in (revision, "this tree"))
+        rows.append([f"{size} B", count, f"{old:,.0f}", f"{new:,.0f}", f"{new / old:.0%}",
+                     " · ".join(f"{r:,.0f}" for r in rates[(revision, size)]),
+                     " · ".join(f"{r:,.0f}" for r in rates[("this tree", size)])])
+    runs = len(rates[(revision, cases[0][0])])
+    return (f"{path}, unpaced, messages/s at the receiver: the median of {runs} interleaved runs "
+            f"of each tree (each run listed), every message received once:\n\n"
+            + table(["size", "messages", revision, "this tree", "this tree / it", f"runs at {revision}",
+                     "runs of this tree"], rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -39,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     revision = argv[0]
     here = rb.ROOT
-    rates: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         trees = {revision: checkout(revision, directory), "this tree": here}
@@ -52,30 +88,13 @@ def main(argv: list[str] | None = None) -> int:
                 routers[name] = (rb.spawn("router.cli.tnwgd", rb.router_config(config_dir, lan_a, lan_b)),
                                  lan_a, lan_b)
                 rb.wait_stderr(routers[name][0], "portals are up")
-            for n in range(RUNS):                   # interleaved: drifting load hits both trees
-                for size, count in CASES:
-                    for name, root in trees.items():
-                        rb.ROOT = root
-                        _, lan_a, lan_b = routers[name]
-                        got = rb.um_run(lan_a, lan_b, count, size, receiver_extra=("--idle-timeout", 15),
-                                        topic=f"ab.{size}.{n}")
-                        if (got["unique"], got["gaps"]) != (count, 0):
-                            raise SystemExit(f"{name}, {size} B: lost messages: {got}")
-                        rates.setdefault((name, size), []).append(got["rate_msgs_per_s"])
+            paths = {name: (lan_a, lan_b) for name, (_, lan_a, lan_b) in routers.items()}
+            rates = interleaved(trees, paths, CASES, RUNS)
         finally:
             rb.ROOT = here
             for proc, _, _ in routers.values():
                 rb.stop(proc, 30)
-    rows = []
-    for size, count in CASES:
-        old, new = (statistics.median(rates[(name, size)]) for name in (revision, "this tree"))
-        rows.append([f"{size} B", count, f"{old:,.0f}", f"{new:,.0f}", f"{new / old:.0%}",
-                     " · ".join(f"{r:,.0f}" for r in rates[(revision, size)]),
-                     " · ".join(f"{r:,.0f}" for r in rates[("this tree", size)])])
-    body = (f"umsrc → router → umrcv, unpaced, messages/s at the receiver: the median of {RUNS} interleaved runs "
-            f"of each tree (each run listed), every message received once:\n\n"
-            + table(["size", "messages", revision, "this tree", "this tree / it", f"runs at {revision}",
-                     "runs of this tree"], rows))
+    body = comparison(rates, revision, CASES, "umsrc → router → umrcv")
     write_section("Router before and after a change", body, f".venv/bin/python -m bench.ab_router {revision}")
     print(body)
     return 0

@@ -92,12 +92,13 @@ def peer_xml(name: str, *, connect: int | None = None, listen: int | None = None
     return f"<peer><name>{name}</name><single-tcp><nodelay/>{side}</single-tcp>{udp_xml}</peer>"
 
 
-def chain(directory: Path, hops: int, lan1: Path, lan2: Path, udp: bool = False) -> list[tuple[str, Path]]:
+def chain(directory: Path, hops: int, lan1: Path, lan2: Path, udp: bool = False,
+          prefix: str = "hops") -> list[tuple[str, Path]]:
     """The routers of a `hops`-router chain from D1 to D2: (name, configuration file) each.
     Router i reaches D1 (the first) or the previous router (acceptor side), and D2 (the last) or
-    the next router (initiator side)."""
+    the next router (initiator side). `prefix` starts their names (two chains at once need two)."""
     letters = "ABC"[:hops]
-    names = [f"hops{os.getpid()}n{hops}{letter}" for letter in letters]
+    names = [f"{prefix}{os.getpid()}n{hops}{letter}" for letter in letters]
     ports = free_ports(hops - 1)
     udp_ports = free_ports(2 * (hops - 1), socket.SOCK_DGRAM) if udp else [None] * (2 * (hops - 1))
     routers = []
@@ -256,10 +257,15 @@ def run_hops(directory: Path, case, lan1: Path, lan2: Path) -> tuple[list[Run], 
         notes = [note for run in runs for note in run.notes()] + logged_notes(logs, marks, runs)
         return runs, notes, converged
     finally:
-        for name, proc in routers.items():
-            stop(proc, 20)
-            for segment in glob.glob(f"/dev/shm/umr.{name}.{proc.pid}.*"):    # left only by a killed router
-                os.unlink(segment)
+        stop_all(routers)
+
+
+def stop_all(routers: dict[str, subprocess.Popen]) -> None:
+    """Stop every router of a chain, and remove the shared memory a killed one left."""
+    for name, proc in routers.items():
+        stop(proc, 20)
+        for segment in glob.glob(f"/dev/shm/umr.{name}.{proc.pid}.*"):
+            os.unlink(segment)
 
 
 def lost(run: Run) -> str:

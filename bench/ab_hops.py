@@ -1,0 +1,63 @@
+"""Peer-linked routers at an earlier revision against this tree's, side by side in one run: did a
+change to the peer link or the workers move a multi-hop path's speed, or did the machine?
+(bench.ab_router does the same for one router between two endpoints.)
+
+    python -m bench.ab_hops REVISION [HOPS]     (HOPS 2 or 3 routers in a chain; default 2)
+
+Each tree runs a chain of HOPS routers of its own (bench.hops_bench's shape: D1 ─ [A] ══ [B] ─ D2,
+single-TCP peer links with <nodelay/>, short routing timers) between two domains of its own, waits
+until its routers agree on the topology, then umsrc → routers → umrcv from the same tree, unpaced,
+at 64 B and 8 KB, runs interleaved with the other tree's. Not part of `make bench`: it needs a
+revision to compare with.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import hops_bench as hb
+from bench import router_bench as rb
+from bench.ab_router import checkout, comparison, interleaved
+from bench.report import write_section
+
+RUNS = 4
+CASES = ((64, 200_000), (8192, 50_000))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] not in ("2", "3")):
+        print(__doc__, file=sys.stderr)
+        return 2
+    revision, hops = argv[0], int(argv[1]) if len(argv) == 2 else 2
+    here = rb.ROOT
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        trees = {revision: checkout(revision, directory), "this tree": here}
+        lans = {n: rb.domain(directory, n) for n in (1, 2, 3, 4)}
+        paths = dict(zip(trees, ((lans[1], lans[2]), (lans[3], lans[4]))))
+        chains: dict[str, dict] = {}
+        try:
+            for (name, root), prefix in zip(trees.items(), ("abold", "abnew")):
+                rb.ROOT = root                      # spawn() runs the routers from this tree
+                routers = chains[name] = {}
+                for router, config in hb.chain(directory, hops, *paths[name], prefix=prefix):
+                    routers[router] = rb.spawn("router.cli.tnwgd", config)
+                for proc in routers.values():
+                    rb.wait_stderr(proc, "portals are up")
+                hb.wait_converged(routers)
+            rates = interleaved(trees, paths, CASES, RUNS, tag=f"abhops{hops}")
+        finally:
+            rb.ROOT = here
+            for routers in chains.values():
+                hb.stop_all(routers)
+    body = comparison(rates, revision, CASES, f"umsrc → {hops} peer-linked routers → umrcv")
+    write_section(f"{hops} router hops before and after a change", body,
+                  f".venv/bin/python -m bench.ab_hops {revision} {hops}")
+    print(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
