@@ -308,7 +308,8 @@ class PeerPortal(EgressRecords):
         stream = self.inbound.get(link_index)
         if stream is None and link_index in self.rejected_inbound:
             return                  # an ACL kept this stream out (counted when it was advertised)
-        frames = b"".join(pending[0])
+        # One run (the usual read) goes on as the link's view; several are joined, a copy.
+        frames = pending[0][0] if len(pending[0]) == 1 else b"".join(pending[0])
         if stream is None:
             self.counters.add_pair("transport_topic_fragments_rcvd_unknown",
                                    "transport_topic_fragment_bytes_rcvd_unknown", pending[1], len(frames))

@@ -47,6 +47,10 @@ from router.um.wire.lbmc import (KA_QUERY, KA_RESPONSE, LBMC_TYPE_CONTROL, LBMC_
 log = logging.getLogger(__name__)
 
 RECV_CHUNK = 262144
+# The link reads into one buffer, in place: a read's bytes after the part of a message the last one
+# left (an LBMC message is at most 64 KB). A fresh bytes object per read cost more than the bytes:
+# the allocator handed the heap back and took it again, each time new zeroed pages.
+RECEIVE_BUFFER = 2 * RECV_CHUNK
 # Pieces of messages (responses in pieces) that wait for room in the queue, at most: one of the
 # largest messages UM puts back together (router.um.unicast_immediate.MAX_MESSAGE).
 MAX_HELD_PIECES = 64 * 1024 * 1024
@@ -71,9 +75,10 @@ class PeerLink:
         self.name = config.name
         self.own_name, self.node_id = own_name, node_id
         self.on_up, self.on_down, self.on_message = on_up, on_down, on_message
-        # Data messages go to on_data(topic index, bytes of a run of them, count, longest), as
-        # they are, to be forwarded; on_read_done follows each socket read, so the owner can
-        # hand on a read's worth of data at once.
+        # Data messages go to on_data(topic index, a run of them, count, longest), as they are, to
+        # be forwarded; on_read_done follows each socket read, so the owner can hand on a read's
+        # worth of data at once. A run is a view of the link's receive buffer, valid until that
+        # on_read_done returns (or, if the link went down meanwhile, until the owner hears so).
         self.on_data, self.on_read_done = on_data, on_read_done
         self.counters = counters if counters is not None else PortalCounters()
         self._log_event = log_event or self._default_log_event
@@ -96,7 +101,9 @@ class PeerLink:
         self._stream = None                     # what the bytes pass through: router.portals.peer_stream
         self._tls_contexts: dict = {}
         self._listener: socket.socket | None = None
-        self._receive = bytearray()
+        self._receive = bytearray(RECEIVE_BUFFER)
+        self._received = memoryview(self._receive)  # the owner gets runs of data as views of it
+        self._filled = 0                            # bytes of it read and not yet used
         self._held_pieces: deque[bytes] = deque()     # send_pieces: waiting for room in the queue
         self._held_bytes = 0
         self._writer_registered = False
@@ -409,7 +416,7 @@ class PeerLink:
             self._sock, self.peer_address = accepted
         sock = self._sock
         peer_sockets.apply_link_options(sock, self.link)
-        self._receive.clear()
+        self._filled = 0
         self.keepalive.reset()
         try:
             self._stream = peer_stream.open_stream(sock, self.link, not self.is_initiator, self._tls_contexts)
@@ -531,7 +538,7 @@ class PeerLink:
             sock.close()
         self._writer_registered = False
         self._reading_paused = False
-        self._receive.clear()
+        self._filled = 0
         self.peer = None
         self.dropping = False
         discarded = self.queue.discard()
@@ -542,7 +549,7 @@ class PeerLink:
     # -- I/O -------------------------------------------------------------------------------------------
     def _on_readable(self) -> None:
         try:
-            data = self._stream.recv(RECV_CHUNK)
+            received = self._read()
         except peer_stream.Incomplete:
             self.keepalive.note_received()  # part of a frame: the companion is alive and sending
             self._want_writable()           # TLS negotiation may have something to send
@@ -554,25 +561,51 @@ class PeerLink:
             self._fire(E.LOST, f"receive failed: {err}")
             return
         self._want_writable()
-        if not data:
+        if not received:
             self._fire(E.LOST, "the companion closed the connection")
             return
         self.keepalive.note_received()
-        self._receive += data
         try:
-            used = self._consume(self._receive)
+            used = self._consume(self._receive, self._filled)
         except WireError as err:
             self.counters.add("link_malformed")
             self._log_event("malformed-input", f"peer link from {self._address_text()}: malformed LBMC stream "
                                                f"({err}); dropping the connection")
             self._fire(E.LOST, f"malformed stream: {err}")
             return
-        if self._sock is not None:
-            del self._receive[:used]
+        # The owner takes the read's data (views of the buffer) before the buffer moves.
         if self.on_read_done is not None and self.state is S.UP:
             self._call_owner(self.on_read_done)
+        if self._sock is not None:
+            remaining = self._filled - used
+            if remaining:
+                self._receive[:remaining] = self._received[used:self._filled]
+            self._filled = remaining
 
-    def _consume(self, buf: bytearray) -> int:
+    def _read(self) -> int:
+        """Read what the companion sent into the buffer, after what is there; the bytes read, 0
+        when it closed. A plain link reads in place; TLS or LZ4 hand over bytes, copied in."""
+        if self._filled + RECV_CHUNK > len(self._receive):
+            self._grow(self._filled + RECV_CHUNK)
+        stream = self._stream
+        if type(stream) is peer_stream.PlainStream:
+            received = stream.sock.recv_into(self._received[self._filled:self._filled + RECV_CHUNK])
+        else:
+            data = stream.recv(RECV_CHUNK)
+            received = len(data)
+            if self._filled + received > len(self._receive):
+                self._grow(self._filled + received)
+            self._received[self._filled:self._filled + received] = data
+        self._filled += received
+        return received
+
+    def _grow(self, size: int) -> None:
+        """A larger buffer (a new one: views the owner may still hold keep the old alive)."""
+        bigger = bytearray(max(size, 2 * len(self._receive)))
+        bigger[:self._filled] = self._received[:self._filled]
+        self._receive, self._received = bigger, memoryview(bigger)
+
+    def _consume(self, buf, end: int | None = None) -> int:
         """Handle every complete message at the front of `buf`; return the bytes used.
 
         Data messages (the bulk of a busy link) are not decoded: runs of consecutive ones for one
@@ -580,7 +613,10 @@ class PeerLink:
         their place in the stream, after the data before them, so an advertisement is always
         seen before its data and its EOS after it.
         """
-        offset, end, generation = 0, len(buf), self._generation
+        offset, generation = 0, self._generation
+        if end is None:                 # a UDP datagram's payload (bytes): all of it
+            end = len(buf)
+        view = self._received if buf is self._receive else memoryview(buf)
         fast = self.on_data is not None and self.state is S.UP
         run_start = run_tidx = None
         run_count = run_longest = 0
@@ -594,7 +630,7 @@ class PeerLink:
             if fast and buf[offset] == LBMC_TYPE_MESSAGE and buf[offset + 1] not in _NOT_STREAM_DATA:
                 tidx = int.from_bytes(buf[offset + 4:offset + 8], "big")
                 if run_start is not None and tidx != run_tidx:
-                    self._data_run(buf, run_start, offset, run_tidx, run_count, run_longest)
+                    self._data_run(view, run_start, offset, run_tidx, run_count, run_longest)
                     run_start = None
                 if run_start is None:
                     run_start, run_tidx, run_count, run_longest = offset, tidx, 0, 0
@@ -608,21 +644,23 @@ class PeerLink:
                 run_longest = max(run_longest, msglen)
             else:
                 if run_start is not None:
-                    self._data_run(buf, run_start, offset, run_tidx, run_count, run_longest)
+                    self._data_run(view, run_start, offset, run_tidx, run_count, run_longest)
                     run_start = None
                 message, _ = decode_lbmc(buf, offset)
-                self._dispatch(message, msglen, bytes(buf[offset:offset + msglen]))
+                self._dispatch(message, msglen, bytes(view[offset:offset + msglen]))
                 if self._generation != generation or self._sock is None:
                     return offset + msglen          # a message took the link down: drop the rest
                 fast = self.on_data is not None and self.state is S.UP
             offset += msglen
         if run_start is not None:
-            self._data_run(buf, run_start, offset, run_tidx, run_count, run_longest)
+            self._data_run(view, run_start, offset, run_tidx, run_count, run_longest)
         return offset
 
-    def _data_run(self, buf, start: int, stop: int, tidx: int, count: int, longest: int) -> None:
+    def _data_run(self, view: memoryview, start: int, stop: int, tidx: int, count: int, longest: int) -> None:
+        """A run of data messages to the owner as a view (of the receive buffer: valid until its
+        on_read_done returns; the owner copies them once, into its ring)."""
         self.counters.add_pair("data_msgs_rcvd", "data_msg_bytes_rcvd", count, stop - start)
-        self._call_owner(self.on_data, tidx, bytes(buf[start:stop]), count, longest)
+        self._call_owner(self.on_data, tidx, view[start:stop], count, longest)
 
     def _dispatch(self, message: LbmcMessage, size: int, raw: bytes = b"") -> None:
         control = message.msg_type == LBMC_TYPE_CONTROL

@@ -121,7 +121,7 @@ def test_a_udp_peer_link_whose_interface_is_a_network_comes_up_and_carries_data(
     from tests.portals.test_peer_udp import udp
     arrived = []
     acceptor = harness.side(with_interface(config("PB", udp=udp()), "127.0.0.0/8"), "router-B", 0xB0B,
-                            handshake_timeout_ms=1000, on_data=lambda tidx, data, count, longest: arrived.append(data))
+                            handshake_timeout_ms=1000, on_data=lambda tidx, data, count, longest: arrived.append(bytes(data)))
     acceptor.link.start()
     initiator = harness.side(with_interface(config("PA", connect_to=acceptor.link.listening_port, udp=udp()),
                                             "127.0.0.0/8"), "router-A", 0xA1, handshake_timeout_ms=1000)

@@ -32,7 +32,7 @@ class Received:
         self.data: list[tuple[int, bytes, int]] = []
 
     def on_data(self, tidx: int, frames: bytes, count: int, longest: int) -> None:
-        self.data.append((tidx, frames, count))
+        self.data.append((tidx, bytes(frames), count))     # a view of the link's buffer: copied
 
     def messages(self) -> list[LbmcMessage]:
         out = []
