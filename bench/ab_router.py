@@ -2,11 +2,12 @@
 change move its speed, or did the machine? A router's absolute figures move with the host (the C
 floor in bench.router_bench moves with them); two routers measured interleaved share that drift.
 
-    python -m bench.ab_router REVISION      (e.g. the commit a session started from)
+    python -m bench.ab_router REVISION [TRANSPORT]    (e.g. the commit a session started from)
 
 Each tree runs a router of its own joining two domains of its own (a worker per portal); umsrc →
-router → umrcv from the same tree, unpaced, at 64 B and 8 KB, runs interleaved. Not part of
-`make bench`: it needs a revision to compare with.
+router → umrcv from the same tree, unpaced, at 64 B and 8 KB, runs interleaved. TRANSPORT is the
+source's (tcp, the default, or lbtipc; the receiver's side is LBT-TCP). Not part of `make bench`:
+it needs a revision to compare with.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def checkout(revision: str, directory: Path) -> Path:
 
 
 def interleaved(trees: dict[str, Path], paths: dict[str, tuple[Path, Path]], cases, runs: int,
-                tag: str = "ab") -> dict[tuple[str, int], list[float]]:
+                tag: str = "ab", source_extra=()) -> dict[tuple[str, int], list[float]]:
     """umsrc → umrcv from source domain to receiver domain of each tree's path (`paths[name]`),
     with that tree's tools: `runs` rounds, each every size of `cases` on every tree in turn, so
     drifting load hits both trees. Messages/s at the receiver by (tree, size); any loss ends it."""
@@ -44,7 +45,7 @@ def interleaved(trees: dict[str, Path], paths: dict[str, tuple[Path, Path]], cas
                 for name, root in trees.items():
                     rb.ROOT = root                  # spawn() runs the tools from this tree
                     source_domain, receiver_domain = paths[name]
-                    got = rb.um_run(source_domain, receiver_domain, count, size,
+                    got = rb.um_run(source_domain, receiver_domain, count, size, source_extra,
                                     receiver_extra=("--idle-timeout", 15), topic=f"{tag}.{size}.{n}")
                     if (got["unique"], got["gaps"]) != (count, 0):
                         raise SystemExit(f"{name}, {size} B: lost messages: {got}")
@@ -71,10 +72,10 @@ def comparison(rates: dict[tuple[str, int], list[float]], revision: str, cases, 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
+    if len(argv) not in (1, 2) or argv[1:] not in ([], ["tcp"], ["lbtipc"]):
         print(__doc__, file=sys.stderr)
         return 2
-    revision = argv[0]
+    revision, transport = argv[0], (argv[1:] or ["tcp"])[0]
     here = rb.ROOT
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
@@ -89,13 +90,18 @@ def main(argv: list[str] | None = None) -> int:
                                  lan_a, lan_b)
                 rb.wait_stderr(routers[name][0], "portals are up")
             paths = {name: (lan_a, lan_b) for name, (_, lan_a, lan_b) in routers.items()}
-            rates = interleaved(trees, paths, CASES, RUNS)
+            rates = interleaved(trees, paths, CASES, RUNS, source_extra=("-T", transport))
         finally:
             rb.ROOT = here
             for proc, _, _ in routers.values():
                 rb.stop(proc, 30)
-    body = comparison(rates, revision, CASES, "umsrc → router → umrcv")
-    write_section("Router before and after a change", body, f".venv/bin/python -m bench.ab_router {revision}")
+    if transport == "tcp":
+        body = comparison(rates, revision, CASES, "umsrc → router → umrcv")
+        write_section("Router before and after a change", body, f".venv/bin/python -m bench.ab_router {revision}")
+    else:
+        body = comparison(rates, revision, CASES, f"umsrc on {transport} → router → umrcv")
+        write_section(f"Router before and after a change, {transport} sources", body,
+                      f".venv/bin/python -m bench.ab_router {revision} {transport}")
     print(body)
     return 0
 

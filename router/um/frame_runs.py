@@ -63,6 +63,18 @@ def whole_frames_within(buf, limit: int) -> int:
     return position
 
 
+def is_whole_frames(buf) -> bool:
+    """Whether `buf` is whole LBMC frames end to end (a datagram's or a record's own framing, before
+    it is parsed together with others): a run of equal frames is found at once, else walked."""
+    size = len(buf)
+    if size < 4:
+        return False
+    length = (buf[2] << 8) | buf[3]
+    if length >= 4 and size % length == 0 and equal_frames(buf, 0, size, length) == size // length:
+        return True
+    return whole_frames_within(buf, size) == size
+
+
 def frames_and_last_sequence_numbers(buf) -> tuple[int, dict[int, int]]:
     """How many LBMC frames `buf` holds, and the sequence number of the last MESSAGE frame of each
     topic index among them (walking their lengths; a short or broken tail ends it). For the rare

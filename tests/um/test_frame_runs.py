@@ -4,7 +4,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.um.frame_runs import MIN_RUN, consecutive_sequence_numbers, equal_frames, whole_frames_within
+from router.um.frame_runs import (MIN_RUN, consecutive_sequence_numbers, equal_frames, is_whole_frames,
+                                  whole_frames_within)
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
 
 
@@ -32,6 +33,19 @@ def test_whole_frames_within_stops_at_a_short_or_broken_frame():
     assert whole_frames_within(frames + b"\x01\x00", 1000) == 150               # a tail shorter than a length
     assert whole_frames_within(frames + b"\x01\x00\x00\x02" + b"x" * 20, 1000) == 150     # a length below 4
     assert whole_frames_within(memoryview(frames)[100:], 60) == 50             # any buffer, from its start
+
+
+def test_is_whole_frames_says_whether_frames_tile_the_buffer_end_to_end():
+    run = b"".join(_frame(n, 64) for n in range(MIN_RUN * 4))            # equal frames: numpy finds them
+    assert is_whole_frames(run) and is_whole_frames(memoryview(run))
+    assert not is_whole_frames(run[:-1]) and not is_whole_frames(run + b"\x00")
+    mixed = run + _frame(99, 100) + run                                 # a run, then walked
+    assert is_whole_frames(mixed) and not is_whole_frames(mixed[:-10])
+    assert is_whole_frames(_frame(0, 8000))                             # one frame alone
+    broken = bytearray(_frame(0, 8000))
+    broken[2:4] = (8100).to_bytes(2, "big")                             # says more than there is
+    assert not is_whole_frames(broken)
+    assert not is_whole_frames(b"") and not is_whole_frames(b"\x00\x00")
 
 
 def test_consecutive_sequence_numbers_counts_the_frames_in_sequence_from_the_first():
