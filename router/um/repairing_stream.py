@@ -11,6 +11,13 @@ giving loss up, ending the stream after a final advertisement, or expiring a par
 A DATA or SM claiming a lead no source can have reached (lbtrm_receive_window.MAX_LEAD ahead) is
 counted as malformed and dropped: believed, it would give up most of the sequence space.
 A subclass reads its packet types into `_data`, `_sm` and `_ncf`, and sends NAKs its transport's way.
+
+The datagrams one read of the socket brings (router.um.session_socket: up to a batch of them) are
+copied, in order, into one buffer and parsed at once when the read ends (up to BATCH_BYTES): a
+router forwards them as one record of its ring, an application gets them as one batch. Each
+datagram must be whole frames; one that is not is parsed alone, after those before it, and loses
+only the rest of itself. What repair gives back outside a read (a timer giving loss up) is parsed
+at once, and everything batched is before a stream ends.
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ import logging
 import time
 from typing import Callable
 
+from router.um.frame_runs import is_whole_frames
 from router.um.frame_stream import FrameStream
 from router.um.lbtrm_receive_window import ReceiveWindow
 
@@ -25,6 +33,7 @@ log = logging.getLogger(__name__)
 
 NAKS_PER_PACKET = 1024
 _FRAGMENT_GRACE = 1.0             # seconds past the NAK generation interval a partial message may wait
+BATCH_BYTES = 256 * 1024          # a read's datagrams parsed at once, at most (a datagram is at most 64 KB)
 
 
 class RepairingStream(FrameStream):
@@ -46,6 +55,9 @@ class RepairingStream(FrameStream):
         self.ending_since = 0.0
         self.sm_since_ending = False
         self.unread_since: float | None = None        # since when the socket is not read (flow control)
+        self._batch = bytearray(BATCH_BYTES)          # in-order datagrams of this read, not yet parsed
+        self._batch_view = memoryview(self._batch)
+        self._batched = 0
         socket_.add(self)
         self._activity = loop.call_every(min(1.0, max(activity_timeout / 4, 0.05)), self._check_activity)
         if not self.listening():
@@ -87,6 +99,8 @@ class RepairingStream(FrameStream):
     def _delivered(self, payloads) -> None:
         for payload in payloads:
             self._frames(payload)
+        if self.ending or not getattr(self.socket, "reading_batch", False):
+            self.parse_batch()                          # no read to end: now
         self._arm_naks()
         if self.ending:
             self._check_ending()
@@ -114,9 +128,39 @@ class RepairingStream(FrameStream):
                 callback()
 
     def _frames(self, payload: bytes) -> None:
-        self.counters["bytes"] += len(payload)
-        if self._parse(payload) != len(payload):
+        size = len(payload)
+        if size > BATCH_BYTES - self._batched:
+            self.parse_batch()
+        if size <= BATCH_BYTES and is_whole_frames(payload):
+            if not self._batched and getattr(self.socket, "reading_batch", False):
+                self.socket.batched(self)               # parsed when the read ends
+            self._batch_view[self._batched:self._batched + size] = payload
+            self._batched += size
+            return
+        self.parse_batch()                              # in order: the datagrams before it first
+        if self.closed:
+            return
+        self.counters["bytes"] += size
+        if self._parse(payload) != size:
             self._malformed("a datagram that is not whole frames", close=False)
+
+    def close(self, notify: bool = True) -> None:
+        if notify and not self.closed:
+            self.parse_batch()                          # what came before the end is delivered first
+        super().close(notify)
+
+    def parse_batch(self) -> None:
+        """Parse the datagrams batched so far: as the buffer itself for a router's proxy receiver
+        (its frames go on as views of it, copied into its ring), as one bytes object for an
+        application (its payloads are slices)."""
+        size, self._batched = self._batched, 0
+        if not size or self.closed:
+            return
+        self.counters["bytes"] += size
+        if self.raw_indexes:
+            self._parse(self._batch, size, self._batch_view)
+        else:
+            self._parse(bytes(self._batch_view[:size]))
 
     def _malformed(self, what: str, close: bool = True) -> None:
         """Each datagram is framed on its own: one whose frames are broken (a faulty or foreign

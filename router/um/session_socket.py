@@ -57,6 +57,8 @@ class SessionSocket:
                         self.loss_rate * 100, self.loss_variable)
         sock.setblocking(False)
         self.reading = True
+        self.reading_batch = False            # in _readable: sessions batch their datagrams till it ends
+        self._batched: list = []              # the sessions holding datagrams of this read
         loop.add_reader(sock.fileno(), self._readable)
 
     def decode(self, datagram):
@@ -103,10 +105,24 @@ class SessionSocket:
         for client in list(self.sessions.values()):
             client.reading_changed(self.reading)
 
+    def batched(self, client) -> None:
+        """`client` holds datagrams of this read: it parses them when the read ends."""
+        self._batched.append(client)
+
     def _readable(self) -> None:
         sock = self.sock
         if sock is None or not self.reading:
             return
+        self.reading_batch = True
+        try:
+            self._read(sock)
+        finally:
+            self.reading_batch = False
+            batched, self._batched = self._batched, []
+            for client in batched:
+                client.parse_batch()
+
+    def _read(self, sock: socket.socket) -> None:
         now = time.monotonic()
         for datagram, address in pending_datagrams(sock, _RECEIVE_BATCH, self.description):
             self.counters["datagrams"] += 1

@@ -30,11 +30,14 @@ class _Application:
         self.messages: list[tuple[int, bytes]] = []
         self.gaps: list[tuple[int, int]] = []
         self.ended = False
+        self.deliveries = 0                 # calls that brought messages
 
     def on_batch(self, messages):
+        self.deliveries += 1
         self.messages.extend((sqn, bytes(payload)) for sqn, payload in messages)
 
     def on_run(self, data, first, count, length):
+        self.deliveries += 1
         size = length - MESSAGE_HEADER.size
         self.messages.extend((first + n, bytes(data[n * length + MESSAGE_HEADER.size:][:size])) for n in range(count))
 
@@ -122,21 +125,43 @@ def session(loop, tmp_path):
         each.close()
 
 
+# -- one read, one parse ------------------------------------------------------------------------
+def test_the_datagrams_one_read_brings_reach_the_application_as_one_batch(session):
+    """What waited in the socket (its reading paused, as flow control pauses it) is read at once
+    and parsed at once: one delivery, every message in order."""
+    joined = session(window=ReceiveWindow(nak_initial_backoff=0.0))
+    joined.loop.call_and_wait(joined.client.pause)
+    for sqn in range(20):
+        joined.send(sqn, message(sqn, bytes([sqn]) * 3000))
+    joined.loop.call_and_wait(joined.client.resume)
+    app = joined.application
+    wait_for(lambda: len(app.messages) == 20, 10, message="the 20 messages")
+    assert app.messages == [(sqn, bytes([sqn]) * 3000) for sqn in range(20)]
+    assert app.deliveries == 1
+    assert joined.counters()["bytes"] == 20 * (MESSAGE_HEADER.size + 3000)
+
+
 # -- malformed datagrams -------------------------------------------------------------------------
+@pytest.mark.parametrize("read_at_once", [False, True], ids=["as-they-come", "one-read"])
 @pytest.mark.parametrize("broken, gaps", [
     # A frame of length 0: nothing after it can be framed; the message it hid is told lost.
     (b"\x02\x00\x00\x00" + b"\xff" * 20, [(2, 1)]),
     # A fragment too short for its FRAG header: its frame is read (sqn 2) and dropped as malformed.
     (MESSAGE_HEADER.pack(LBMC_TYPE_MESSAGE, NHDR_FRAG, 16, TOPIC_INDEX, 2) + b"\x00" * 4, []),
 ], ids=["frame-length-0", "fragment-too-short"])
-def test_a_datagram_with_a_broken_frame_is_dropped_and_counted_and_the_session_goes_on(session, broken, gaps):
+def test_a_datagram_with_a_broken_frame_is_dropped_and_counted_and_the_session_goes_on(session, broken, gaps,
+                                                                                         read_at_once):
     """Each datagram of a UDP session is framed on its own: one whose frames are broken (sent by a
     faulty or foreign sender) is counted and dropped; the session and its receivers go on, and
-    the datagrams after it are delivered."""
+    the datagrams after it are delivered. Also when all three come in one read, parsed together."""
     joined = session(window=ReceiveWindow(nak_initial_backoff=0.0))
+    if read_at_once:
+        joined.loop.call_and_wait(joined.client.pause)
     joined.send(0, message(0, b"zero") + message(1, b"one"))
     joined.send(1, broken)
     joined.send(2, message(3, b"three"))
+    if read_at_once:
+        joined.loop.call_and_wait(joined.client.resume)
     app = joined.application
     wait_for(lambda: len(app.messages) == 3 or app.ended, 10, message="the messages after the broken datagram")
     counters = joined.counters()
