@@ -1,10 +1,10 @@
 """The LBT-IPC receiver side: attach to a source's ring as a consumer and dispatch its frames.
 
 Records are batches of LBMC frames, parsed exactly as a TCP stream (frame_stream.FrameStream).
-The records of one read of the ring are copied into one buffer and parsed at once, up to
-BATCH_BYTES (a source sends a message of 2 KB or more as a record of its own): a router forwards
-them as one record of its own ring, an application gets them as one batch. Each record must be
-whole frames; one that is not is parsed alone, after the ones before it, and ends the stream.
+The records of one read of the ring are parsed at once (router.um.frame_batch; a source sends a
+message of 2 KB or more as a record of its own): a router forwards them as one record of its own
+ring, an application gets them as one batch. A record that is not whole frames is parsed alone,
+after the ones before it, and ends the stream.
 The receiver sleeps on its wakeup FIFO; a producer writes it only when the receiver is parked.
 EOS comes from the source's end record, or from noticing that the source is gone: its process
 died, or it closed without room in the ring for its end record (a receiver behind). What the ring
@@ -32,13 +32,12 @@ from router.ipc.shm import SharedSegment, pid_alive, remove_stale
 from router.ipc.wakeup import RingWakeups
 from router.lbtipc import naming
 from router.lbtipc.source import RECORD_END, RECORD_FRAMES, SLOTS
-from router.um.frame_runs import is_whole_frames
+from router.um.frame_batch import FrameBatch
 from router.um.frame_stream import FrameStream
 
 log = logging.getLogger(__name__)
 
 READ_LIMIT = 1024
-BATCH_BYTES = 256 * 1024     # as a TCP receiver's read: one parse, one ring record, for up to this much
 CHECK_INTERVAL = 1.0
 
 
@@ -113,9 +112,7 @@ class LbtipcSessionClient(FrameStream):
         # of the ring to the end of the read.
         self._reading = False
         self._ring_released = False
-        self._batch = bytearray(BATCH_BYTES)       # the read's FRAMES records, copied out of the ring
-        self._batch_view = memoryview(self._batch)
-        self._batched = 0
+        self._batch = FrameBatch(self)              # the read's FRAMES records, copied out of the ring
         loop.add_reader(self.consumer.fileno(), self._woken)
         check = min(CHECK_INTERVAL, max(activity_timeout / 4, 0.05)) if activity_timeout > 0 else CHECK_INTERVAL
         self._check = loop.call_every(check, self._check_source)
@@ -137,7 +134,7 @@ class LbtipcSessionClient(FrameStream):
                 log.warning("%s: %s", self.description, err)
                 delivered = None
             finally:
-                self._parse_batch()                 # what the read took before it ended, either way
+                self._batch.parse()                 # what the read took before it ended, either way
                 self._reading = False
             if self.closed:
                 self._release_ring()            # closed by a callback of that read
@@ -163,38 +160,18 @@ class LbtipcSessionClient(FrameStream):
         if self.closed:
             return                  # closed by a callback of this read: the rest is nobody's
         if record_type == RECORD_FRAMES:
-            size = len(payload)
-            if size > BATCH_BYTES - self._batched:
-                self._parse_batch()
-            if size <= BATCH_BYTES and is_whole_frames(payload):
-                self._batch_view[self._batched:self._batched + size] = payload
-                self._batched += size
+            if self._batch.add(payload):
                 return
-            self._parse_batch()     # in order: the records before it first
+            self._batch.parse()     # in order: the records before it first
             if self.closed:
                 return
             data = bytes(payload)
-            self.counters["bytes"] += size
-            if self._parse(data) != size:
+            self.counters["bytes"] += len(data)
+            if self._parse(data) != len(data):
                 self._malformed("a record that is not whole frames")
         elif record_type == RECORD_END:
-            self._parse_batch()
+            self._batch.parse()
             self.ended = True
-
-    def _parse_batch(self) -> None:
-        """Parse the records batched so far: as the buffer itself for a router's proxy receiver
-        (its frames go on as views of it, copied into its ring), as one bytes object for an
-        application (its payloads are slices)."""
-        size = self._batched
-        if not size or self.closed:
-            self._batched = 0
-            return
-        self._batched = 0
-        self.counters["bytes"] += size
-        if self.raw_indexes:
-            self._parse(self._batch, size, self._batch_view)
-        else:
-            self._parse(bytes(self._batch_view[:size]))
 
     def _check_source(self) -> None:
         """Heartbeat our slot (so an idle source keeps waiting for us) and notice a source that

@@ -311,6 +311,14 @@ class FrameStream:
                 self._tell(subscriptions.get(tidx, ()), "on_sequence_info", sqn)
         return offset
 
+    def parse_reused(self, buffer, size: int, view: memoryview) -> int:
+        """Parse the first `size` bytes of a buffer its reader reuses: in place for a router's
+        proxy receiver (its frames go on as views, copied into its ring before this returns), as
+        one bytes object for an application (its payloads are slices of it, kept)."""
+        if self.raw_indexes:
+            return self._parse(buffer, size, view)
+        return self._parse(bytes(view[:size]))
+
     def _tell(self, subs, what: str, *args) -> None:
         """Call `what(*args)` of each of a topic's subscriptions still subscribed when its turn
         comes (in_turn). What one raises (an application callback's own bug) is logged, counted

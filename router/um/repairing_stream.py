@@ -12,12 +12,11 @@ A DATA or SM claiming a lead no source can have reached (lbtrm_receive_window.MA
 counted as malformed and dropped: believed, it would give up most of the sequence space.
 A subclass reads its packet types into `_data`, `_sm` and `_ncf`, and sends NAKs its transport's way.
 
-The datagrams one read of the socket brings (router.um.session_socket: up to a batch of them) are
-copied, in order, into one buffer and parsed at once when the read ends (up to BATCH_BYTES): a
-router forwards them as one record of its ring, an application gets them as one batch. Each
-datagram must be whole frames; one that is not is parsed alone, after those before it, and loses
-only the rest of itself. What repair gives back outside a read (a timer giving loss up) is parsed
-at once, and everything batched is before a stream ends.
+The in-order datagrams one read of the socket brings (router.um.session_socket) are parsed at once
+when the read ends (router.um.frame_batch): a router forwards them as one record of its ring, an
+application gets them as one batch. A datagram that is not whole frames is parsed alone, after
+those before it, and loses only the rest of itself. What repair gives back outside a read (a timer
+giving loss up) is parsed at once, and what is gathered is parsed before a stream ends.
 """
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ import logging
 import time
 from typing import Callable
 
-from router.um.frame_runs import is_whole_frames
+from router.um.frame_batch import FrameBatch
 from router.um.frame_stream import FrameStream
 from router.um.lbtrm_receive_window import ReceiveWindow
 
@@ -33,7 +32,6 @@ log = logging.getLogger(__name__)
 
 NAKS_PER_PACKET = 1024
 _FRAGMENT_GRACE = 1.0             # seconds past the NAK generation interval a partial message may wait
-BATCH_BYTES = 256 * 1024          # a read's datagrams parsed at once, at most (a datagram is at most 64 KB)
 
 
 class RepairingStream(FrameStream):
@@ -55,9 +53,7 @@ class RepairingStream(FrameStream):
         self.ending_since = 0.0
         self.sm_since_ending = False
         self.unread_since: float | None = None        # since when the socket is not read (flow control)
-        self._batch = bytearray(BATCH_BYTES)          # in-order datagrams of this read, not yet parsed
-        self._batch_view = memoryview(self._batch)
-        self._batched = 0
+        self._batch = FrameBatch(self)                # in-order datagrams of this read, not yet parsed
         socket_.add(self)
         self._activity = loop.call_every(min(1.0, max(activity_timeout / 4, 0.05)), self._check_activity)
         if not self.listening():
@@ -100,7 +96,7 @@ class RepairingStream(FrameStream):
         for payload in payloads:
             self._frames(payload)
         if self.ending or not getattr(self.socket, "reading_batch", False):
-            self.parse_batch()                          # no read to end: now
+            self.parse_batch()                          # no read to end, or the stream to end: now
         self._arm_naks()
         if self.ending:
             self._check_ending()
@@ -128,20 +124,16 @@ class RepairingStream(FrameStream):
                 callback()
 
     def _frames(self, payload: bytes) -> None:
-        size = len(payload)
-        if size > BATCH_BYTES - self._batched:
-            self.parse_batch()
-        if size <= BATCH_BYTES and is_whole_frames(payload):
-            if not self._batched and getattr(self.socket, "reading_batch", False):
+        first = not self._batch.size
+        if self._batch.add(payload):
+            if first and getattr(self.socket, "reading_batch", False):
                 self.socket.batched(self)               # parsed when the read ends
-            self._batch_view[self._batched:self._batched + size] = payload
-            self._batched += size
             return
-        self.parse_batch()                              # in order: the datagrams before it first
+        self._batch.parse()                             # in order: the datagrams before it first
         if self.closed:
             return
-        self.counters["bytes"] += size
-        if self._parse(payload) != size:
+        self.counters["bytes"] += len(payload)
+        if self._parse(payload) != len(payload):
             self._malformed("a datagram that is not whole frames", close=False)
 
     def close(self, notify: bool = True) -> None:
@@ -150,17 +142,8 @@ class RepairingStream(FrameStream):
         super().close(notify)
 
     def parse_batch(self) -> None:
-        """Parse the datagrams batched so far: as the buffer itself for a router's proxy receiver
-        (its frames go on as views of it, copied into its ring), as one bytes object for an
-        application (its payloads are slices)."""
-        size, self._batched = self._batched, 0
-        if not size or self.closed:
-            return
-        self.counters["bytes"] += size
-        if self.raw_indexes:
-            self._parse(self._batch, size, self._batch_view)
-        else:
-            self._parse(bytes(self._batch_view[:size]))
+        """Parse the datagrams gathered so far (the socket calls it when its read ends)."""
+        self._batch.parse()
 
     def _malformed(self, what: str, close: bool = True) -> None:
         """Each datagram is framed on its own: one whose frames are broken (a faulty or foreign

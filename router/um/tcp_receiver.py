@@ -85,10 +85,7 @@ class TcpSessionClient(FrameStream):
         self.filled += received
         if received < COALESCE_BELOW:
             self.loop.read_was_small()
-        if self.raw_indexes:      # a router's proxy receiver: frames go on as views of the buffer
-            consumed = self._parse(self.buffer, self.filled, self.view)
-        else:                     # an application's receiver keeps its payloads: slice a copy
-            consumed = self._parse(bytes(self.view[:self.filled]))
+        consumed = self.parse_reused(self.buffer, self.filled, self.view)
         if consumed:
             remaining = self.filled - consumed
             if remaining:

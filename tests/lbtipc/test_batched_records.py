@@ -8,8 +8,8 @@ import pytest
 
 from router.ipc import layout
 from router.ipc.shm import SharedSegment
-from router.lbtipc.receiver import BATCH_BYTES
 from router.um.context import Context
+from router.um.frame_batch import BATCH_BYTES
 from tests.lbtipc.sessions import joined_stream
 from tests.support.processes import wait_for
 
