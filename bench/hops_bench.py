@@ -45,6 +45,10 @@ CASES = (0, 1, 2, UDP, 3)
 LENGTH = 64
 THROUGHPUT_COUNT = 200_000
 THROUGHPUT_RUNS = 3                   # unpaced runs per path: the table gives their median rate and every run's loss
+# Large messages too: a per-read cost of a peer link (a fresh buffer each read, copies on the way
+# to the ring) halved its 8 KB rate while its 64 B rate looked fine.
+LARGE_LENGTH, LARGE_COUNT = 8192, 50_000
+LARGE = "unpaced 8 KB"
 RATE, SECONDS = 5000, 3               # the paced latency run: RATE msgs/s for SECONDS, flushing each
 RUN_TIMEOUT = 60                      # s, bound on each umsrc/umrcv run
 IDLE_TIMEOUT = 3                      # s without a message after the first: the receiver reports what it got
@@ -192,16 +196,19 @@ class Run:
 
 def measure(lan1: Path, receiver_cfg: Path, tag: str, routers: dict[str, subprocess.Popen] | None = None
             ) -> list[Run]:
-    """The paced latency run, then THROUGHPUT_RUNS unpaced runs (after it, so their overload cannot
-    disturb the latency run), each on a topic of its own, bounded in count and time. The routers'
-    drop counters are read before the first run and after each."""
+    """The paced latency run, then THROUGHPUT_RUNS unpaced runs of LENGTH and as many of
+    LARGE_LENGTH (after it, so their overload cannot disturb the latency run), each on a topic of
+    its own, bounded in count and time. The routers' drop counters are read before the first run
+    and after each."""
     routers = routers or {}
-    plan = [("paced", RATE * SECONDS, ("-P", RATE, "-F"))] + [("unpaced", THROUGHPUT_COUNT, ())] * THROUGHPUT_RUNS
+    plan = ([("paced", RATE * SECONDS, ("-P", RATE, "-F"), LENGTH)]
+            + [("unpaced", THROUGHPUT_COUNT, (), LENGTH)] * THROUGHPUT_RUNS
+            + [(LARGE, LARGE_COUNT, (), LARGE_LENGTH)] * THROUGHPUT_RUNS)
     runs = []
     before = drop_counters(routers)
-    for i, (kind, count, extra) in enumerate(plan):
+    for i, (kind, count, extra, length) in enumerate(plan):
         began, (total, idle), jiffies = datetime.datetime.now(), cpu_times(), router_cpu(routers)
-        result = um_run(lan1, receiver_cfg, count, LENGTH, extra, timeout=RUN_TIMEOUT,
+        result = um_run(lan1, receiver_cfg, count, length, extra, timeout=RUN_TIMEOUT,
                         receiver_extra=("--idle-timeout", IDLE_TIMEOUT), topic=f"bench.hops.{tag}.{i}")
         ended, (total_after, idle_after) = datetime.datetime.now(), cpu_times()
         busy = 1 - (idle_after - idle) / max(1, total_after - total)
@@ -211,7 +218,7 @@ def measure(lan1: Path, receiver_cfg: Path, tag: str, routers: dict[str, subproc
         used = (sum(spent.values()), sum(v for pid, v in spent.items() if pid not in supervisors))
         after = drop_counters(routers)
         moved = {key: after[key] - before.get(key, 0) for key in sorted(after) if after[key] != before.get(key, 0)}
-        name = kind if kind == "paced" else f"unpaced #{i}"
+        name = kind if kind == "paced" else f"{kind} #{i}"
         runs.append(Run(name, count, result, began, ended, busy, used, moved if routers else None))
         before = after
     return runs
@@ -281,6 +288,12 @@ def lost(run: Run) -> str:
     return text + (f", {run.result['duplicates']:,} dup" if run.result["duplicates"] else "")
 
 
+def split(runs: list[Run]) -> tuple[Run, list[Run], list[Run]]:
+    """A path's runs: the paced one, the unpaced LENGTH ones, the unpaced LARGE_LENGTH ones."""
+    return (runs[0], [run for run in runs[1:] if not run.kind.startswith(LARGE)],
+            [run for run in runs[1:] if run.kind.startswith(LARGE)])
+
+
 def rate(runs: list[Run]) -> float:
     return statistics.median(run.result["rate_msgs_per_s"] for run in runs)
 
@@ -324,11 +337,13 @@ def udp_comparison(results: dict) -> str:
     """The UDP peer link against the TCP one, 2 hops each, from this run."""
     if 2 not in results or UDP not in results:
         return ""
-    tcp, udp = results[2][0], results[UDP][0]
+    (tcp, tcp_small, _), (udp, udp_small, _) = split(results[2][0]), split(results[UDP][0])
     return (f"\nWith the peer link's data on UDP (LBT-RU between the routers, TCP keeping the handshake and "
-            f"keepalives) 2 hops carry {rate(udp[1:]):,.0f} msgs/s against {rate(tcp[1:]):,.0f} on TCP, "
-            f"at a paced p50 of {udp[0].result['latency_us']['p50']} µs against "
-            f"{tcp[0].result['latency_us']['p50']} µs.\n")
+            f"keepalives) 2 hops carry {rate(udp_small):,.0f} msgs/s against {rate(tcp_small):,.0f} on TCP, "
+            f"at a paced p50 of {udp.result['latency_us']['p50']} µs against "
+            f"{tcp.result['latency_us']['p50']} µs. At {LARGE_LENGTH} B the UDP path's rate limit "
+            "(`<peer-rate-limit data>` 2 Gbit/s here) is below what the source offers unpaced: its queue "
+            "fills and drops beyond `<max-queue>`, counted (below), as a rate-limited path does.\n")
 
 
 def main() -> int:
@@ -354,22 +369,28 @@ def main() -> int:
             notes += [f"{label(hops)}, {note}" for note in found]
     load_after = os.getloadavg()[0]
     rows = []
-    base = rate(results[0][0][1:]) if 0 in results else 0
+    _, base_small, base_large = split(results[0][0]) if 0 in results else (None, [], [])
     for hops in CASES:
         if hops not in results:
-            rows.append([label(hops), "failed (below)"] + [""] * 9)
+            rows.append([label(hops), "failed (below)"] + [""] * 12)
             continue
-        (latency, *unpaced), converged = results[hops]
-        rates = [run.result["rate_msgs_per_s"] for run in unpaced]
-        rows.append([label(hops), f"{rate(unpaced):,.0f} ({min(rates):,.0f}–{max(rates):,.0f})",
-                     f"{rate(unpaced) / base:.0%}" if base else "", " · ".join(lost(run) for run in unpaced),
+        runs, converged = results[hops]
+        latency, small, large = split(runs)
+        throughput = []
+        for unpaced, base in ((small, base_small), (large, base_large)):
+            rates = [run.result["rate_msgs_per_s"] for run in unpaced]
+            throughput += [f"{rate(unpaced):,.0f} ({min(rates):,.0f}–{max(rates):,.0f})",
+                           f"{rate(unpaced) / rate(base):.0%}" if base else "",
+                           " · ".join(lost(run) for run in unpaced)]
+        rows.append([label(hops), *throughput,
                      latency.result["latency_us"]["p50"], latency.result["latency_us"]["p99"],
                      added_latency(latency.result, results[0][0][0].result, "p50") if 0 in results and hops else "",
                      lost(latency), f"{cpu_per_message(latency, hop_count(hops)):.0f}" if hops else "",
                      f"{latency.busy:.0%}",
                      "" if converged is None else f"{converged:.1f} s"])
     elapsed = time.monotonic() - began
-    body = (f"Source in D1, receiver in D2 (direct: both in D1), {LENGTH} B messages, LBT-TCP, all on loopback; "
+    body = (f"Source in D1, receiver in D2 (direct: both in D1), {LENGTH} B and {LARGE_LENGTH} B messages, LBT-TCP, "
+            "all on loopback; "
             "each hop a `tnwgd` process (a supervisor and one worker per portal), routers joined by single-TCP "
             "peer links with `<nodelay/>`, default `<max-queue>`. Routing timers shortened (`route-info` "
             "propagation 200 ms, check 100 ms, timeout 1200 ms; recalculation backoff 300 ms). Each "
@@ -382,14 +403,16 @@ def main() -> int:
             "system time of all router processes during that run, per message and per router; CPU busy = "
             "share of the machine's CPU time not idle during that run (start-up included; any other work "
             f"on the machine counts too). Throughput: then {THROUGHPUT_RUNS} unpaced runs of "
-            f"`umsrc -M {THROUGHPUT_COUNT} -l {LENGTH}`, messages/s at the receiver (first to last message "
+            f"`umsrc -M {THROUGHPUT_COUNT} -l {LENGTH}` and {THROUGHPUT_RUNS} of "
+            f"`umsrc -M {LARGE_COUNT} -l {LARGE_LENGTH}`, messages/s at the receiver (first to last message "
             "received; median and range of the runs). *Lost* = sent − distinct received, each run, split "
             "into *in gaps* (missing between the first and the last received), *head* (before the first "
             "received) and *tail* (after the last); *dup* = duplicates, shown only when some arrived. Each "
             "run has a topic of its own and "
             f"is bounded in count and time ({RUN_TIMEOUT} s; the receiver also stops after {IDLE_TIMEOUT} s "
             "without a message).\n\n" +
-            table(["path", "msgs/s (range)", "ratio to direct", "lost (unpaced, each run)", "p50 µs", "p99 µs",
+            table(["path", f"{LENGTH} B msgs/s (range)", "ratio to direct", "lost (each run)",
+                   f"{LARGE_LENGTH} B msgs/s (range)", "ratio to direct", "lost (each run)", "p50 µs", "p99 µs",
                    "added p50 µs", "lost (paced)", "router CPU µs/msg", "CPU busy (paced)", "converged after"],
                   rows) +
             "\n\n" + interpretation(results) + udp_comparison(results))
