@@ -2,12 +2,14 @@
 change to the peer link or the workers move a multi-hop path's speed, or did the machine?
 (bench.ab_router does the same for one router between two endpoints.)
 
-    python -m bench.ab_hops REVISION [HOPS]     (HOPS 2 or 3 routers in a chain; default 2)
+    python -m bench.ab_hops REVISION [HOPS [udp]]     (HOPS 2 or 3 routers in a chain; default 2)
 
 Each tree runs a chain of HOPS routers of its own (bench.hops_bench's shape: D1 ─ [A] ══ [B] ─ D2,
 single-TCP peer links with <nodelay/>, short routing timers) between two domains of its own, waits
 until its routers agree on the topology, then umsrc → routers → umrcv from the same tree, unpaced,
-at 64 B and 8 KB, runs interleaved with the other tree's. Not part of `make bench`: it needs a
+at 64 B and 8 KB, runs interleaved with the other tree's. With `udp` the links carry their data on
+a <udp> path at hops_bench's 2 Gbit/s rate limit, and only 64 B is measured (at 8 KB that limit is
+the figure). Not part of `make bench`: it needs a
 revision to compare with.
 """
 from __future__ import annotations
@@ -27,10 +29,10 @@ CASES = ((64, 200_000), (8192, 50_000))
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) not in (1, 2) or (len(argv) == 2 and argv[1] not in ("2", "3")):
+    if not 1 <= len(argv) <= 3 or argv[1:2] not in ([], ["2"], ["3"]) or argv[2:] not in ([], ["udp"]):
         print(__doc__, file=sys.stderr)
         return 2
-    revision, hops = argv[0], int(argv[1]) if len(argv) == 2 else 2
+    revision, hops, udp = argv[0], int(argv[1]) if len(argv) > 1 else 2, argv[2:] == ["udp"]
     here = rb.ROOT
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
@@ -42,19 +44,21 @@ def main(argv: list[str] | None = None) -> int:
             for (name, root), prefix in zip(trees.items(), ("abold", "abnew")):
                 rb.ROOT = root                      # spawn() runs the routers from this tree
                 routers = chains[name] = {}
-                for router, config in hb.chain(directory, hops, *paths[name], prefix=prefix):
+                for router, config in hb.chain(directory, hops, *paths[name], udp=udp, prefix=prefix):
                     routers[router] = rb.spawn("router.cli.tnwgd", config)
                 for proc in routers.values():
                     rb.wait_stderr(proc, "portals are up")
                 hb.wait_converged(routers)
-            rates = interleaved(trees, paths, CASES, RUNS, tag=f"abhops{hops}")
+            cases = CASES[:1] if udp else CASES
+            rates = interleaved(trees, paths, cases, RUNS, tag=f"abhops{hops}{'u' if udp else ''}")
         finally:
             rb.ROOT = here
             for routers in chains.values():
                 hb.stop_all(routers)
-    body = comparison(rates, revision, CASES, f"umsrc → {hops} peer-linked routers → umrcv")
-    write_section(f"{hops} router hops before and after a change", body,
-                  f".venv/bin/python -m bench.ab_hops {revision} {hops}")
+    links = "peer links with a UDP data path" if udp else "peer links"
+    body = comparison(rates, revision, cases, f"umsrc → {hops} routers joined by {links} → umrcv")
+    write_section(f"{hops} router hops{', UDP peer links,' if udp else ''} before and after a change", body,
+                  f".venv/bin/python -m bench.ab_hops {revision} {hops}{' udp' if udp else ''}")
     print(body)
     return 0
 

@@ -369,7 +369,7 @@ class PeerPortal(EgressRecords):
         if not count:
             return True
         data = frames if outbound.rewrite is None else with_topic_index(frames, outbound.rewrite, count)
-        self.link.send_data(data, count)        # the link counts what it could not take
+        self.link.send_data(data, count, longest)       # the link counts what it could not take
         return True
 
     def egress_request_frames(self, ring: int, stream_id: int, count: int, longest: int, frames,

@@ -92,9 +92,9 @@ class DualPeerLink:
     def send_control(self, message) -> bool:
         return self.outbound.send_control(message)
 
-    def send_data(self, message, fragments: int = 1) -> bool:
+    def send_data(self, message, fragments: int = 1, longest: int | None = None) -> bool:
         """As PeerLink.send_data: True when all of it was queued."""
-        return self.outbound.send_data(message, fragments)
+        return self.outbound.send_data(message, fragments, longest)
 
     def send_pieces(self, frames: list[bytes]) -> bool:
         """As PeerLink.send_pieces."""

@@ -150,9 +150,11 @@ class PeerLink:
             return True
         return self._queue_control(message)
 
-    def send_data(self, message: LbmcMessage | bytes, fragments: int = 1) -> bool:
+    def send_data(self, message: LbmcMessage | bytes, fragments: int = 1, longest: int | None = None) -> bool:
         """Queue data for the next batch: one message, or `fragments` of them as one piece (a
-        read of a stream's frames, a late-join answer behind its address). True when all of it
+        read of a stream's frames, a late-join answer behind its address; `longest`, when the
+        caller knows it, the length of its longest message: with <udp>, one no longer than a
+        datagram spares a walk of the piece's messages). True when all of it
         was queued; False when any of it was not: the link down, its queue full, or (with
         <udp>) a message too large for a datagram. The link counts each message either way
         (data_fragments_sent, data_fragments_dropped_*), so a caller counts none of them again.
@@ -165,7 +167,7 @@ class PeerLink:
                                    "data_fragment_bytes_dropped_not_operational", fragments, len(data))
             return False
         if self.udp_path is not None:
-            return self._send_udp(data, fragments)
+            return self._send_udp(data, fragments, longest)
         status = self.queue.add_data(data, fragments)
         if status == peer_outbound.DROPPED:
             self._dropping_would_block()
@@ -226,10 +228,10 @@ class PeerLink:
         self.counters.add_pair(f"data_fragments_dropped_{reason}", f"data_fragment_bytes_dropped_{reason}",
                                fragments, size)
 
-    def _send_udp(self, data: bytes, fragments: int) -> bool:
+    def _send_udp(self, data: bytes, fragments: int, longest: int | None = None) -> bool:
         counters = self.counters
         counters.add_pair("data_fragments_forwarded", "data_fragment_bytes_forwarded", fragments, len(data))
-        data, too_large, too_large_bytes = self.udp_path.fit(data)
+        data, too_large, too_large_bytes = self.udp_path.fit(data, longest)
         if too_large:
             count = counters.get("transport_topic_fragments_dropped_size_error") + too_large
             counters.add_pair("transport_topic_fragments_dropped_size_error",

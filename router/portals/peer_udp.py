@@ -242,11 +242,13 @@ class PeerUdpPath:
             self.failed = True
             self.on_failed(reason)
 
-    def fit(self, data: bytes) -> tuple[bytes, int, int]:
+    def fit(self, data: bytes, longest: int | None = None) -> tuple[bytes, int, int]:
         """`data` without the messages too large for one datagram (a 65535-byte LBMC message
-        from a TCP source does not fit 65487 bytes): (what fits, messages left out, their bytes)."""
+        from a TCP source does not fit 65487 bytes): (what fits, messages left out, their bytes).
+        `longest`: its longest message's length, if known (a ring record says it): no walk then
+        when every message fits, the usual case."""
         limit = self.sender.datagram_max_size
-        if len(data) <= limit:
+        if len(data) <= limit or (longest is not None and longest <= limit):
             return data, 0, 0
         kept, dropped, dropped_bytes, offset = bytearray(), 0, 0, 0
         while offset + 4 <= len(data):

@@ -75,6 +75,57 @@ def is_whole_frames(buf) -> bool:
     return whole_frames_within(buf, size) == size
 
 
+def datagram_cuts(buf, limit: int) -> tuple[list[tuple[int, int]], int, bool]:
+    """Where a source cuts whole LBMC frames into datagrams of at most `limit` bytes: the
+    (start, end) of each datagram in order, filled frame by frame until the next would not fit;
+    how many frames were larger than `limit` (left out whole, never sent half); and whether a
+    torn or broken frame ended the walk (what came before it is cut as usual). A run of equal
+    frames (a busy topic's) is cut a datagram at a time, not a frame at a time."""
+    spans: list[tuple[int, int]] = []
+    end = len(buf)
+    start = offset = oversize = 0
+    broken = False
+    while offset < end:
+        if end - offset < 4:
+            broken = True
+            break
+        length = (buf[offset + 2] << 8) | buf[offset + 3]
+        if length < 4:
+            broken = True
+            break
+        if length > limit:
+            if offset > start:
+                spans.append((start, offset))
+            oversize += 1
+            offset += length
+            start = offset
+            continue
+        run = equal_frames(buf, offset, end, length) if end - offset >= MIN_RUN * length else 0
+        if run > 1:
+            fits = (limit - (offset - start)) // length     # more frames the open datagram takes
+            if run > fits:
+                offset += fits * length
+                run -= fits
+                spans.append((start, offset))
+                start = offset
+                per = limit // length
+                while run > per:                            # full datagrams; the last stays open
+                    offset += per * length
+                    run -= per
+                    spans.append((start, offset))
+                    start = offset
+            offset += run * length
+            continue
+        if offset + length - start > limit:
+            spans.append((start, offset))
+            start = offset
+        offset += length
+    stop = min(offset, end)
+    if stop > start:
+        spans.append((start, stop))
+    return spans, oversize, broken
+
+
 def frames_and_last_sequence_numbers(buf) -> tuple[int, dict[int, int]]:
     """How many LBMC frames `buf` holds, and the sequence number of the last MESSAGE frame of each
     topic index among them (walking their lengths; a short or broken tail ends it). For the rare

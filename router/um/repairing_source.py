@@ -36,6 +36,7 @@ import threading
 import time
 
 from router.um.batching_session import BatchingSession
+from router.um.frame_runs import datagram_cuts
 from router.um.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -176,34 +177,17 @@ class RepairingSourceSession(BatchingSession):
     # -- sending ---------------------------------------------------------------------------------
     def _deliver(self, data, force: bool = False) -> None:
         """Cut a batch of whole frames into datagrams; send each within the data rate (lock held).
-        `force`: each is queued whatever the queue holds (`_queue`)."""
+        `force`: each is queued whatever the queue holds (`_queue`). A frame too large for a
+        datagram (a router forwarding a larger transport's fragment is stopped before here) is
+        never sent half; a torn one cannot come from our batches: both are counted."""
         view = memoryview(data)
-        end = len(view)
-        limit = self.datagram_max_size
-        start = offset = 0
-        while offset < end:
-            if end - offset < 4:
-                self.counters["malformed"] += 1             # a torn frame: cannot happen from our batches
-                break
-            length = (view[offset + 2] << 8) | view[offset + 3]
-            if length < 4:
-                self.counters["malformed"] += 1
-                break
-            if length > limit:
-                # One frame too large for a datagram (a router forwarding a larger transport's
-                # fragment is stopped before here): never sent half.
-                if offset > start:
-                    self._queue(view[start:offset], force)
-                self.counters["dropped_oversize"] += 1
-                offset += length
-                start = offset
-                continue
-            if offset + length - start > limit:
-                self._queue(view[start:offset], force)
-                start = offset
-            offset += length
-        if end > start:
-            self._queue(view[start:min(offset, end)], force)
+        spans, oversize, broken = datagram_cuts(view, self.datagram_max_size)
+        for start, stop in spans:
+            self._queue(view[start:stop], force)
+        if oversize:
+            self.counters["dropped_oversize"] += oversize
+        if broken:
+            self.counters["malformed"] += 1
 
     def _queue(self, payload, force: bool = False) -> None:
         """Send one datagram's payload now if the data rate allows, else queue it behind what

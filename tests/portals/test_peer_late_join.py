@@ -25,7 +25,7 @@ class _Link:
         self.sent.append(encode_lbmc(message) if isinstance(message, LbmcMessage) else bytes(message))
         return True
 
-    def send_data(self, message, fragments=1):
+    def send_data(self, message, fragments=1, longest=None):
         return self.send_control(message)
 
 

@@ -183,11 +183,16 @@ def test_a_message_too_large_for_a_datagram_is_dropped_counted_and_said(harness,
         # 12 + 65500 bytes: an LBMC message a TCP source may send, larger than 65507 - 20.
         assert not initiator.link.send_data(data_message(0, 65500))
         assert initiator.link.send_data(data_message(1, 100))
+        # Pieces whose longest message the caller tells (a ring record's): all fit, or walked.
+        assert initiator.link.send_data(encode_lbmc(data_message(2, 100)) + encode_lbmc(data_message(3, 100)), 2,
+                                        longest=112)
+        assert not initiator.link.send_data(encode_lbmc(data_message(4, 100)) + encode_lbmc(data_message(5, 65500)),
+                                            2, longest=65512)
         initiator.link.flush()
-        harness.run_until(lambda: received["PB"].data, 5, "the message that fits")
-    assert [m.sqn for m in received["PB"].messages()] == [1]
-    assert initiator.counter("transport_topic_fragments_dropped_size_error") == 1
-    assert initiator.counter("transport_topic_fragment_bytes_dropped_size_error") == 65512
+        harness.run_until(lambda: len(received["PB"].messages()) == 4, 5, "the messages that fit")
+    assert [m.sqn for m in received["PB"].messages()] == [1, 2, 3, 4]
+    assert initiator.counter("transport_topic_fragments_dropped_size_error") == 2
+    assert initiator.counter("transport_topic_fragment_bytes_dropped_size_error") == 2 * 65512
     assert "1 message(s) larger than a UDP datagram dropped (1 so far)" in caplog.text
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.um.frame_runs import (MIN_RUN, consecutive_sequence_numbers, equal_frames, is_whole_frames,
-                                  whole_frames_within)
+from router.um.frame_runs import (MIN_RUN, consecutive_sequence_numbers, datagram_cuts, equal_frames,
+                                  is_whole_frames, whole_frames_within)
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
 
 
@@ -109,3 +109,47 @@ def test_equal_frames_agrees_with_a_walk(lengths, topics, offset, start):
     if start < len(lengths):
         length = lengths[start]
         assert equal_frames(buf, first, len(buf), length) == _equal_frames_by_walking(buf, first, len(buf), length)
+
+
+def _cuts_frame_by_frame(buf, limit):
+    """The reference: a source filling each datagram frame by frame until the next would not fit."""
+    spans, end, start, offset, oversize, broken = [], len(buf), 0, 0, 0, False
+    while offset < end:
+        length = (buf[offset + 2] << 8) | buf[offset + 3] if end - offset >= 4 else 0
+        if length < 4:
+            broken = True
+            break
+        if length > limit:
+            if offset > start:
+                spans.append((start, offset))
+            oversize, offset = oversize + 1, offset + length
+            start = offset
+            continue
+        if offset + length - start > limit:
+            spans.append((start, offset))
+            start = offset
+        offset += length
+    if min(offset, end) > start:
+        spans.append((start, min(offset, end)))
+    return spans, oversize, broken
+
+
+def test_datagram_cuts_fill_each_datagram_and_leave_oversized_frames_out():
+    run = b"".join(_frame(n, 100) for n in range(25))              # 2,500 bytes of equal frames
+    assert datagram_cuts(run, 1000) == ([(0, 1000), (1000, 2000), (2000, 2500)], 0, False)
+    assert datagram_cuts(run, 1050) == ([(0, 1000), (1000, 2000), (2000, 2500)], 0, False)
+    mixed = _frame(0, 300) + run + _frame(1, 5000) + _frame(2, 60)
+    assert datagram_cuts(mixed, 1000) == ([(0, 1000), (1000, 2000), (2000, 2800), (7800, 7860)], 1, False)
+    assert datagram_cuts(run + b"\x01\x00", 1000) == ([(0, 1000), (1000, 2000), (2000, 2500)], 0, True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.tuples(st.sampled_from([12, 40, 64, 100, 700, 3000]), st.integers(1, 40)),
+                       min_size=1, max_size=12),
+       limit=st.sampled_from([500, 1400, 2048, 8192]), tail=st.sampled_from([b"", b"\x01\x00", b"\x00\x00\x00\x02"]))
+def test_datagram_cuts_agree_with_cutting_frame_by_frame(pieces, limit, tail):
+    """Runs of equal frames (cut a datagram at a time) between others, frames larger than the
+    limit, a torn tail: the same datagrams as a frame-by-frame walk."""
+    buf = b"".join(_frame(n, size) for size, count in pieces for n in range(count)) + tail
+    assert datagram_cuts(buf, limit) == _cuts_frame_by_frame(buf, limit)
+    assert datagram_cuts(memoryview(buf), limit) == _cuts_frame_by_frame(buf, limit)
