@@ -20,8 +20,7 @@ from pathlib import Path
 
 from bench import hops_bench as hb
 from bench import router_bench as rb
-from bench.ab_router import checkout, comparison, interleaved
-from bench.report import write_section
+from bench.ab_router import interleaved, report, trees_and_paths
 
 RUNS = 4
 CASES = ((64, 200_000), (8192, 50_000))
@@ -36,9 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     here = rb.ROOT
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        trees = {revision: checkout(revision, directory), "this tree": here}
-        lans = {n: rb.domain(directory, n) for n in (1, 2, 3, 4)}
-        paths = dict(zip(trees, ((lans[1], lans[2]), (lans[3], lans[4]))))
+        trees, paths = trees_and_paths(revision, directory)
         chains: dict[str, dict] = {}
         try:
             for (name, root), prefix in zip(trees.items(), ("abold", "abnew")):
@@ -56,10 +53,9 @@ def main(argv: list[str] | None = None) -> int:
             for routers in chains.values():
                 hb.stop_all(routers)
     links = "peer links with a UDP data path" if udp else "peer links"
-    body = comparison(rates, revision, cases, f"umsrc → {hops} routers joined by {links} → umrcv")
-    write_section(f"{hops} router hops{', UDP peer links,' if udp else ''} before and after a change", body,
-                  f".venv/bin/python -m bench.ab_hops {revision} {hops}{' udp' if udp else ''}")
-    print(body)
+    report(rates, revision, cases, f"umsrc → {hops} routers joined by {links} → umrcv",
+           f"{hops} router hops{', UDP peer links,' if udp else ''} before and after a change",
+           f".venv/bin/python -m bench.ab_hops {revision} {hops}{' udp' if udp else ''}")
     return 0
 
 

@@ -33,6 +33,21 @@ def checkout(revision: str, directory: Path) -> Path:
     return tree
 
 
+def trees_and_paths(revision: str, directory: Path) -> tuple[dict[str, Path], dict[str, tuple[Path, Path]]]:
+    """The two trees (`revision`'s files, this one) and each one's source and receiver domains,
+    of its own."""
+    trees = {revision: checkout(revision, directory), "this tree": rb.ROOT}
+    lans = [rb.domain(directory, n) for n in (1, 2, 3, 4)]
+    return trees, dict(zip(trees, ((lans[0], lans[1]), (lans[2], lans[3]))))
+
+
+def report(rates: dict, revision: str, cases, path: str, title: str, command: str) -> None:
+    """The comparison's table, into BENCHMARKS.md under `title` with its command, and printed."""
+    body = comparison(rates, revision, cases, path)
+    write_section(title, body, command)
+    print(body)
+
+
 def interleaved(trees: dict[str, Path], paths: dict[str, tuple[Path, Path]], cases, runs: int,
                 tag: str = "ab", source_extra=()) -> dict[tuple[str, int], list[float]]:
     """umsrc → umrcv from source domain to receiver domain of each tree's path (`paths[name]`),
@@ -78,31 +93,23 @@ def main(argv: list[str] | None = None) -> int:
     revision, transport = argv[0], (argv[1:] or ["tcp"])[0]
     here = rb.ROOT
     with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        trees = {revision: checkout(revision, directory), "this tree": here}
-        lans = {n: rb.domain(directory, n) for n in (1, 2, 3, 4)}
+        trees, paths = trees_and_paths(revision, Path(tmp))
         routers = {}
         try:
-            for (name, root), (lan_a, lan_b) in zip(trees.items(), ((lans[1], lans[2]), (lans[3], lans[4]))):
+            for name, root in trees.items():
                 rb.ROOT = root                      # spawn() runs the tools from this tree
                 config_dir = Path(tempfile.mkdtemp(dir=tmp))
-                routers[name] = (rb.spawn("router.cli.tnwgd", rb.router_config(config_dir, lan_a, lan_b)),
-                                 lan_a, lan_b)
-                rb.wait_stderr(routers[name][0], "portals are up")
-            paths = {name: (lan_a, lan_b) for name, (_, lan_a, lan_b) in routers.items()}
+                routers[name] = rb.spawn("router.cli.tnwgd", rb.router_config(config_dir, *paths[name]))
+                rb.wait_stderr(routers[name], "portals are up")
             rates = interleaved(trees, paths, CASES, RUNS, source_extra=("-T", transport))
         finally:
             rb.ROOT = here
-            for proc, _, _ in routers.values():
+            for proc in routers.values():
                 rb.stop(proc, 30)
-    if transport == "tcp":
-        body = comparison(rates, revision, CASES, "umsrc → router → umrcv")
-        write_section("Router before and after a change", body, f".venv/bin/python -m bench.ab_router {revision}")
-    else:
-        body = comparison(rates, revision, CASES, f"umsrc on {transport} → router → umrcv")
-        write_section(f"Router before and after a change, {transport} sources", body,
-                      f".venv/bin/python -m bench.ab_router {revision} {transport}")
-    print(body)
+    tcp = transport == "tcp"
+    report(rates, revision, CASES, "umsrc → router → umrcv" if tcp else f"umsrc on {transport} → router → umrcv",
+           "Router before and after a change" + ("" if tcp else f", {transport} sources"),
+           f".venv/bin/python -m bench.ab_router {revision}" + ("" if tcp else f" {transport}"))
     return 0
 
 

@@ -134,6 +134,8 @@ class PeerUdpSender(LbtruSourceSession):
 class _SharedSocket:
     """What an LBT-RU receiver needs of its socket, served by the sender's."""
 
+    reading_batch = False       # each datagram goes to the link as it comes (PeerUdpReceiver._frames)
+
     def __init__(self, sender: PeerUdpSender):
         self.sender = sender
         self.sessions: dict = {}

@@ -95,7 +95,7 @@ class RepairingStream(FrameStream):
     def _delivered(self, payloads) -> None:
         for payload in payloads:
             self._frames(payload)
-        if self.ending or not getattr(self.socket, "reading_batch", False):
+        if self.ending or not self.socket.reading_batch:
             self.parse_batch()                          # no read to end, or the stream to end: now
         self._arm_naks()
         if self.ending:
@@ -126,7 +126,7 @@ class RepairingStream(FrameStream):
     def _frames(self, payload: bytes) -> None:
         first = not self._batch.size
         if self._batch.add(payload):
-            if first and getattr(self.socket, "reading_batch", False):
+            if first and self.socket.reading_batch:
                 self.socket.batched(self)               # parsed when the read ends
             return
         self._batch.parse()                             # in order: the datagrams before it first
