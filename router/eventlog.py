@@ -76,6 +76,7 @@ MESSAGE_IDS: dict[str, tuple[str, int]] = {
     # The supervisor's own services: statistics on disk, the web monitor, the admin socket.
     "statistics-write-failed": ("UMR-5001-1", logging.ERROR),   # retried every interval
     "statistics-removed": ("UMR-5001-2", logging.INFO),         # older than <format-module> retain_days
+    "statistics-directory-taken": ("UMR-5001-3", logging.ERROR),  # another router of the same name writes it
     "web-monitor-unavailable": ("UMR-5002-1", logging.ERROR),
     "admin-socket-unavailable": ("UMR-5003-1", logging.ERROR),
 }

@@ -12,6 +12,12 @@ part file: `rotate_minutes` (default 60, how late the newest rows become visible
 everything): date directories older than that many days, today counted, are removed at start and
 as each UTC day begins (one that failed is tried again every PRUNE_RETRY_INTERVAL), so a router
 left running for months does not fill its disk.
+
+`DIR/router=NAME` is written by one running router at a time (router/monitor/directory_claim.py).
+While another router of the same name holds it, this one writes nothing there and says so, in the
+log (UMR-5001-3) and in `routerctl status`, and tries again every interval; when the other stops,
+it takes the directory over (publishing what the other left open, if it died) and writes on. Its
+counters are cumulative, so the intervals it missed only make one interval longer in the data.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from pathlib import Path
 
 from router.eventlog import event
 from router.monitor import stats_schema
+from router.monitor.directory_claim import DirectoryClaim
 from router.monitor.parquet_files import BackgroundWriter, RollingParquetFile, expired_dates, recover, remove_date
 
 log = logging.getLogger(__name__)
@@ -111,13 +118,12 @@ class ParquetSink:
         self.seen: dict[str, object] = {}                         # portal -> its worker, as of the last row
         self.timer = None
         self.tick_errors = 0
+        self.claim = DirectoryClaim(self.root, router)
+        self.held_by: str | None = None           # the other router writing our directory, as it says
+        self.claim_error: str | None = None       # why the claim could not even be tried, last said
+        self.rows_not_written = 0                 # read while another router held the directory
 
     def start(self, loop, interval: float) -> None:
-        try:
-            for published in recover(self.root, self.router):
-                log.info("published %s, left open by an earlier run that did not stop cleanly", published)
-        except OSError as err:          # an unwritable directory is reported by every write, not fatal
-            log.error("statistics: cannot tidy %s: %s", self.root, err)
         self.tick()            # a first row at start: the baseline every later delta counts from
         self.timer = loop.call_every(interval, self.tick)
 
@@ -126,12 +132,47 @@ class ParquetSink:
         try:
             now = self.clock()
             batch = self.read_batch(now)
+            if not self._directory_is_ours():
+                self.rows_not_written += batch.num_rows
+                return
             if batch.num_rows:
                 self.file.append(batch, now)
             self._prune_when_the_day_begins(now)
         except Exception:
             self.tick_errors += 1
             log.exception("statistics interval skipped")
+
+    def _directory_is_ours(self) -> bool:
+        """Claim `router=NAME` if no other router holds it (directory_claim.py); on taking it,
+        publish what an earlier writer left open when it died."""
+        if self.claim.held:
+            return True
+        directory = self.claim.path.parent
+        try:
+            holder = self.claim.take()
+        except OSError as err:
+            # Nor would a write succeed: the writer says so and retries, with the rows kept.
+            if str(err) != self.claim_error:
+                self.claim_error = str(err)
+                log.error("statistics: cannot claim %s: %s; trying again every interval", directory, err)
+            return True
+        if holder is not None:
+            if holder != self.held_by:
+                self.held_by = holder
+                event("statistics-directory-taken",
+                      f"statistics: NOT written: {directory} is being written by another router ({holder}). "
+                      f"Two routers are named '{self.router}': give one of them another <daemon><name>. "
+                      f"Trying again every interval")
+            return False
+        if self.held_by is not None:
+            log.info("statistics: %s is ours now (the router that held it stopped); writing", directory)
+        self.held_by = self.claim_error = None
+        try:
+            for published in recover(self.root, self.router):
+                log.info("published %s, left open by an earlier run that did not stop cleanly", published)
+        except OSError as err:          # an unwritable directory is reported by every write, not fatal
+            log.error("statistics: cannot tidy %s: %s", directory, err)
+        return True
 
     def _prune_when_the_day_begins(self, now: dt.datetime) -> None:
         """Once per UTC day; a day whose removal failed is tried again after PRUNE_RETRY_INTERVAL."""
@@ -238,6 +279,7 @@ class ParquetSink:
         self.file.rotate()
         if not self.writer.stop(FLUSH_TIMEOUT):
             log.error("statistics: the last interval was not written within %.0f s", FLUSH_TIMEOUT)
+        self.claim.release()            # after the last publish: the next router starts clean
 
     def status(self) -> dict:
         """For the web monitor and routerctl: is the sink keeping up."""
@@ -246,4 +288,5 @@ class ParquetSink:
                 "write_errors": self.writer.errors, "last_error": self.writer.last_error,
                 "rows_dropped": self.writer.rows_dropped,
                 "tick_errors": self.tick_errors, "retain_days": self.retain_days,
-                "dates_removed": self.dates_removed}
+                "dates_removed": self.dates_removed,
+                "held_by": self.held_by, "rows_not_written": self.rows_not_written}

@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +15,7 @@ import pytest
 
 from router.config.model import DaemonConfig, MonitorConfig
 from router.monitor import parquet_files, parquet_sink, stats_schema
+from router.monitor.directory_claim import DirectoryClaim
 from router.monitor.counters import PortalCounters
 
 T0 = dt.datetime(2026, 3, 1, 10, 30, 0, tzinfo=dt.timezone.utc)
@@ -67,6 +72,7 @@ def make_sink(tmp_path, workers):
     yield make
     for sink in made:
         sink.writer.stop(5)
+        sink.claim.release()
 
 
 def published(root: Path) -> list[Path]:
@@ -223,6 +229,7 @@ def test_rotates_by_rows_by_size_and_by_a_shorter_period_never_reusing_a_part_nu
         assert by_size.writer.flush(5)                    # the size is known once the file is on disk
     assert [p.name for p in published(by_rows.root)][-1] == "part-00004.parquet"
     by_size.writer.stop(5)
+    by_size.claim.release()                               # its process ends
     clock = Clock(T0 + dt.timedelta(minutes=4))
     by_period = make_sink(clock=clock, period_minutes=5)
     by_period.tick()
@@ -237,6 +244,7 @@ def test_after_a_crash_the_next_start_publishes_the_open_part_and_drops_half_wri
     crashed.tick()
     crashed.tick()
     assert crashed.writer.flush(5)            # then the process dies: no close(), nothing published
+    crashed.claim.release()                   # (its claim on the directory goes with it)
     [left_open] = open_files(crashed.root)
     half = left_open.with_name(".part-00001.parquet.tmp")
     half.write_bytes(b"PAR1 half a file")
@@ -247,6 +255,80 @@ def test_after_a_crash_the_next_start_publishes_the_open_part_and_drops_half_wri
     [recovered] = published(crashed.root)
     assert recovered.name == "part-00001.parquet" and pq.read_table(recovered).num_rows == 4
     assert [p.name for p in open_files(crashed.root)] == [".part-00002.parquet.open"]
+
+
+HOLD_CLAIM = """
+import sys
+from router.monitor.directory_claim import DirectoryClaim
+assert DirectoryClaim(sys.argv[1], sys.argv[2]).take() is None
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def claim_in_another_process(root: Path, router: str = "r1") -> subprocess.Popen:
+    """Another router's supervisor: a process holding the claim on `router=<router>` until killed."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM, str(root), router], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_directory_another_router_of_the_same_name_writes_is_left_to_it_until_it_stops(make_sink, caplog):
+    clock = Clock()
+    sink = make_sink(clock=clock)
+    other = claim_in_another_process(sink.root)
+    try:
+        theirs = parquet_files.partition_dir(sink.root, "r1", T0) / ".part-00001.parquet.open"
+        theirs.parent.mkdir(parents=True)
+        theirs.write_bytes(b"the other router's growing file")
+        with caplog.at_level("INFO", logger="router"):
+            sink.start(FakeLoop(), 5)
+            clock.advance(5)
+            sink.tick()
+            assert sink.writer.flush(5)
+        # Neither its live file published as a crash's leftover, nor anything of ours written there.
+        assert theirs.read_bytes() == b"the other router's growing file" and not published(sink.root)
+        assert open_files(sink.root) == [theirs]
+        said = [r.getMessage() for r in caplog.records if "UMR-5001-3" in r.getMessage()]
+        assert len(said) == 1, "said once, not every interval"
+        assert f"pid {other.pid} on {socket.gethostname()}" in said[0] and "named 'r1'" in said[0]
+        status = sink.status()
+        assert status["held_by"].startswith(f"pid {other.pid} on ") and status["rows_not_written"] == 4
+        from router.admin.commands.status import _statistics
+        assert "NOT written" in _statistics(status) and "4 rows not written" in _statistics(status)
+    finally:
+        other.kill()                                # it dies: no clean stop, its file left open
+        other.wait()
+    clock.advance(5)
+    with caplog.at_level("INFO", logger="router"):
+        sink.tick()
+    assert sink.status()["held_by"] is None and "is ours now" in caplog.text
+    sink.close()
+    assert [p.name for p in published(sink.root)] == ["part-00001.parquet", "part-00002.parquet"]
+    assert (published(sink.root)[0].read_bytes() == b"the other router's growing file"), "published for it"
+    assert len(rows_of(published(sink.root)[1])) == 4           # this interval and close's: 2 portals each
+
+
+def test_a_forked_worker_does_not_keep_the_supervisor_s_claim(tmp_path):
+    claim = DirectoryClaim(tmp_path, "r1")
+    assert claim.take() is None and claim.take() is None          # taken once, held after
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:                                               # a worker: lives on after the supervisor
+        os.close(write_end)
+        os.read(read_end, 1)
+        os._exit(0)
+    os.close(read_end)
+    try:
+        assert DirectoryClaim(tmp_path, "r1").take() is not None, "the parent holds it"
+        claim.release()
+        other = claim_in_another_process(tmp_path)
+        other.kill()
+        other.wait()
+    finally:
+        os.close(write_end)
+        os.waitpid(child, 0)
 
 
 def test_a_reader_never_sees_a_half_written_or_changing_file(make_sink):
@@ -435,7 +517,8 @@ def test_date_directories_older_than_retain_days_are_removed_at_start_and_as_eac
     assert sorted(p.name for p in expired_with_notes.iterdir()) == ["notes.txt"], "not ours: left"
     assert other_router.exists() and not_a_date.exists()
     assert sink.dates_removed == 2
-    assert any(f"removed {expired}, 3 file(s), older than 3 day(s)" in r.getMessage() for r in caplog.records)
+    # The half-written file went first, as at every start (recover); the published ones by age.
+    assert any(f"removed {expired}, 2 file(s), older than 3 day(s)" in r.getMessage() for r in caplog.records)
     sink.tick()                                      # the same day: nothing more to look at
     clock.advance(86400)                             # the next day: one more directory expires
     sink.tick()

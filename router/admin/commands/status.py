@@ -33,7 +33,8 @@ class Status(Command):
     process (portals sharing one report the same), null while it is down (router/monitor/memory.py).
     `statistics` is the Parquet sink's state (router/monitor/parquet_sink.py, ParquetSink.status:
     its directory, current file, writes, errors and the last one, retain_days, date directories
-    removed), null when `<monitor>` does not select it. `admin` is the admin socket's
+    removed, and `held_by`: who writes the directory instead, when another router of the same name
+    does, with `rows_not_written` meanwhile), null when `<monitor>` does not select it. `admin` is the admin socket's
     {"requests", "rejected", "cut_off"} (router/admin/server.py, AdminServer.counters): requests read,
     those answered with an error unparsed (several frames, too large), and connections that ended
     before a whole request came (ZeroMQ drops one that sends a frame over 1 MiB, with the frame).
@@ -91,6 +92,9 @@ def _statistics(sink: dict | None) -> str:
     """"DIR, 120 writes, kept 90 days": where the counters go and whether the disk keeps up."""
     if sink is None:
         return "-"
+    if sink.get("held_by"):
+        return (f"{sink['dir']}: NOT written, another router of this name writes there ({sink['held_by']}); "
+                f"{sink['rows_not_written']} rows not written")
     kept = f"kept {sink['retain_days']} days" if sink["retain_days"] else "kept without limit"
     errors = sink["write_errors"] + sink["tick_errors"]
     failing = f", {errors} errors, last: {sink['last_error']}" if errors else ""
