@@ -38,6 +38,7 @@ class RouterCollector:
         yield from self._portal_health(status)
         yield from self._router(stats)
         yield from self._memory(status)
+        yield from self._statistics()
 
     def _labels(self, portal: str, state: dict) -> list[str]:
         domain = state.get("domain_id")
@@ -98,6 +99,28 @@ class RouterCollector:
             families["proportional_bytes"].add_metric(values, process["pss_bytes"])
             families["private_bytes"].add_metric(values, process["private_bytes"])
         return families.values()
+
+
+    def _statistics(self):
+        """The Parquet sink's health, when `<monitor>` selects it (router/monitor/parquet_sink.py):
+        an alert on statistics that stopped reaching the disk needs no log scraping."""
+        sink = views.statistics(self.supervisor)
+        if sink is None:
+            return ()
+        labels, values = ["router", "dir"], [self.supervisor.name, sink["dir"]]
+        writing = GaugeMetricFamily(PREFIX + "statistics_writing", "1 while this router writes its statistics "
+                                    "directory, 0 while another router of the same name holds it (UMR-5001-3)",
+                                    labels=labels)
+        writing.add_metric(values, 0 if sink["held_by"] else 1)
+        families = [writing]
+        for name, what in (("statistics_writes", "statistics files written"),
+                           ("statistics_write_errors", "statistics writes that failed (UMR-5001-1), retried"),
+                           ("statistics_rows_dropped", "rows given up after the disk kept failing"),
+                           ("statistics_rows_not_written", "rows read while another router held the directory")):
+            family = CounterMetricFamily(PREFIX + name, what, labels=labels)
+            family.add_metric(values, sink[name.removeprefix("statistics_")])
+            families.append(family)
+        return families
 
 
 def registry_for(supervisor) -> CollectorRegistry:

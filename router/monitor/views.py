@@ -92,6 +92,13 @@ def memory(supervisor, status: dict | None = None) -> dict:
             "total_private_bytes": sum(p["private_bytes"] for p in processes)}
 
 
+def statistics(supervisor) -> dict | None:
+    """The Parquet sink's state (ParquetSink.status), None when `<monitor>` does not select it."""
+    from router.monitor.parquet_sink import ParquetSink
+    sink = next((e for e in supervisor.extensions if isinstance(e, ParquetSink)), None)
+    return sink.status() if sink is not None else None
+
+
 def interest_map(supervisor) -> dict[str, dict[str, list[str]]]:
     """The router's topic and pattern maps: symbol -> the portals whose domains want it."""
     maps: dict[str, dict[str, list[str]]] = {name: {} for name in INTEREST_KINDS.values()}

@@ -3,9 +3,8 @@ from __future__ import annotations
 from router.admin import tables
 from router.admin.server import AdminServer
 from router.admin.commands.base import Command
-from router.monitor.parquet_sink import ParquetSink
 from router.monitor.rates import rates_of
-from router.monitor.views import memory, version
+from router.monitor.views import memory, statistics, version
 
 
 class Status(Command):
@@ -56,8 +55,7 @@ class Status(Command):
         for portal in status["portals"]:
             portal.update(rates_of(supervisor, portal["name"]))
         status["version"] = version()
-        sink = next((e for e in supervisor.extensions if isinstance(e, ParquetSink)), None)
-        status["statistics"] = sink.status() if sink is not None else None
+        status["statistics"] = statistics(supervisor)
         admin = next((e for e in supervisor.extensions if isinstance(e, AdminServer)), None)
         status["admin"] = admin.counters() if admin is not None else None
         status["bus"] = dict(supervisor.hub.counters)
