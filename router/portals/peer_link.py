@@ -160,14 +160,16 @@ class PeerLink:
         (data_fragments_sent, data_fragments_dropped_*), so a caller counts none of them again.
         On TCP a piece is queued whole or not at all; the UDP path takes the whole messages that
         fit its queue and refuses the rest, so a False may follow a piece's first messages sent."""
-        data = encode_lbmc(message) if isinstance(message, LbmcMessage) else bytes(message)
+        # A ring record's view is lent for this call only: the queue copies what the socket does
+        # not take now (peer_outbound, keep_lent).
+        data = encode_lbmc(message) if isinstance(message, LbmcMessage) else message
         if self.state is not S.UP:
             self.counters.add_pair("data_fragments_forwarded", "data_fragment_bytes_forwarded", fragments, len(data))
             self.counters.add_pair("data_fragments_dropped_not_operational",
                                    "data_fragment_bytes_dropped_not_operational", fragments, len(data))
             return False
         if self.udp_path is not None:
-            return self._send_udp(data, fragments, longest)
+            return self._send_udp(bytes(data), fragments, longest)
         status = self.queue.add_data(data, fragments)
         if status == peer_outbound.DROPPED:
             self._dropping_would_block()
@@ -176,6 +178,7 @@ class PeerLink:
             self._set_timer("batch", self.config.batching.batch_interval, self._on_batch_interval)
         if self.queue.has_unwritten:
             self._write()
+        self.queue.keep_lent()
         return True
 
     def send_pieces(self, frames: list[bytes]) -> bool:

@@ -18,6 +18,14 @@ rings hold it back for good) gets its link dropped instead (False), and what the
 coming up again replaces them. Data left in the
 queue when the connection goes down is counted "not operational" by :meth:`discard`.
 Fragments are counted "sent" only once the socket took all of their bytes.
+
+Data may be lent, not given: a memoryview of a ring record (or any bytes-like object that is not
+`bytes`) is the caller's only for its call. A lent message that goes out as a chunk of its own
+(it fills a batch alone: any ring read of `<min-length>` bytes or more) is written from the
+caller's memory, and only what the socket did not take is copied, by :meth:`OutboundQueue.keep_lent`,
+which the caller calls before its memory moves on; one that waits in a batch is copied at once.
+An 8 KB record would otherwise be copied into a new object every time, though the socket nearly
+always takes it at once.
 """
 from __future__ import annotations
 
@@ -51,6 +59,7 @@ class OutboundQueue:
         self._batch_fragments = 0
         self._chunks: deque[_Chunk] = deque()
         self._unwritten = 0
+        self._lent: _Chunk | None = None   # the chunk still in the caller's memory (keep_lent)
         self.progress = 0.0           # time.monotonic() of the last write while chunks were waiting
         counters.set("data_bytes_enqueued_limit", max_queue)
 
@@ -71,7 +80,8 @@ class OutboundQueue:
     def batch_pending(self) -> bool:
         return bool(self._batch)
 
-    def add_data(self, data: bytes, fragments: int = 1) -> str:
+    def add_data(self, data, fragments: int = 1) -> str:
+        """Queue data (`bytes`, or lent: see the module's docstring)."""
         counters = self.counters
         counters.add_pair("data_fragments_forwarded", "data_fragment_bytes_forwarded", fragments, len(data))
         if self.total_bytes + len(data) > self.max_queue:
@@ -81,14 +91,25 @@ class OutboundQueue:
         if self._batch and self._batch_bytes + len(data) > self.max_datagram:
             self.flush_batch()
         started = not self._batch
+        lent = type(data) is not bytes
+        if lent and (self._batch or len(data) < self.min_length):
+            data, lent = bytes(data), False             # it waits in a batch, after the caller's call
         self._batch.append(data)
         self._batch_bytes += len(data)
         self._batch_fragments += fragments
         if self._batch_bytes >= self.min_length:
             self.flush_batch()
+            if lent:
+                self._lent = self._chunks[-1]
             started = False
         self._update_gauges()
         return BATCH_STARTED if started else QUEUED
+
+    def keep_lent(self) -> None:
+        """Copy what the socket has not taken of a lent chunk: the caller's memory moves on now."""
+        chunk, self._lent = self._lent, None
+        if chunk is not None and self._chunks and self._chunks[-1] is chunk:
+            chunk.view = memoryview(bytes(chunk.view))
 
     def add_control(self, data: bytes) -> bool:
         """Queue a control message behind any pending batch, whatever data the queue holds; False
@@ -172,6 +193,7 @@ class OutboundQueue:
                                    "data_fragment_bytes_dropped_not_operational", fragments, data_bytes)
         self._chunks.clear()
         self._unwritten = 0
+        self._lent = None
         self._batch, self._batch_bytes, self._batch_fragments = [], 0, 0
         self._update_gauges()
         return fragments, data_bytes

@@ -146,6 +146,49 @@ def test_each_batch_counts_in_the_smallest_mean_and_largest_messages_and_bytes_p
     assert figures("msgs") == [1, 3, 7] and figures("bytes") == [1, 160, 500]    # 13 // 4, 641 // 4
 
 
+class RecordingSocket(FakeSocket):
+    """Also notes the objects whose memory each write came from."""
+    def __init__(self, accept=None):
+        super().__init__(accept)
+        self.sources = []
+
+    def sendmsg(self, views):
+        self.sources.append([view.obj for view in views])
+        return super().sendmsg(views)
+
+
+def test_lent_data_is_written_from_the_lender_and_only_what_waits_is_copied():
+    """A ring record is lent for one call: what the socket takes at once is never copied; what it
+    does not take, or what waits in a batch, is copied before the lender's memory moves on."""
+    q, counters = queue(max_queue=10_000, min_length=100)
+    record = bytearray(b"r" * 300)                   # a record of min-length or more: a chunk alone
+    assert q.add_data(memoryview(record), fragments=3) == QUEUED
+    sock = RecordingSocket()
+    q.write_to(sock)
+    q.keep_lent()
+    assert sock.sources == [[record]], "written from the record itself"
+    record[:] = b"R" * 300                           # the ring reuses the slot
+    assert bytes(sock.data) == b"r" * 300 and counters.get("data_fragments_sent") == 3
+
+    record[:] = b"s" * 300
+    q.add_data(memoryview(record))
+    sock = RecordingSocket(accept=120)               # takes part of it
+    q.write_to(sock)
+    q.keep_lent()
+    record[:] = b"X" * 300
+    sock.accept = None
+    q.write_to(sock)
+    assert bytes(sock.data) == b"s" * 300, "the rest was copied before the slot was reused"
+
+    small = bytearray(b"t" * 40)                     # under min-length: it waits in a batch
+    q.add_data(memoryview(small))
+    small[:] = b"Y" * 40
+    q.add_data(b"u" * 60)
+    q.keep_lent()
+    q.write_to(sock)
+    assert bytes(sock.data).endswith(b"t" * 40 + b"u" * 60)
+
+
 def test_bounded_queue_drops_would_block_and_discard_counts_not_operational():
     q, counters = queue(max_queue=300, min_length=1)
     sock = FakeSocket(accept=50)
