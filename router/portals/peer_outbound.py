@@ -108,8 +108,12 @@ class OutboundQueue:
     def keep_lent(self) -> None:
         """Copy what the socket has not taken of a lent chunk: the caller's memory moves on now."""
         chunk, self._lent = self._lent, None
-        if chunk is not None and self._chunks and self._chunks[-1] is chunk:
-            chunk.view = memoryview(bytes(chunk.view))
+        if chunk is None:
+            return
+        for queued in reversed(self._chunks):       # the newest, short of a control message after it
+            if queued is chunk:
+                chunk.view = memoryview(bytes(chunk.view))
+                return
 
     def add_control(self, data: bytes) -> bool:
         """Queue a control message behind any pending batch, whatever data the queue holds; False

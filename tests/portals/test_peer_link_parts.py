@@ -180,6 +180,14 @@ def test_lent_data_is_written_from_the_lender_and_only_what_waits_is_copied():
     q.write_to(sock)
     assert bytes(sock.data) == b"s" * 300, "the rest was copied before the slot was reused"
 
+    record[:] = b"v" * 300
+    q.add_data(memoryview(record))
+    q.add_control(b"C" * 10)                         # queued behind it before the caller is done
+    q.keep_lent()
+    record[:] = b"Z" * 300
+    q.write_to(sock)
+    assert bytes(sock.data).endswith(b"v" * 300 + b"C" * 10)
+
     small = bytearray(b"t" * 40)                     # under min-length: it waits in a batch
     q.add_data(memoryview(small))
     small[:] = b"Y" * 40
