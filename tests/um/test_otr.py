@@ -347,8 +347,9 @@ def test_what_the_source_no_longer_retains_is_given_up_and_the_held_messages_sti
         _send(source, payloads)
         got.wait(40 - len(lost))
         wait_for(lambda: len(got.losses) == 2, 10, message="both losses told")
-        wait_for(lambda: _otr(sending)["lj_rx_requests_rcved"] == _otr(receiving)["otr_requests_sent"], 10,
-                 message="every request at the source")
+        # ... and answered: the source counts a request as it comes and its answer after it.
+        wait_for(lambda: _otr(sending)["lj_rx_requests_rcved"] == _otr(receiving)["otr_requests_sent"]
+                 == _otr(sending)["lj_retransmissions_unavailable"], 10, message="every request at the source")
         src, rcv = _otr(sending), _otr(receiving)
     # The messages after each loss were held back until it was given up, then delivered in order,
     # the loss told in its place.
