@@ -11,7 +11,9 @@ def _buffers(publisher: Context, subscriber: Context, topic: str) -> tuple[int, 
     """The SO_SNDBUF of the source's connection and the SO_RCVBUF of the receiver's, once joined."""
     subscriber.receiver(topic, lambda message: None)
     source = publisher.source(topic)
-    wait_for(lambda: source.receiver_count >= 1, 10, message="receiver joins")
+    # Each side sees the connection on its own thread: the source may count it before the
+    # receiver's context lists it (it did, in one CI run).
+    wait_for(lambda: source.receiver_count >= 1 and subscriber.clients, 10, message="receiver joins")
     [connection] = source.session.connections
     [client] = subscriber.clients.values()
     return (connection.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
