@@ -66,15 +66,19 @@ def next_part_number(directory: Path) -> int:
     return max(numbers, default=0) + 1
 
 
-def recover(root: Path, router: str) -> list[Path]:
+def recover(root: Path, router: str, keep: Path | None = None) -> list[Path]:
     """After a crash: publish the `.open` parts it left (complete files) and drop half-written
-    `.tmp` ones. Returns the files published."""
+    `.tmp` ones. Returns the files published. `keep`: a part this process is writing (the sink
+    wrote before it could claim the directory), whose files are live, not left over."""
     published = []
     base = root / f"router={router}"
+    live = set() if keep is None else {keep.with_name(f".{keep.name}.tmp"), open_name(keep)}
     for leftover in base.glob("date=*/.part-*.parquet.tmp"):
-        leftover.unlink(missing_ok=True)
+        if leftover not in live:
+            leftover.unlink(missing_ok=True)
     for current in sorted(base.glob("date=*/.part-*.parquet.open")):
-        published.append(publish(current, current.parent / current.name[1:-len(".open")]))
+        if current not in live:
+            published.append(publish(current, current.parent / current.name[1:-len(".open")]))
     return published
 
 

@@ -168,7 +168,7 @@ class ParquetSink:
             log.info("statistics: %s is ours now (the router that held it stopped); writing", directory)
         self.held_by = self.claim_error = None
         try:
-            for published in recover(self.root, self.router):
+            for published in recover(self.root, self.router, keep=self.file.path):
                 log.info("published %s, left open by an earlier run that did not stop cleanly", published)
         except OSError as err:          # an unwritable directory is reported by every write, not fatal
             log.error("statistics: cannot tidy %s: %s", directory, err)

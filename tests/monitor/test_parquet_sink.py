@@ -310,6 +310,23 @@ def test_a_directory_another_router_of_the_same_name_writes_is_left_to_it_until_
     assert len(rows_of(published(sink.root)[1])) == 4           # this interval and close's: 2 portals each
 
 
+def test_rows_written_before_the_claim_could_be_tried_are_not_taken_for_a_crash_s_leftovers(make_sink, caplog):
+    """A claim that cannot even be tried (here `.writer` is a directory) leaves the rows to the
+    writer; once the claim is taken, the part it has been writing is live, not left over."""
+    clock = Clock()
+    sink = make_sink(clock=clock)
+    sink.claim.path.mkdir(parents=True)
+    sink.tick()
+    assert sink.writer.flush(5) and open_files(sink.root) and "cannot claim" in caplog.text
+    sink.claim.path.rmdir()
+    clock.advance(5)
+    sink.tick()
+    assert sink.claim.held and sink.writer.flush(5)
+    sink.close()
+    [only] = published(sink.root)
+    assert len(rows_of(only)) == 6, "every interval once, in one file"
+
+
 def test_a_forked_worker_does_not_keep_the_supervisor_s_claim(tmp_path):
     claim = DirectoryClaim(tmp_path, "r1")
     assert claim.take() is None and claim.take() is None          # taken once, held after
