@@ -65,13 +65,19 @@ def whole_frames_within(buf, limit: int) -> int:
 
 def is_whole_frames(buf) -> bool:
     """Whether `buf` is whole LBMC frames end to end (a datagram's or a record's own framing, before
-    it is parsed together with others): a run of equal frames is found at once, else walked."""
+    it is parsed together with others): frames of one length are checked at once, else walked."""
     size = len(buf)
     if size < 4:
         return False
     length = (buf[2] << 8) | buf[3]
-    if length >= 4 and size % length == 0 and equal_frames(buf, 0, size, length) == size // length:
-        return True
+    if length == size:
+        return True                 # one frame: a large message's fragment
+    if length >= 4 and size % length == 0:
+        # Equal lengths end to end (a busy topic's frames): each frame's length field, bytes 2
+        # and 3, read as two strided slices compared in C (a quarter of numpy's set-up cost).
+        count = size // length
+        if buf[2::length] == bytes((buf[2],)) * count and buf[3::length] == bytes((buf[3],)) * count:
+            return True
     return whole_frames_within(buf, size) == size
 
 

@@ -123,6 +123,23 @@ class ReceiveWindow:
             out += self._advance()
         return out
 
+    def take_next(self, sqn: int, size: int) -> bool:
+        """data()'s common case, for a receiver to try first: new DATA (not a retransmission) of
+        `size` bytes with the next sequence number, while nothing is missing, waiting or given up.
+        True: delivered and counted as data() would (its payload is the caller's to deliver, at
+        once); False: nothing changed, call data()."""
+        expected = self.expected
+        if (expected is None or (expected - sqn) & 0xFFFFFFFF or self.missing or self.buffered
+                or self.given_up or self.jumps):
+            return False
+        self.expected = expected + 1
+        if expected > self.high:
+            self.high = expected
+        counters = self.counters
+        counters["msgs_rcved"] += 1
+        counters["bytes_rcved"] += size
+        return True
+
     def _jumped(self, sqn: int) -> bool:
         """Within a run given up whole (a jump past MAX_GAP): too late to be delivered."""
         return any(start <= sqn < stop for start, stop in self.jumps.items())

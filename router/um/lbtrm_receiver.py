@@ -14,9 +14,13 @@ from router.um.frame_stream import FrameStream
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.repairing_stream import RepairingStream
 from router.um.session_socket import SessionSocket
-from router.um.wire.lbtrm import LbtrmData, LbtrmNcf, LbtrmSm, decode_lbtrm, encode_lbtrm_nak
+from router.um.wire.lbtrm import (DATA_HEADER, FLAG_RETRANSMISSION, LBTRM_NHDR_DATA, LBTRM_TYPE_DATA, LBTRM_VERSION,
+                                  LbtrmData, LbtrmNcf, LbtrmSm, decode_lbtrm, encode_lbtrm_nak)
 
 _IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
+_unpack_data_header = DATA_HEADER.unpack_from
+_DATA_HEADER_SIZE = DATA_HEADER.size
+_DATA_VER_TYPE = (LBTRM_VERSION << 4) | LBTRM_TYPE_DATA
 
 
 class LbtrmGroup(SessionSocket):
@@ -52,6 +56,15 @@ class LbtrmGroup(SessionSocket):
 
     def decode(self, datagram):
         return decode_lbtrm(datagram)
+
+    def in_order_data(self, datagram, address, now: float) -> bool:
+        """New DATA of a joined session, its header read at once (SessionSocket._read)."""
+        if len(datagram) < _DATA_HEADER_SIZE:
+            return False
+        ver_type, next_hdr, _ucast_port, session_id, sqn, _trail, flags, _, _ = _unpack_data_header(datagram)
+        if ver_type != _DATA_VER_TYPE or next_hdr != LBTRM_NHDR_DATA or flags & FLAG_RETRANSMISSION:
+            return False
+        return self.in_order_to_session(address, session_id, sqn, datagram, _DATA_HEADER_SIZE, now)
 
     def send_nak(self, datagram: bytes, address: tuple[str, int]) -> bool:
         try:

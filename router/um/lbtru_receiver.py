@@ -27,10 +27,15 @@ from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.repairing_source import WRAP, bind_in_range
 from router.um.repairing_stream import RepairingStream
 from router.um.session_socket import SessionSocket
-from router.um.wire.lbtru import (LbtruData, LbtruNcf, LbtruRst, LbtruSm, decode_lbtru, encode_lbtru_ack,
-                                  encode_lbtru_creq, encode_lbtru_nak)
+from router.um.wire.lbtru import (FLAG_RETRANSMISSION, LBTRU_TYPE_DATA, LBTRU_VERSION, NHDR_DATA, NHDR_SID, OPTION,
+                                  SID_DATA_HEADER, LbtruData, LbtruNcf, LbtruRst, LbtruSm, decode_lbtru,
+                                  encode_lbtru_ack, encode_lbtru_creq, encode_lbtru_nak)
 
 log = logging.getLogger(__name__)
+
+_unpack_sid_data_header = SID_DATA_HEADER.unpack_from
+_SID_DATA_HEADER_SIZE = SID_DATA_HEADER.size
+_DATA_VER_TYPE = (LBTRU_VERSION << 4) | LBTRU_TYPE_DATA
 
 
 class LbtruPort(SessionSocket):
@@ -53,6 +58,18 @@ class LbtruPort(SessionSocket):
 
     def decode(self, datagram):
         return decode_lbtru(datagram)
+
+    def in_order_data(self, datagram, address, now: float) -> bool:
+        """New DATA of a joined session, its header read at once (SessionSocket._read): the form
+        every source sends, its session id the only option."""
+        if len(datagram) < _SID_DATA_HEADER_SIZE:
+            return False
+        (ver_type, next_hdr, flags, sqn, _trail, option_next, option_length, _option_flags,
+         session_id) = _unpack_sid_data_header(datagram)
+        if (ver_type != _DATA_VER_TYPE or next_hdr != NHDR_SID or option_next != NHDR_DATA
+                or option_length != OPTION.size or flags & FLAG_RETRANSMISSION):
+            return False
+        return self.in_order_to_session(address, session_id, sqn, datagram, _SID_DATA_HEADER_SIZE, now)
 
     def unknown_session(self, packet, address) -> None:
         if isinstance(packet, LbtruRst):
@@ -145,6 +162,10 @@ class LbtruSessionClient(RepairingStream):
             self.counters["acks_sent"] += 1
 
     # -- datagrams -------------------------------------------------------------------------------
+    def in_order_data(self, sqn: int, payload, now: float) -> bool:
+        """Connected, as DATA makes it; until then DATA goes the whole way (it connects)."""
+        return self.connected and super().in_order_data(sqn, payload, now)
+
     def packet(self, packet, now: float) -> None:
         if self.closed or not self._believable(packet):
             return

@@ -11,6 +11,8 @@ giving loss up, ending the stream after a final advertisement, or expiring a par
 A DATA or SM claiming a lead no source can have reached (lbtrm_receive_window.MAX_LEAD ahead) is
 counted as malformed and dropped: believed, it would give up most of the sequence space.
 A subclass reads its packet types into `_data`, `_sm` and `_ncf`, and sends NAKs its transport's way.
+In the steady state (each DATA the next one, nothing missing) its socket reads a datagram's header
+itself and hands the frames straight on (`in_order_data`); anything else goes the whole way.
 
 The in-order datagrams one read of the socket brings (router.um.session_socket) are parsed at once
 when the read ends (router.um.frame_batch): a router forwards them as one record of its ring, an
@@ -80,6 +82,21 @@ class RepairingStream(FrameStream):
                         "dropped (%d malformed so far)", self.description, type(packet).__name__, lead, count)
         return False
 
+    def in_order_data(self, sqn: int, payload, now: float) -> bool:
+        """New DATA (not a retransmission) read straight from its header (its socket's
+        in_order_data): taken at once when the window takes it as the next one (ReceiveWindow.
+        take_next) and the stream is not ending. Without a packet object, a payload copy and the
+        repair bookkeeping that has nothing to do then, a busy session's datagram takes about half
+        the CPU from the socket to the batch (BENCHMARKS.md, "LBT-RM receive path"). False:
+        anything else, for the caller to decode and pass on the whole way."""
+        if self.closed or self.ending or not self.window.take_next(sqn, len(payload)):
+            return False
+        self.last_heard = now
+        self._frames(payload)
+        if not self.socket.reading_batch:
+            self.parse_batch()
+        return True
+
     def _data(self, sqn: int, payload, now: float, retransmission: bool, trail: int) -> None:
         self._delivered(self.window.data(sqn, bytes(payload), now, retransmission, trail))
 
@@ -133,6 +150,7 @@ class RepairingStream(FrameStream):
         if self.closed:
             return
         self.counters["bytes"] += len(payload)
+        payload = bytes(payload)                        # (a view of the datagram read, from in_order_data)
         if self._parse(payload) != len(payload):
             self._malformed("a datagram that is not whole frames", close=False)
 

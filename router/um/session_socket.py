@@ -35,11 +35,15 @@ def loss_rate(variable: str) -> float:
 
 class SessionSocket:
     """Subclasses set `kind` (for logs), `loss_variable`, `data_type` (the DATA packet class) and
-    implement `decode` and `session_key`; `self.description` names the socket in logs."""
+    implement `decode` and `session_key`; `self.description` names the socket in logs. One may
+    implement `in_order_data(datagram, address, now) -> bool`, the common case read straight
+    from the header: a DATA datagram of a joined session that its stream takes at once
+    (RepairingStream.in_order_data). False sends the datagram the whole way."""
 
     kind = "?"
     loss_variable = ""
     data_type: type = type(None)
+    in_order_data: Callable[[bytes, tuple, float], bool] | None = None
 
     def __init__(self, loop, sock: socket.socket, description: str, on_empty: Callable[["SessionSocket"], None]):
         self.loop = loop
@@ -66,6 +70,12 @@ class SessionSocket:
 
     def session_key(self, packet, address) -> tuple:
         return (address[0], address[1], packet.session_id)
+
+    def in_order_to_session(self, address, session_id: int, sqn: int, datagram, header_size: int,
+                            now: float) -> bool:
+        """An in_order_data's last step: the DATA after its header goes to the session it names."""
+        client = self.sessions.get((address[0], address[1], session_id))
+        return client is not None and client.in_order_data(sqn, memoryview(datagram)[header_size:], now)
 
     def unknown_session(self, packet, address) -> None:
         """A datagram of a session nobody here joined."""
@@ -124,8 +134,15 @@ class SessionSocket:
 
     def _read(self, sock: socket.socket) -> None:
         now = time.monotonic()
+        counters = self.counters
+        # Simulated loss drops DATA it decodes: every datagram goes the whole way then.
+        in_order_data = None if self.loss_rate else self.in_order_data
         for datagram, address in pending_datagrams(sock, _RECEIVE_BATCH, self.description):
-            self.counters["datagrams"] += 1
+            counters["datagrams"] += 1
+            if in_order_data is not None and in_order_data(datagram, address, now):
+                if not self.reading or self.sock is not sock:
+                    return            # a consumer paused us mid-batch, or the last session ended
+                continue
             try:
                 packet = self.decode(datagram)
             except WireError as err:

@@ -13,7 +13,9 @@ no sockets, no clocks, no sleeps. What is checked, and why it matters to a recei
 - 32-bit sequence numbers wrap, a huge jump does not build a huge set, and the first datagram
   heard decides where the window starts;
 - two hypothesis properties tie it together: with every NAK answered, everything sent is
-  delivered once and in order; with some sqns never repaired, exactly those are lost.
+  delivered once and in order; with some sqns never repaired, exactly those are lost;
+- `take_next`, the receive path's shortcut for the next datagram in a steady session, takes only
+  what data() would deliver at once, and leaves the window as data() would (a third property).
 
 """
 from __future__ import annotations
@@ -565,19 +567,33 @@ TICK = 0.001
 
 @st.composite
 def sessions(draw, unrepaired: bool):
-    """(base, n, arrivals, never): a source sends sqns base..base+n-1 (32-bit); the network
+    """(base, n, arrivals, never, sms): a source sends sqns base..base+n-1 (32-bit); the network
     delivers `arrivals` (indexes: a random subset, in a random order, with duplicates); the
-    indexes in `never` are lost for good, never retransmitted."""
+    indexes in `never` are lost for good, never retransmitted; after the arrivals at the
+    positions in `sms` a session message tells that the source sent all n (what the receiver has
+    not seen yet is then missing, with nothing waiting behind it)."""
     n = draw(st.integers(1, 150))
     base = draw(st.one_of(st.sampled_from([0, 1, WRAP - 1, WRAP - 40]), st.integers(0, WRAP - 1)))
     never = draw(st.sets(st.integers(0, n - 1))) if unrepaired else set()
     sent = [i for i in range(n) if i not in never]
-    arrivals = draw(st.lists(st.sampled_from(sent), max_size=3 * n)) if sent else []
-    return base, n, arrivals, frozenset(never)
+    if not sent:
+        arrivals = []
+    elif draw(st.booleans()):
+        arrivals = draw(st.lists(st.sampled_from(sent), max_size=3 * n))    # chaos
+    else:
+        # A network's usual ways: mostly in order, some lost (and repaired), a few swapped.
+        lost = draw(st.sets(st.sampled_from(sent), max_size=max(1, len(sent) // 4)))
+        arrivals = [i for i in sent if i not in lost]
+        for swap in draw(st.lists(st.integers(0, max(0, len(arrivals) - 2)), max_size=3)):
+            arrivals[swap:swap + 2] = arrivals[swap:swap + 2][::-1]
+    sms = draw(st.sets(st.integers(0, len(arrivals) - 1), max_size=3)) if arrivals else set()
+    return base, n, arrivals, frozenset(never), frozenset(sms)
 
 
-def simulate(base: int, n: int, arrivals, never, seed: int) -> tuple[ReceiveWindow, list[bytes]]:
-    """Run the session through a window; NAKed sqns not in `never` are retransmitted at once."""
+def simulate(base: int, n: int, arrivals, never, sms, seed: int,
+             take_next_first: bool = False) -> tuple[ReceiveWindow, list[bytes]]:
+    """Run the session through a window; NAKed sqns not in `never` are retransmitted at once.
+    `take_next_first`: new DATA is offered to take_next before data(), as a receiver does."""
     w = ReceiveWindow(rng=random.Random(seed))
     out: list[bytes] = []
 
@@ -595,8 +611,13 @@ def simulate(base: int, n: int, arrivals, never, seed: int) -> tuple[ReceiveWind
 
     w.sm((base - 1) % WRAP, (base - 1) % WRAP, 0.0)    # the receiver heard the source before it sent
     now = 0.0
-    for i in arrivals:
-        out.extend(w.data(sqn(i), payload(sqn(i)), now))
+    for position, i in enumerate(arrivals):
+        if take_next_first and w.take_next(sqn(i), len(payload(sqn(i)))):
+            out.append(payload(sqn(i)))
+        else:
+            out.extend(w.data(sqn(i), payload(sqn(i)), now))
+        if position in sms:
+            out.extend(w.sm(sqn(n - 1), base, now))
         now += TICK
         due(now)
     out.extend(w.sm(sqn(n - 1), base, now))             # reveals any tail loss
@@ -610,8 +631,8 @@ def simulate(base: int, n: int, arrivals, never, seed: int) -> tuple[ReceiveWind
 @settings(max_examples=200, deadline=None)
 @given(sessions(unrepaired=False), st.integers(0, 1000))
 def test_with_every_nak_answered_everything_is_delivered_once_in_order(session, seed):
-    base, n, arrivals, never = session
-    w, out = simulate(base, n, arrivals, never, seed)
+    base, n, arrivals, never, sms = session
+    w, out = simulate(base, n, arrivals, never, sms, seed)
     assert out == payloads(*(base + i for i in range(n)))
     assert lost_counters(w) == (0, 0, 0)
     assert not w.buffered and w.buffered_bytes == 0 and not w.given_up and not w.jumps
@@ -622,11 +643,43 @@ def test_with_every_nak_answered_everything_is_delivered_once_in_order(session, 
 @settings(max_examples=200, deadline=None)
 @given(sessions(unrepaired=True), st.integers(0, 1000))
 def test_what_is_never_repaired_is_lost_and_the_rest_is_delivered_in_order(session, seed):
-    base, n, arrivals, never = session
-    w, out = simulate(base, n, arrivals, never, seed)
+    base, n, arrivals, never, sms = session
+    w, out = simulate(base, n, arrivals, never, sms, seed)
     assert out == payloads(*(base + i for i in range(n) if i not in never))
     assert w.counters["lost"] == len(never)
     assert w.counters["unrecovered_tmo"] == len(never)
     assert not w.buffered and w.buffered_bytes == 0 and not w.given_up and not w.jumps
     assert w.expected % WRAP == (base + n) % WRAP
     assert w.counters["msgs_rcved"] == n - len(never)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.booleans().flatmap(lambda unrepaired: sessions(unrepaired=unrepaired)), st.integers(0, 1000))
+def test_offering_take_next_first_changes_nothing_data_alone_would_do(session, seed):
+    base, n, arrivals, never, sms = session
+    plain, out = simulate(base, n, arrivals, never, sms, seed)
+    shortcut, shortcut_out = simulate(base, n, arrivals, never, sms, seed, take_next_first=True)
+    assert shortcut_out == out
+    assert shortcut.counters == plain.counters
+    assert (shortcut.expected, shortcut.high, shortcut.missing, shortcut.given_up, shortcut.buffered,
+            shortcut.jumps) == (plain.expected, plain.high, plain.missing, plain.given_up, plain.buffered,
+                                plain.jumps)
+
+
+def test_take_next_takes_the_next_datagram_only_while_nothing_is_missing_or_waiting():
+    w = window()
+    assert not w.take_next(5, 4)                            # where the window starts, data() decides
+    assert feed(w, [5]) == payloads(5)
+    assert w.take_next(6, 4) and w.take_next(7, 4)
+    assert w.expected == 8 and w.high == 7 and w.counters["msgs_rcved"] == 3 and w.counters["bytes_rcved"] == 12
+    assert not w.take_next(9, 4) and not w.take_next(7, 4)  # a gap, a duplicate: for data() to judge
+    assert feed(w, [9], now=1.0) == [] and 8 in w.missing
+    assert not w.take_next(10, 4)                            # 9 waits behind the gap at 8
+    assert feed(w, [10, 8], now=1.0) == payloads(8, 9, 10)
+    assert w.take_next(11, 4)                                # repaired: the shortcut again
+    w.sm(13, 0, 2.0)                                         # a lost tail: 12 and 13 missing, none waiting
+    assert not w.take_next(12, 4)
+    assert feed(w, [12], now=2.0) == payloads(12) and w.missing.keys() == {13}
+    w = window()
+    feed(w, [WRAP - 1])
+    assert w.take_next(0, 4) and w.expected == WRAP + 1     # across the 32-bit wrap

@@ -11,7 +11,9 @@ import pytest
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.lbtrm_receiver import LbtrmGroup, LbtrmSessionClient
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA, NHDR_FRAG
-from router.um.wire.lbtrm import FLAG_RETRANSMISSION, LbtrmNak, decode_lbtrm, encode_lbtrm_data, encode_lbtrm_sm
+from router.um.wire.lbtrm import (FLAG_RETRANSMISSION, LbtrmData, LbtrmNak, decode_lbtrm, encode_lbtrm_data,
+                                  encode_lbtrm_sm)
+from tests.support.decoded_data import record_decoded_data
 from tests.support.domains import new_domain
 from tests.support.processes import wait_for
 
@@ -139,6 +141,34 @@ def test_the_datagrams_one_read_brings_reach_the_application_as_one_batch(sessio
     assert app.messages == [(sqn, bytes([sqn]) * 3000) for sqn in range(20)]
     assert app.deliveries == 1
     assert joined.counters()["bytes"] == 20 * (MESSAGE_HEADER.size + 3000)
+
+
+# -- the steady state's shortcut -----------------------------------------------------------------
+def test_datagrams_in_order_skip_decoding_and_a_gap_sends_them_the_whole_way_until_repaired(session):
+    """A busy session's datagrams, each the next one with nothing missing, are taken straight
+    from their header (in_order_data), not decoded into packets; the one that finds a gap, and
+    what comes until it is repaired, go the whole way (`packet`), where loss is handled. The
+    application gets the same either way."""
+    joined = session(window=ReceiveWindow(nak_initial_backoff=0.0))
+    decoded = record_decoded_data(joined.loop, joined.client, LbtrmData)
+    app = joined.application
+    for sqn in range(10):
+        joined.send(sqn, message(sqn, b"m%d" % sqn))
+    wait_for(lambda: len(app.messages) == 10, 10, message="the first 10 messages")
+    assert decoded == [0], "only the first datagram (where the window starts) needs decoding"
+    joined.send(11, message(11, b"m11"))
+    joined.send(12, message(12, b"m12"))
+    wait_for(lambda: 10 in joined.read_naks(), 10, message="a NAK for 10")
+    joined.send(10, message(10, b"m10"), retransmission=True)
+    wait_for(lambda: len(app.messages) == 13, 10, message="the repair")
+    for sqn in range(13, 16):
+        joined.send(sqn, message(sqn, b"m%d" % sqn))
+    wait_for(lambda: len(app.messages) == 16, 10, message="the messages after the repair")
+    assert decoded == [0, 11, 12, 10], "after the repair the shortcut is taken again"
+    assert app.messages == [(sqn, b"m%d" % sqn) for sqn in range(16)] and not app.gaps
+    counters = joined.counters()
+    assert counters["msgs_rcved"] == 16 and counters["retransmissions_rcved"] == 1 and counters["lost"] == 0
+    assert counters["bytes_rcved"] == sum(len(message(sqn, b"m%d" % sqn)) for sqn in range(16))
 
 
 # -- malformed datagrams -------------------------------------------------------------------------

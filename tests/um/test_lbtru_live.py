@@ -22,11 +22,12 @@ from router.um.lbtru_receiver import LbtruPort, LbtruSessionClient
 from router.um.lbtru_source import LbtruSourceSession
 from router.um.loop import EventLoop
 from router.um.repairing_source import NCF_NO_RETRY, WINDOW_ENTRY_OVERHEAD
-from router.um.wire.lbtru import (LbtruCreq, LbtruData, LbtruNcf, LbtruRst, LbtruSm, decode_lbtru, encode_lbtru_ack,
-                                  encode_lbtru_creq, encode_lbtru_data, encode_lbtru_nak, encode_lbtru_ncf,
-                                  encode_lbtru_rst, encode_lbtru_sm)
+from router.um.wire.lbtru import (FLAG_RETRANSMISSION, LbtruCreq, LbtruData, LbtruNak, LbtruNcf, LbtruRst, LbtruSm,
+                                  decode_lbtru, encode_lbtru_ack, encode_lbtru_creq, encode_lbtru_data,
+                                  encode_lbtru_nak, encode_lbtru_ncf, encode_lbtru_rst, encode_lbtru_sm)
 from router.um.wire.errors import WireError
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
+from tests.support.decoded_data import record_decoded_data
 from tests.support.domains import new_domain
 from tests.support.processes import wait_for
 from tests.support.tshark import LiveCapture, decode, expert_info
@@ -538,6 +539,27 @@ def test_a_lead_no_source_could_have_reached_is_dropped_as_malformed_and_the_ses
     assert counters["msgs_rcved"] == 3 and counters["duplicate_data"] == 0, counters
     assert counters["malformed"] == 1 and counters["lost"] == 0 and counters["naks_sent"] == 0, counters
     assert not source.closed_at
+
+
+def test_a_connected_session_s_data_in_order_is_taken_without_decoding(raw_source):
+    """In the steady state each DATA datagram is the next one: the port reads its header and hands
+    its frames to the session (in_order_data), not decoding it into a packet; the one after a
+    gap goes the whole way, where it is NAKed and repaired."""
+    source = raw_source(acknowledgement_interval=0.05)
+    decoded = record_decoded_data(source.loop, source.client, LbtruData)
+    for sqn in range(1, 6):
+        source.send_data(sqn)
+    wait_for(lambda: source.counters()["msgs_rcved"] == 5, 10, message="five datagrams")
+    assert decoded == []
+    source.send_data(7)
+    _receive(source.sock, LbtruNak)
+    source.send(encode_lbtru_data(source.SESSION_ID, 6, MESSAGE_HEADER.pack(
+        LBMC_TYPE_MESSAGE, NHDR_DATA, MESSAGE_HEADER.size + 4, 1, 6) + b"data", trail_sqn=1,
+        flags=FLAG_RETRANSMISSION))
+    source.send_data(8)
+    wait_for(lambda: source.counters()["msgs_rcved"] == 8, 10, message="the repair and the one after it")
+    assert decoded == [7, 6]
+    assert source.counters()["lost"] == 0
 
 
 # -- held data -----------------------------------------------------------------------------------

@@ -92,16 +92,27 @@ class Dropper:
         self.tidx, self.sqns = tidx, set(sqns)
         self.dropped: list[int] = []
         self.lock = threading.Lock()
+        # The group socket offers new DATA to the stream's `in_order_data` first, and passes on
+        # to its `packet` what that does not take: a datagram is lost on either way.
         self.original = stream.packet
-        stream.packet = self._packet          # the group socket calls the stream's `packet`
+        self.original_in_order = stream.in_order_data
+        stream.packet = self._packet
+        stream.in_order_data = self._in_order_data
+
+    def _lost(self, payload) -> bool:
+        frames = [sqn for tidx, sqn in _frames(payload) if tidx == self.tidx]
+        if not self.sqns.intersection(frames):
+            return False
+        with self.lock:
+            self.dropped += frames
+        return True
+
+    def _in_order_data(self, sqn, payload, now) -> bool:
+        return self._lost(payload) or self.original_in_order(sqn, payload, now)   # True: gone, untold
 
     def _packet(self, packet, now) -> None:
-        if isinstance(packet, LbtrmData) and not packet.retransmission:
-            frames = [sqn for tidx, sqn in _frames(packet.payload) if tidx == self.tidx]
-            if self.sqns.intersection(frames):
-                with self.lock:
-                    self.dropped += frames
-                return
+        if isinstance(packet, LbtrmData) and not packet.retransmission and self._lost(packet.payload):
+            return
         self.original(packet, now)
 
 
