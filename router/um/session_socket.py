@@ -5,6 +5,9 @@ port, session id) names. Datagrams of sessions nobody here joined are counted an
 does. When a session's consumer cannot take more (a router's ring is full) the socket stops being
 read, so loss the kernel then takes is repaired by NAKs, as a UM receiver's would be.
 
+A read that brings less than router.um.loop.SMALL_READ says so to the loop: a router worker
+batching a stream then lets the socket fill a little before it is woken again (read coalescing).
+
 The environment variable `<TRANSPORT>_LOSS_RATE` (LBTRM_LOSS_RATE, LBTRU_LOSS_RATE: a percentage,
 as in UM) makes a receiver drop that share of the DATA datagrams it receives, on purpose: loss on
 loopback, to exercise recovery. It is said in the log.
@@ -19,6 +22,7 @@ import time
 from typing import Callable
 
 from router.um.datagrams import pending_datagrams
+from router.um.loop import SMALL_READ
 from router.um.wire.errors import WireError
 
 log = logging.getLogger(__name__)
@@ -62,6 +66,7 @@ class SessionSocket:
         sock.setblocking(False)
         self.reading = True
         self.reading_batch = False            # in _readable: sessions batch their datagrams till it ends
+        self.read_bytes = 0                   # what the read of the socket brought so far
         self._batched: list = []              # the sessions holding datagrams of this read
         loop.add_reader(sock.fileno(), self._readable)
 
@@ -124,9 +129,12 @@ class SessionSocket:
         if sock is None or not self.reading:
             return
         self.reading_batch = True
+        self.read_bytes = 0
         try:
             self._read(sock)
         finally:
+            if 0 < self.read_bytes < SMALL_READ:
+                self.loop.read_was_small()          # a stream batched: let the socket fill (router.um.loop)
             self.reading_batch = False
             batched, self._batched = self._batched, []
             for client in batched:
@@ -139,6 +147,7 @@ class SessionSocket:
         in_order_data = None if self.loss_rate else self.in_order_data
         for datagram, address in pending_datagrams(sock, _RECEIVE_BATCH, self.description):
             counters["datagrams"] += 1
+            self.read_bytes += len(datagram)
             if in_order_data is not None and in_order_data(datagram, address, now):
                 if not self.reading or self.sock is not sock:
                     return            # a consumer paused us mid-batch, or the last session ended

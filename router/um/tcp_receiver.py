@@ -12,6 +12,7 @@ import time
 from typing import Callable
 
 from router.um.frame_stream import FrameStream
+from router.um.loop import SMALL_READ
 from router.um.wire.lbmc import CONTROL_HEADER, NHDR_TCP_SID, TCP_SID_HEADER
 
 log = logging.getLogger(__name__)
@@ -20,9 +21,6 @@ _BUFFER_SIZE = 4 * 1024 * 1024
 # Bytes taken per read: enough to batch thousands of small frames, small enough that what one read
 # brings stays in the CPU cache while it is parsed and copied on (and the next hop starts sooner).
 _READ_SIZE = 256 * 1024
-# A read that brought less than this is small: the loop may let the socket fill before the next
-# (router.um.loop, read coalescing; on only in a worker batching a stream).
-COALESCE_BELOW = 32 * 1024
 
 
 class TcpSessionClient(FrameStream):
@@ -83,7 +81,7 @@ class TcpSessionClient(FrameStream):
             self.close()
             return
         self.filled += received
-        if received < COALESCE_BELOW:
+        if received < SMALL_READ:
             self.loop.read_was_small()
         consumed = self.parse_reused(self.buffer, self.filled, self.view)
         if consumed:

@@ -20,8 +20,8 @@ than the normal one (chrt, systemd's CPUSchedulingPolicy=) keeps it. The supervi
 policy back with `policy_of(pid)` for `routerctl status`.
 
 While it batches, a worker also coalesces its reads (router.um.loop): after a read of a source's
-connection that brought little (router.um.tcp_receiver.COALESCE_BELOW), it sleeps READ_COALESCING
-before waiting for events again, so each wake-up takes in more of the stream. Under a stream of
+connection or LBT-RM/LBT-RU socket that brought little (router.um.loop.SMALL_READ), it sleeps
+READ_COALESCING before waiting for events again, so each wake-up takes in more of the stream. Under a stream of
 64-byte messages that cut the CPU the workers spend per message by about a third (198 to 136
 clock ticks for 4M messages, ingress and egress) and let the source and the receiver, sharing
 the host's two CPUs with them, run that much faster (BENCHMARKS.md).

@@ -171,6 +171,28 @@ def test_datagrams_in_order_skip_decoding_and_a_gap_sends_them_the_whole_way_unt
     assert counters["bytes_rcved"] == sum(len(message(sqn, b"m%d" % sqn)) for sqn in range(16))
 
 
+def test_a_read_that_brings_little_says_so_to_the_loop_and_one_that_brings_much_does_not(session):
+    """Read coalescing (router.um.loop): a batching router worker pauses before its next wait
+    after a small read of a session's socket, as after one of a TCP connection, so each wake-up
+    takes in more of a stream; a read that brought SMALL_READ or more has nothing to wait for."""
+    joined = session(window=ReceiveWindow(nak_initial_backoff=0.0))
+    small_reads: list[bool] = []
+    joined.loop.read_was_small = lambda: small_reads.append(True)   # told before the read's frames go on
+    app = joined.application
+    joined.send(0, message(0, b"small"))
+    wait_for(lambda: len(app.messages) == 1, 10, message="the small datagram")
+    wait_for(lambda: small_reads, 10, message="the small read told")
+    joined.loop.call_and_wait(joined.client.pause)
+    for sqn in range(1, 6):
+        joined.send(sqn, message(sqn, bytes(8000)))          # 40 KB waiting: one read takes it all
+    joined.loop.call_and_wait(joined.client.resume)
+    wait_for(lambda: len(app.messages) == 6, 10, message="the five large datagrams")
+    assert len(small_reads) == 1, "the read of 40 KB was told as small"
+    joined.send(6, message(6, b"small again"))
+    wait_for(lambda: len(app.messages) == 7, 10, message="the last datagram")
+    assert len(small_reads) == 2
+
+
 # -- malformed datagrams -------------------------------------------------------------------------
 @pytest.mark.parametrize("read_at_once", [False, True], ids=["as-they-come", "one-read"])
 @pytest.mark.parametrize("broken, gaps", [
