@@ -55,8 +55,8 @@ def lbtrm_source_domain(cfg: Path, n: int) -> Path:
     base = int(next(line.split()[2] for line in cfg.read_text().splitlines()
                     if line.startswith("context resolver_multicast_port ")))
     path.write_text(cfg.read_text()
-                    + f"context transport_lbtrm_multicast_address_low 239.199.{os.getpid() % 200}.{n}\n"
-                    f"context transport_lbtrm_multicast_address_high 239.199.{os.getpid() % 200}.{n}\n"
+                    + f"context transport_lbtrm_multicast_address_low 239.195.{os.getpid() % 200}.{n}\n"
+                    f"context transport_lbtrm_multicast_address_high 239.195.{os.getpid() % 200}.{n}\n"
                     f"context transport_lbtrm_destination_port {base + 3}\n"
                     f"context transport_lbtrm_source_port_low {base + 4}\n"
                     f"context transport_lbtrm_source_port_high {base + 9}\n"

@@ -75,7 +75,7 @@ def capture(directory: Path, size: int, count: int) -> Path:
 
 
 def replay(tree: Path, path: Path, n: int) -> dict:
-    group = f"239.197.{os.getpid() % 200}.{n}"
+    group = f"239.194.{os.getpid() % 200}.{n}"
     port = 15000 + (os.getpid() % 200) * 10 + n
     out = subprocess.run([rb.PYTHON, str(REPLAY), str(path), str(READ), group, str(port)], check=True,
                          capture_output=True, text=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
