@@ -247,6 +247,12 @@ class ContinuedTotals:
         # id from being reused by a new one while it is remembered.
         self.seen: dict[str, dict[int, tuple[object, int]]] = {}
 
+    def grew(self, name: str, figures) -> list:
+        """Of `figures` (as for `update`, called before it), the objects whose figure moved since
+        the last update of `name`: which of them are counting now."""
+        before = self.seen.get(name, {})
+        return [source for source, figure in figures if figure and figure != before.get(id(source), (None, 0))[1]]
+
     def update(self, name: str, figures) -> int:
         """`figures`: (object, its running figure) for every object counting `name` now. Adds
         what they grew by (all of a figure that went down: a counter that started again) and

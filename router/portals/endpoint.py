@@ -26,7 +26,7 @@ from router.portals.once_per_turn import OncePerTurn
 from router.portals.proxy_requests import ProxyRequestTable, forward_response
 from router.portals.rate_limit import RateLimiter
 from router.portals.proxy_sources import ProxySourceTable
-from router.portals.queue_episodes import QueueEpisodes
+from router.portals.queue_episodes import QueueEpisodes, why_dropped
 from router.portals.remote_interest import CheckPace, InterestAnnouncer, RemoteInterest
 from router.portals.streams import StreamTable
 from router.portals.unicast_routing import DomainRouteAnnouncements, UnicastRouting, reached_domains
@@ -696,13 +696,14 @@ class EndpointPortal(EgressRecords):
         self.queue_episodes.sample(waiting, time.monotonic())
         self.counters.set("data_bytes_enqueued", enqueued)
         self.counters.set_max("data_bytes_enqueued_max", enqueued)
-        dropped = totals.update("transport_topic_fragment_bytes_dropped_would_block",
-                                [(s, s.counters["dropped_would_block_bytes"]) for s in sessions])
+        dropped_bytes = [(s, s.counters["dropped_would_block_bytes"]) for s in sessions]
+        dropping = totals.grew("transport_topic_fragment_bytes_dropped_would_block", dropped_bytes)
+        dropped = totals.update("transport_topic_fragment_bytes_dropped_would_block", dropped_bytes)
         totals.update("transport_topic_fragments_dropped_would_block",
                       [(s, s.counters["dropped_would_block_frames"]) for s in sessions])
         if dropped:
             so_far = self.counters.get("transport_topic_fragment_bytes_dropped_would_block")
-            self._rate_limited("drops-would-block", f"a receiver is not keeping up: {so_far} bytes dropped "
+            self._rate_limited("drops-would-block", f"{why_dropped(dropping)}: {so_far} bytes dropped "
                                f"so far (queue limit {self.config.max_queue} bytes)")
 
     def egress_has_otid(self, otid: bytes) -> bool:

@@ -8,7 +8,7 @@ waiting and ends at the first without. Under a stream that keeps a receiver at i
 queue may fill and drain many times a second, so a beginning is logged at most every `quiet`
 seconds, with how many episodes went unlogged since, and an ending only for a logged beginning
 (with how long it lasted and the most that waited). Drops beyond `<max-queue>` have their own
-line (drops-would-block) and counters.
+line (drops-would-block) and counters; `why_dropped` says in it what held the queue back.
 """
 from __future__ import annotations
 
@@ -53,3 +53,20 @@ class QueueEpisodes:
                 self.log_event("queue-flushed", f"queue ended after {now - self.started:.2f} s without draining "
                                                 f"(at most {self.most} bytes waited): {why}")
             self.started = None
+
+
+def why_dropped(sessions) -> str:
+    """Why the queue of the proxy sources' `sessions` (those that just dropped) overflowed, for
+    the drops-would-block line. An LBT-RM or LBT-RU session never waits for its receivers: what
+    holds its queue back is its data rate limit, and an operator must look there, not at the
+    receivers; a TCP or LBT-IPC session's queue fills when a receiver does not keep up."""
+    reasons = []
+    for session in sessions:
+        limiter = getattr(session, "data_rate", None)          # router.um.repairing_source
+        if limiter is not None and limiter.rate:
+            option = f"transport_{session.kind.replace('-', '').lower()}_data_rate_limit"
+            reasons.append(f"the {session.kind} rate limit ({option} {limiter.rate * 8:.0f} bits/s) "
+                           f"holds back what comes faster")
+        else:
+            reasons.append("a receiver is not keeping up")
+    return "; ".join(dict.fromkeys(reasons)) or "a receiver is not keeping up"

@@ -3,6 +3,7 @@ from types import SimpleNamespace
 
 from router.monitor.counters import ContinuedTotals, PortalCounters
 from router.portals.endpoint import EndpointPortal
+from router.um.rate_limiter import RateLimiter
 
 BYTES, FRAMES = "transport_topic_fragment_bytes_dropped_would_block", "transport_topic_fragments_dropped_would_block"
 
@@ -95,3 +96,36 @@ def test_a_restarted_peer_worker_continues_the_rtt_sum_exactly():
     now[0] += 500_000                             # 500 µs later
     assert monitor.on_response(keepalive_header(response)) == 500
     assert (counters.get("rtt_samples"), counters.get("rtt_sum_us"), counters.get("rtt_mean")) == (4, 1500, 375)
+
+
+def test_grew_names_the_objects_counting_since_the_last_update():
+    totals = ContinuedTotals(PortalCounters())
+    first, second = object(), object()
+    assert totals.grew(BYTES, [(first, 0)]) == []
+    assert totals.grew(BYTES, [(first, 100)]) == [first]
+    totals.update(BYTES, [(first, 100), (second, 0)])
+    assert totals.grew(BYTES, [(first, 100), (second, 5)]) == [second]
+    totals.update(BYTES, [(first, 100), (second, 5)])
+    assert totals.grew(BYTES, [(first, 3), (second, 5)]) == [first]     # it started again
+
+
+def test_the_drop_line_says_what_held_the_queue_back_a_rate_limit_or_a_receiver():
+    """An LBT-RM or LBT-RU proxy source never waits for its receivers: its queue overflows because
+    its data rate limit holds back what comes faster, and the line says so, naming the option; a
+    TCP session's overflows because a receiver does not keep up."""
+    counters, lines = PortalCounters(), []
+    tcp, multicast = Session(), Session()
+    multicast.kind, multicast.data_rate = "LBT-RM", RateLimiter(1_000_000, 0.1, 8192)
+    endpoint = endpoint_with(counters, [tcp, multicast])
+    endpoint._rate_limited = lambda name, text: lines.append(text)
+    multicast.drop(1, 800)
+    endpoint.refresh_queue_counters()
+    assert lines == ["the LBT-RM rate limit (transport_lbtrm_data_rate_limit 1000000 bits/s) holds back what comes "
+                     "faster: 800 bytes dropped so far (queue limit 1000 bytes)"]
+    tcp.drop(1, 200)
+    endpoint.refresh_queue_counters()
+    assert lines[-1] == "a receiver is not keeping up: 1000 bytes dropped so far (queue limit 1000 bytes)"
+    tcp.drop(1, 100)
+    multicast.drop(1, 100)
+    endpoint.refresh_queue_counters()
+    assert lines[-1].startswith("a receiver is not keeping up; the LBT-RM rate limit (transport_lbtrm_data_rate_limit")

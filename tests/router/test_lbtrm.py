@@ -57,6 +57,30 @@ def test_lbtrm_proxy_source_on_the_wire(routers, tools, make_domain, tmp_path):
     assert messages == list(range(count)), "every message, once, in the DATA the receiver got"
 
 
+def test_a_proxy_source_its_rate_limit_holds_back_drops_beyond_max_queue_and_says_why(routers, tools, make_domain):
+    """An LBT-RM proxy source sends no faster than its data rate limit: what comes faster waits up
+    to <max-queue>, and beyond it is dropped, counted and logged. UDP never waits for receivers,
+    so the line names the rate limit, where an operator must look, not a slow receiver."""
+    lan1 = make_domain(LBTRM, "context transport_lbtrm_data_rate_limit 1000000")
+    lan2 = make_domain()
+    max_queue = "      <max-queue>100000</max-queue>\n"
+    router = routers.start(endpoint_xml("LAN1", 1, lan1.config_path, before_config=max_queue)
+                           + endpoint_xml("LAN2", 2, lan2.config_path)).wait_ready()
+    count = 2000                                    # 2 MB: 16 s at 1 Mbit/s, 20 times <max-queue>
+    receiver = tools.start("router.cli.umrcv", "-c", lan1.config_path, "--json", "--timeout", 120, "rm.limited")
+    source = start_source(tools, lan2, "rm.limited", count, size=1000)
+    receiver.wait_for_stderr("Beginning of Transport Session", 30)
+    source.send_line()
+    assert source.result(120)["sent"] == count, "the source was held back by another domain's rate limit"
+    router.wait_for_log("UMR-3001-1")
+    [line] = [line for line in router.log().splitlines() if "UMR-3001-1" in line][:1]
+    assert ("portal LAN1: the LBT-RM rate limit (transport_lbtrm_data_rate_limit 1000000 bits/s) holds back what "
+            "comes faster:") in line, line
+    lan1_counters = router.counters()[0]
+    assert lan1_counters["transport_topic_fragments_dropped_would_block"] > 0
+    assert lan1_counters["data_bytes_enqueued_limit"] == 100000
+
+
 def um_xml_with_rm_template(contexts: str) -> str:
     """A UM XML configuration for the router's contexts with a template, rm-source, of LBT-RM sources."""
     return f"""<um-configuration version="1.0">

@@ -49,6 +49,7 @@ def test_stalled_receiver_does_not_slow_the_others(routers, tools, make_domain, 
         assert lan2_counters["data_bytes_enqueued_max"] <= 200_000 + 65_536
         assert router.counters()[2]["transport_topic_fragment_bytes_dropped_would_block"] == 0
         router.wait_for_log("UMR-3001-1")
+        assert "portal LAN2: a receiver is not keeping up:" in router.log()
         began = [line for line in router.log().splitlines() if "UMR-3001-7" in line]
         assert began and all("portal LAN2: began enqueueing" in line for line in began), began
         stalled.proc.send_signal(signal.SIGCONT)
