@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
                     rb.wait_stderr(proc, "portals are up")
                 hb.wait_converged(routers)
             cases = CASES[:1] if udp else CASES
-            rates = interleaved(trees, paths, cases, RUNS, tag=f"abhops{hops}{'u' if udp else ''}")
+            cpu: dict = {}
+            rates = interleaved(trees, paths, cases, RUNS, tag=f"abhops{hops}{'u' if udp else ''}",
+                                routers={name: list(routers.values()) for name, routers in chains.items()}, cpu=cpu)
         finally:
             rb.ROOT = here
             for routers in chains.values():
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     links = "peer links with a UDP data path" if udp else "peer links"
     report(rates, revision, cases, f"umsrc → {hops} routers joined by {links} → umrcv",
            f"{hops} router hops{', UDP peer links,' if udp else ''} before and after a change",
-           f".venv/bin/python -m bench.ab_hops {revision} {hops}{' udp' if udp else ''}")
+           f".venv/bin/python -m bench.ab_hops {revision} {hops}{' udp' if udp else ''}", cpu)
     return 0
 
 

@@ -74,12 +74,13 @@ def report(rates: dict, revision: str, cases, path: str, title: str, command: st
 
 
 def interleaved(trees: dict[str, Path], paths: dict[str, tuple[Path, Path]], cases, runs: int,
-                tag: str = "ab", source_extra=(), routers: dict[str, subprocess.Popen] | None = None,
+                tag: str = "ab", source_extra=(), routers: dict[str, subprocess.Popen | list] | None = None,
                 cpu: dict | None = None) -> dict[tuple[str, int], list[float]]:
     """umsrc → umrcv from source domain to receiver domain of each tree's path (`paths[name]`),
     with that tree's tools: `runs` rounds, each every size of `cases` on every tree in turn, so
     drifting load hits both trees. Messages/s at the receiver by (tree, size); any loss ends it.
-    With `routers` (each tree's router), `cpu` gets the µs of CPU it spent per message, likewise."""
+    With `routers` (each tree's router, or its chain's routers), `cpu` gets the µs of CPU they
+    spent per message, likewise."""
     here, rates = rb.ROOT, {}
     try:
         for n in range(runs):

@@ -170,11 +170,13 @@ def tools_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measured(run, router: subprocess.Popen, count: int) -> dict:
-    """`run()`'s result with the CPU it took per message: the router's processes, umsrc + umrcv."""
-    router_before, tools_before = sum(router_cpu({"router": router}).values()), tools_cpu_s()
+def measured(run, router: subprocess.Popen | list[subprocess.Popen], count: int) -> dict:
+    """`run()`'s result with the CPU it took per message: the router's processes (every router's
+    of a chain, given a list), umsrc + umrcv."""
+    routers = dict(enumerate(router if isinstance(router, list) else [router]))
+    router_before, tools_before = sum(router_cpu(routers).values()), tools_cpu_s()
     result = run()
-    ticks = sum(router_cpu({"router": router}).values()) - router_before
+    ticks = sum(router_cpu(routers).values()) - router_before
     result["router_cpu_us"] = ticks / os.sysconf("SC_CLK_TCK") / count * 1e6
     result["tools_cpu_us"] = (tools_cpu_s() - tools_before) / count * 1e6
     return result

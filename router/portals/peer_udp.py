@@ -20,7 +20,8 @@ up each side has:
   datagram's LBMC messages to the link.
 
 Both share the one socket: DATA, SM, NCF and RST are the receiver's, NAK, ACK and CREQ the
-sender's. The path fails, and the link goes down and reconnects, when the companion's session
+sender's. The companion's next DATA in a steady session is read from its header and handed on
+without being decoded, as an LBT-RU receiver's own socket does (router.um.session_socket). The path fails, and the link goes down and reconnects, when the companion's session
 does not answer the connection requests or is silent for `<session-message activity-timeout>`.
 LBTRU_LOSS_RATE (a percentage, router.um.session_socket) drops received DATA on purpose, as for
 LBT-RU receivers.
@@ -35,7 +36,7 @@ from typing import Callable
 
 from router.um.frame_runs import whole_frames_within
 from router.um.lbtrm_receive_window import ReceiveWindow
-from router.um.lbtru_receiver import LbtruSessionClient
+from router.um.lbtru_receiver import DATA_HEADER_SIZE, LbtruSessionClient, new_data_header
 from router.um.lbtru_source import LbtruSourceSession
 from router.um.session_socket import loss_rate
 from router.um.wire.lbtru import MAX_DATAGRAM, LbtruData, LbtruNcf, LbtruRst, LbtruSm
@@ -180,9 +181,9 @@ class PeerUdpReceiver(LbtruSessionClient):
                          acknowledgement_interval=min(1.0, activity / 4), window=window)
         self.description = f"peer UDP session {companion[0]}:{companion[1]}:{session_id:08X}"
 
-    def _frames(self, payload: bytes) -> None:
+    def _frames(self, payload) -> None:
         self.counters["bytes"] += len(payload)
-        self.on_payload(payload)
+        self.on_payload(bytes(payload))     # (a view of the datagram from in_order_data: the link's own)
 
     def _ended(self, _stream) -> None:
         if self.connected:
@@ -202,6 +203,7 @@ class PeerUdpPath:
         self.sender = PeerUdpSender(loop, interface, udp, max_queue=max_queue,
                                     batching_minimum_length=batching_minimum_length,
                                     batching_interval=batching_interval, on_receiver_packet=self._receiver_packet)
+        self.sender.receiver_data = self._receiver_data
         self.shared = _SharedSocket(self.sender)
         self.receiver: PeerUdpReceiver | None = None
         self.failed = False
@@ -210,6 +212,7 @@ class PeerUdpPath:
         if self.loss_rate:
             log.warning("peer UDP path on port %d: dropping %.1f%% of received DATA datagrams on purpose "
                         "(LBTRU_LOSS_RATE)", self.port, self.loss_rate * 100)
+            self.sender.receiver_data = None        # simulated loss drops DATA it decodes: all go the whole way
 
     @property
     def port(self) -> int:
@@ -224,6 +227,16 @@ class PeerUdpPath:
         self.sender.companion_ip = companion_ip
         self.receiver = PeerUdpReceiver(self.loop, self.shared, (companion_ip, companion_port), companion_session,
                                         self.udp, self.on_payload, self._failed)
+
+    def _receiver_data(self, datagram, address, now: float) -> bool:
+        """The companion's next DATA datagram in a steady session, read from its header and
+        taken at once (router.um.repairing_stream: in_order_data); False: decode it."""
+        receiver = self.receiver
+        if receiver is None or address[0] != receiver.address[0] or address[1] != receiver.address[1]:
+            return False
+        header = new_data_header(datagram)
+        return (header is not None and header[0] == receiver.session_id
+                and receiver.in_order_data(header[1], memoryview(datagram)[DATA_HEADER_SIZE:], now))
 
     def _receiver_packet(self, packet, address, now: float) -> None:
         receiver = self.receiver

@@ -34,8 +34,22 @@ from router.um.wire.lbtru import (FLAG_RETRANSMISSION, LBTRU_TYPE_DATA, LBTRU_VE
 log = logging.getLogger(__name__)
 
 _unpack_sid_data_header = SID_DATA_HEADER.unpack_from
-_SID_DATA_HEADER_SIZE = SID_DATA_HEADER.size
+DATA_HEADER_SIZE = SID_DATA_HEADER.size
 _DATA_VER_TYPE = (LBTRU_VERSION << 4) | LBTRU_TYPE_DATA
+
+
+def new_data_header(datagram) -> tuple[int, int] | None:
+    """(session id, sequence number) of new DATA (not a retransmission) in the form every source
+    sends, its session id the only option, its payload after DATA_HEADER_SIZE bytes: read at once
+    for a session's in_order_data. None: anything else, to be decoded."""
+    if len(datagram) < DATA_HEADER_SIZE:
+        return None
+    (ver_type, next_hdr, flags, sqn, _trail, option_next, option_length, _option_flags,
+     session_id) = _unpack_sid_data_header(datagram)
+    if (ver_type != _DATA_VER_TYPE or next_hdr != NHDR_SID or option_next != NHDR_DATA
+            or option_length != OPTION.size or flags & FLAG_RETRANSMISSION):
+        return None
+    return session_id, sqn
 
 
 class LbtruPort(SessionSocket):
@@ -60,16 +74,9 @@ class LbtruPort(SessionSocket):
         return decode_lbtru(datagram)
 
     def in_order_data(self, datagram, address, now: float) -> bool:
-        """New DATA of a joined session, its header read at once (SessionSocket._read): the form
-        every source sends, its session id the only option."""
-        if len(datagram) < _SID_DATA_HEADER_SIZE:
-            return False
-        (ver_type, next_hdr, flags, sqn, _trail, option_next, option_length, _option_flags,
-         session_id) = _unpack_sid_data_header(datagram)
-        if (ver_type != _DATA_VER_TYPE or next_hdr != NHDR_SID or option_next != NHDR_DATA
-                or option_length != OPTION.size or flags & FLAG_RETRANSMISSION):
-            return False
-        return self.in_order_to_session(address, session_id, sqn, datagram, _SID_DATA_HEADER_SIZE, now)
+        """New DATA of a joined session, its header read at once (SessionSocket._read)."""
+        header = new_data_header(datagram)
+        return header is not None and self.in_order_to_session(address, *header, datagram, DATA_HEADER_SIZE, now)
 
     def unknown_session(self, packet, address) -> None:
         if isinstance(packet, LbtruRst):

@@ -25,6 +25,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from router.um.datagrams import pending_datagrams
 from router.um.repairing_source import WRAP, RepairingSourceSession, bind_in_range
@@ -51,6 +52,9 @@ class LbtruSourceSession(RepairingSourceSession):
     header_size = HEADER_SIZE
     retransmission_flag = (RETRANSMISSION_BYTE, FLAG_RETRANSMISSION >> 8)
     kind = "LBT-RU"
+    # A receiver sharing this socket (a peer link's UDP path, router.portals.peer_udp) may take
+    # its steady DATA before it is decoded: (datagram, address, now) -> taken.
+    receiver_data: Callable[[bytes, tuple, float], bool] | None = None
 
     def __init__(self, loop, interface: str, port_low: int, port_high: int, *, datagram_max_size: int = 8192,
                  data_rate_limit: int = 10_000_000, retransmit_rate_limit: int = 5_000_000,
@@ -140,7 +144,10 @@ class LbtruSourceSession(RepairingSourceSession):
     # -- what receivers send ---------------------------------------------------------------------
     def _readable(self) -> None:
         now = time.monotonic()
+        receiver_data = self.receiver_data
         for datagram, address in pending_datagrams(self.sock, 64, self.description):
+            if receiver_data is not None and receiver_data(datagram, address, now):
+                continue
             try:
                 packet = decode_lbtru(datagram)
             except WireError as err:
