@@ -21,8 +21,9 @@ up each side has:
 
 Both share the one socket: DATA, SM, NCF and RST are the receiver's, NAK, ACK and CREQ the
 sender's. The companion's next DATA in a steady session is read from its header and handed on
-without being decoded, as an LBT-RU receiver's own socket does (router.um.session_socket). The path fails, and the link goes down and reconnects, when the companion's session
-does not answer the connection requests or is silent for `<session-message activity-timeout>`.
+without being decoded, as an LBT-RU receiver's own socket does (router.um.session_socket). The
+path fails, and the link goes down and reconnects, when the companion's session does not answer
+the connection requests or is silent for `<session-message activity-timeout>`.
 LBTRU_LOSS_RATE (a percentage, router.um.session_socket) drops received DATA on purpose, as for
 LBT-RU receivers.
 """
