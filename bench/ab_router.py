@@ -47,13 +47,17 @@ def trees_and_paths(revision: str, directory: Path) -> tuple[dict[str, Path], di
 LBTRM_RATE_LIMIT = 1_000_000_000        # bits/s: a rate the router keeps up with at 8 KB, no loss
 
 
+def setting(cfg: Path, name: str) -> str:
+    """The value of `context NAME VALUE` in a plain-text UM configuration file."""
+    return next(line.split()[2] for line in cfg.read_text().splitlines() if line.split()[1:2] == [name])
+
+
 def lbtrm_source_domain(cfg: Path, n: int) -> Path:
     """The source domain `cfg` for an LBT-RM source: a multicast group and UDP ports of its own
     (each tree's, so one tree's router never hears the other's session), 1 Gbit/s, and the
     receive buffer the kernel allows for the router's proxy receiver."""
     path = cfg.with_name(cfg.stem + "-lbtrm.cfg")
-    base = int(next(line.split()[2] for line in cfg.read_text().splitlines()
-                    if line.startswith("context resolver_multicast_port ")))
+    base = int(setting(cfg, "resolver_multicast_port"))
     path.write_text(cfg.read_text()
                     + f"context transport_lbtrm_multicast_address_low 239.195.{os.getpid() % 200}.{n}\n"
                     f"context transport_lbtrm_multicast_address_high 239.195.{os.getpid() % 200}.{n}\n"

@@ -24,17 +24,13 @@ import threading
 from pathlib import Path
 
 from bench import router_bench as rb
-from bench.ab_router import checkout, lbtrm_source_domain
+from bench.ab_router import checkout, lbtrm_source_domain, setting
 from bench.report import table, write_section
 
 CASES = ((64, 200_000), (8192, 20_000))
 READ = 12
 RUNS = 3
 REPLAY = Path(__file__).with_name("lbtrm_replay.py")
-
-
-def setting(cfg: Path, name: str) -> str:
-    return next(line.split()[2] for line in cfg.read_text().splitlines() if line.split()[1:2] == [name])
 
 
 def capture(directory: Path, size: int, count: int) -> Path:

@@ -17,7 +17,7 @@ import time
 
 from router.um.lbtrm_receiver import LbtrmGroup, LbtrmSessionClient
 from router.um.loop import EventLoop
-from router.um.wire.lbtrm import LbtrmData, decode_lbtrm
+from router.um.wire.lbtrm import DATA_HEADER, LbtrmData, decode_lbtrm
 
 
 class CountingProxyReceiver:
@@ -52,7 +52,7 @@ def read_capture(path: str) -> list[bytes]:
 
 def frames_in(datagram: bytes) -> int:
     """The LBMC frames after a DATA datagram's header, walked by their lengths."""
-    count, offset = 0, 20
+    count, offset = 0, DATA_HEADER.size
     while offset + 4 <= len(datagram):
         length = int.from_bytes(datagram[offset + 2:offset + 4], "big")
         if length < 4:
@@ -72,7 +72,8 @@ def main() -> None:
     session_id = decode_lbtrm(datagrams[0]).session_id
     client = LbtrmSessionClient(loop, sessions, "127.0.0.1", sender.getsockname()[1], session_id, lambda _: None)
     receiver = CountingProxyReceiver()
-    for tidx in {int.from_bytes(d[20 + 4:20 + 8], "big") for d in datagrams[:64]}:     # the frames' topic indexes
+    start = DATA_HEADER.size + 4                  # the first frame's topic index (LBMC message header)
+    for tidx in {int.from_bytes(d[start:start + 4], "big") for d in datagrams[:64]}:
         client.subscribe(tidx, receiver)
     cpu = 0.0
     for start in range(0, len(datagrams), read):

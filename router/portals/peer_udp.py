@@ -37,10 +37,10 @@ from typing import Callable
 
 from router.um.frame_runs import whole_frames_within
 from router.um.lbtrm_receive_window import ReceiveWindow
-from router.um.lbtru_receiver import DATA_HEADER_SIZE, LbtruSessionClient, new_data_header
+from router.um.lbtru_receiver import LbtruSessionClient
 from router.um.lbtru_source import LbtruSourceSession
 from router.um.session_socket import loss_rate
-from router.um.wire.lbtru import MAX_DATAGRAM, LbtruData, LbtruNcf, LbtruRst, LbtruSm
+from router.um.wire.lbtru import HEADER_SIZE, MAX_DATAGRAM, LbtruData, LbtruNcf, LbtruRst, LbtruSm, peek_new_data
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class PeerUdpSender(LbtruSourceSession):
     """The sending half, and the owner of the path's socket."""
 
     kind = "peer UDP"
+    rate_limit_option = "<peer-rate-limit data>"
 
     def __init__(self, loop, interface: str, udp, *, max_queue: int, batching_minimum_length: int,
                  batching_interval: float, on_receiver_packet: Callable):
@@ -235,9 +236,9 @@ class PeerUdpPath:
         receiver = self.receiver
         if receiver is None or address[0] != receiver.address[0] or address[1] != receiver.address[1]:
             return False
-        header = new_data_header(datagram)
-        return (header is not None and header[0] == receiver.session_id
-                and receiver.in_order_data(header[1], memoryview(datagram)[DATA_HEADER_SIZE:], now))
+        new = peek_new_data(datagram)
+        return (new is not None and new[0] == receiver.session_id
+                and receiver.in_order_data(new[1], memoryview(datagram)[HEADER_SIZE:], now))
 
     def _receiver_packet(self, packet, address, now: float) -> None:
         receiver = self.receiver

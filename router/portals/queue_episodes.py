@@ -62,10 +62,9 @@ def why_dropped(sessions) -> str:
     receivers; a TCP or LBT-IPC session's queue fills when a receiver does not keep up."""
     reasons = []
     for session in sessions:
-        limiter = getattr(session, "data_rate", None)          # router.um.repairing_source
-        if limiter is not None and limiter.rate:
-            option = f"transport_{session.kind.replace('-', '').lower()}_data_rate_limit"
-            reasons.append(f"the {session.kind} rate limit ({option} {limiter.rate * 8:.0f} bits/s) "
+        option = getattr(session, "rate_limit_option", "")    # router.um.repairing_source's sessions
+        if option and session.data_rate.rate:
+            reasons.append(f"the {session.kind} rate limit ({option} {session.data_rate.rate * 8:.0f} bits/s) "
                            f"holds back what comes faster")
         else:
             reasons.append("a receiver is not keeping up")

@@ -14,13 +14,10 @@ from router.um.frame_stream import FrameStream
 from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.repairing_stream import RepairingStream
 from router.um.session_socket import SessionSocket
-from router.um.wire.lbtrm import (DATA_HEADER, FLAG_RETRANSMISSION, LBTRM_NHDR_DATA, LBTRM_TYPE_DATA, LBTRM_VERSION,
-                                  LbtrmData, LbtrmNcf, LbtrmSm, decode_lbtrm, encode_lbtrm_nak)
+from router.um.wire.lbtrm import (HEADER_SIZE, LbtrmData, LbtrmNcf, LbtrmSm, decode_lbtrm, encode_lbtrm_nak,
+                                  peek_new_data)
 
 _IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
-_unpack_data_header = DATA_HEADER.unpack_from
-_DATA_HEADER_SIZE = DATA_HEADER.size
-_DATA_VER_TYPE = (LBTRM_VERSION << 4) | LBTRM_TYPE_DATA
 
 
 class LbtrmGroup(SessionSocket):
@@ -29,6 +26,8 @@ class LbtrmGroup(SessionSocket):
     kind = "LBT-RM"
     loss_variable = "LBTRM_LOSS_RATE"
     data_type = LbtrmData
+    peek_new_data = staticmethod(peek_new_data)
+    data_header_size = HEADER_SIZE
 
     def __init__(self, loop, interface: str, group: str, port: int, receive_buffer: int,
                  on_empty: Callable[["LbtrmGroup"], None]):
@@ -56,15 +55,6 @@ class LbtrmGroup(SessionSocket):
 
     def decode(self, datagram):
         return decode_lbtrm(datagram)
-
-    def in_order_data(self, datagram, address, now: float) -> bool:
-        """New DATA of a joined session, its header read at once (SessionSocket._read)."""
-        if len(datagram) < _DATA_HEADER_SIZE:
-            return False
-        ver_type, next_hdr, _ucast_port, session_id, sqn, _trail, flags, _, _ = _unpack_data_header(datagram)
-        if ver_type != _DATA_VER_TYPE or next_hdr != LBTRM_NHDR_DATA or flags & FLAG_RETRANSMISSION:
-            return False
-        return self.in_order_to_session(address, session_id, sqn, datagram, _DATA_HEADER_SIZE, now)
 
     def send_nak(self, datagram: bytes, address: tuple[str, int]) -> bool:
         try:

@@ -28,6 +28,7 @@ class LbtrmSourceSession(RepairingSourceSession):
     header_size = HEADER_SIZE
     retransmission_flag = (_FLAGS_OFFSET, FLAG_RETRANSMISSION)
     kind = "LBT-RM"
+    rate_limit_option = "transport_lbtrm_data_rate_limit"
 
     def __init__(self, loop, interface: str, group: str, dest_port: int, port_low: int, port_high: int, *,
                  ttl: int = 16, datagram_max_size: int = 8192, data_rate_limit: int = 10_000_000,

@@ -27,30 +27,10 @@ from router.um.lbtrm_receive_window import ReceiveWindow
 from router.um.repairing_source import WRAP, bind_in_range
 from router.um.repairing_stream import RepairingStream
 from router.um.session_socket import SessionSocket
-from router.um.wire.lbtru import (FLAG_RETRANSMISSION, LBTRU_TYPE_DATA, LBTRU_VERSION, NHDR_DATA, NHDR_SID, OPTION,
-                                  SID_DATA_HEADER, LbtruData, LbtruNcf, LbtruRst, LbtruSm, decode_lbtru,
-                                  encode_lbtru_ack, encode_lbtru_creq, encode_lbtru_nak)
+from router.um.wire.lbtru import (HEADER_SIZE, LbtruData, LbtruNcf, LbtruRst, LbtruSm, decode_lbtru, encode_lbtru_ack,
+                                  encode_lbtru_creq, encode_lbtru_nak, peek_new_data)
 
 log = logging.getLogger(__name__)
-
-_unpack_sid_data_header = SID_DATA_HEADER.unpack_from
-DATA_HEADER_SIZE = SID_DATA_HEADER.size
-_DATA_VER_TYPE = (LBTRU_VERSION << 4) | LBTRU_TYPE_DATA
-
-
-def new_data_header(datagram) -> tuple[int, int] | None:
-    """(session id, sequence number) of new DATA (not a retransmission) in the form every source
-    sends, its session id the only option, its payload after DATA_HEADER_SIZE bytes: read at once
-    for a session's in_order_data. None: anything else, to be decoded."""
-    if len(datagram) < DATA_HEADER_SIZE:
-        return None
-    (ver_type, next_hdr, flags, sqn, _trail, option_next, option_length, _option_flags,
-     session_id) = _unpack_sid_data_header(datagram)
-    if (ver_type != _DATA_VER_TYPE or next_hdr != NHDR_SID or option_next != NHDR_DATA
-            or option_length != OPTION.size or flags & FLAG_RETRANSMISSION):
-        return None
-    return session_id, sqn
-
 
 class LbtruPort(SessionSocket):
     """A context's LBT-RU receiving socket and the sessions joined on it."""
@@ -58,6 +38,8 @@ class LbtruPort(SessionSocket):
     kind = "LBT-RU"
     loss_variable = "LBTRU_LOSS_RATE"
     data_type = LbtruData
+    peek_new_data = staticmethod(peek_new_data)
+    data_header_size = HEADER_SIZE
 
     def __init__(self, loop, interface: str, port_low: int, port_high: int, receive_buffer: int,
                  on_empty: Callable[["LbtruPort"], None]):
@@ -72,11 +54,6 @@ class LbtruPort(SessionSocket):
 
     def decode(self, datagram):
         return decode_lbtru(datagram)
-
-    def in_order_data(self, datagram, address, now: float) -> bool:
-        """New DATA of a joined session, its header read at once (SessionSocket._read)."""
-        header = new_data_header(datagram)
-        return header is not None and self.in_order_to_session(address, *header, datagram, DATA_HEADER_SIZE, now)
 
     def unknown_session(self, packet, address) -> None:
         if isinstance(packet, LbtruRst):

@@ -52,6 +52,7 @@ class LbtruSourceSession(RepairingSourceSession):
     header_size = HEADER_SIZE
     retransmission_flag = (RETRANSMISSION_BYTE, FLAG_RETRANSMISSION >> 8)
     kind = "LBT-RU"
+    rate_limit_option = "transport_lbtru_data_rate_limit"
     # A receiver sharing this socket (a peer link's UDP path, router.portals.peer_udp) may take
     # its steady DATA before it is decoded: (datagram, address, now) -> taken.
     receiver_data: Callable[[bytes, tuple, float], bool] | None = None

@@ -86,6 +86,7 @@ class RepairingSourceSession(BatchingSession):
     header_size = 0
     retransmission_flag = (0, 0)
     kind = "?"
+    rate_limit_option = ""              # the UM option that sets `data_rate` (for what is logged)
 
     def __init__(self, loop, sock: socket.socket, *, datagram_max_size: int, data_rate_limit: int,
                  retransmit_rate_limit: int, rate_interval: float, window_size: int, ignore_interval: float,

@@ -83,12 +83,12 @@ class RepairingStream(FrameStream):
         return False
 
     def in_order_data(self, sqn: int, payload, now: float) -> bool:
-        """New DATA (not a retransmission) read straight from its header (its socket's
-        in_order_data): taken at once when the window takes it as the next one (ReceiveWindow.
-        take_next) and the stream is not ending. Without a packet object, a payload copy and the
-        repair bookkeeping that has nothing to do then, a busy session's datagram takes about half
-        the CPU from the socket to the batch (BENCHMARKS.md, "LBT-RM receive path"). False:
-        anything else, for the caller to decode and pass on the whole way."""
+        """New DATA (not a retransmission) read straight from its header (the wire module's
+        peek_new_data, router.um.session_socket): taken at once when the window takes it as the
+        next one (ReceiveWindow.take_next) and the stream is not ending. Without a packet object,
+        a payload copy and the repair bookkeeping that has nothing to do then, a busy session's
+        datagram takes about half the CPU from the socket to the batch (BENCHMARKS.md, "LBT-RM
+        receive path"). False: anything else, for the caller to decode and pass on the whole way."""
         if self.closed or self.ending or not self.window.take_next(sqn, len(payload)):
             return False
         self.last_heard = now

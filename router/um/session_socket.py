@@ -40,14 +40,15 @@ def loss_rate(variable: str) -> float:
 class SessionSocket:
     """Subclasses set `kind` (for logs), `loss_variable`, `data_type` (the DATA packet class) and
     implement `decode` and `session_key`; `self.description` names the socket in logs. One may
-    implement `in_order_data(datagram, address, now) -> bool`, the common case read straight
-    from the header: a DATA datagram of a joined session that its stream takes at once
-    (RepairingStream.in_order_data). False sends the datagram the whole way."""
+    set `peek_new_data` (the wire module's: a datagram -> (session id, sqn) of new DATA, or None)
+    and `data_header_size`: a datagram it reads is offered to its session first, straight from
+    the header (RepairingStream.in_order_data), and decoded only if the session does not take it."""
 
     kind = "?"
     loss_variable = ""
     data_type: type = type(None)
-    in_order_data: Callable[[bytes, tuple, float], bool] | None = None
+    peek_new_data: Callable[[bytes], tuple[int, int] | None] | None = None
+    data_header_size = 0
 
     def __init__(self, loop, sock: socket.socket, description: str, on_empty: Callable[["SessionSocket"], None]):
         self.loop = loop
@@ -66,7 +67,6 @@ class SessionSocket:
         sock.setblocking(False)
         self.reading = True
         self.reading_batch = False            # in _readable: sessions batch their datagrams till it ends
-        self.read_bytes = 0                   # what the read of the socket brought so far
         self._batched: list = []              # the sessions holding datagrams of this read
         loop.add_reader(sock.fileno(), self._readable)
 
@@ -75,12 +75,6 @@ class SessionSocket:
 
     def session_key(self, packet, address) -> tuple:
         return (address[0], address[1], packet.session_id)
-
-    def in_order_to_session(self, address, session_id: int, sqn: int, datagram, header_size: int,
-                            now: float) -> bool:
-        """An in_order_data's last step: the DATA after its header goes to the session it names."""
-        client = self.sessions.get((address[0], address[1], session_id))
-        return client is not None and client.in_order_data(sqn, memoryview(datagram)[header_size:], now)
 
     def unknown_session(self, packet, address) -> None:
         """A datagram of a session nobody here joined."""
@@ -129,29 +123,32 @@ class SessionSocket:
         if sock is None or not self.reading:
             return
         self.reading_batch = True
-        self.read_bytes = 0
         try:
-            self._read(sock)
-        finally:
-            if 0 < self.read_bytes < SMALL_READ:
+            received = self._read(sock)
+            if 0 < received < SMALL_READ:
                 self.loop.read_was_small()          # a stream batched: let the socket fill (router.um.loop)
+        finally:
             self.reading_batch = False
             batched, self._batched = self._batched, []
             for client in batched:
                 client.parse_batch()
 
-    def _read(self, sock: socket.socket) -> None:
+    def _read(self, sock: socket.socket) -> int:
+        """Read what waits (up to _RECEIVE_BATCH datagrams); the bytes read."""
         now = time.monotonic()
-        counters = self.counters
+        counters, sessions, received = self.counters, self.sessions, 0
         # Simulated loss drops DATA it decodes: every datagram goes the whole way then.
-        in_order_data = None if self.loss_rate else self.in_order_data
+        peek = None if self.loss_rate else self.peek_new_data
         for datagram, address in pending_datagrams(sock, _RECEIVE_BATCH, self.description):
             counters["datagrams"] += 1
-            self.read_bytes += len(datagram)
-            if in_order_data is not None and in_order_data(datagram, address, now):
-                if not self.reading or self.sock is not sock:
-                    return            # a consumer paused us mid-batch, or the last session ended
-                continue
+            received += len(datagram)
+            if peek is not None and (new := peek(datagram)) is not None:
+                client = sessions.get((address[0], address[1], new[0]))
+                if client is not None and client.in_order_data(new[1], memoryview(datagram)[self.data_header_size:],
+                                                               now):
+                    if not self.reading or self.sock is not sock:
+                        return received       # a consumer paused us mid-batch, or the last session ended
+                    continue
             try:
                 packet = self.decode(datagram)
             except WireError as err:
@@ -160,7 +157,7 @@ class SessionSocket:
                     log.warning("%s datagram from %s:%d on %s: %s; dropped (%d so far)", self.kind,
                                 address[0], address[1], self.description, err, count)
                 continue
-            client = self.sessions.get(self.session_key(packet, address))
+            client = sessions.get(self.session_key(packet, address))
             if client is None:
                 self.unknown_session(packet, address)
                 continue
@@ -169,7 +166,8 @@ class SessionSocket:
                 continue
             client.packet(packet, now)
             if not self.reading or self.sock is not sock:
-                return                # a consumer paused us mid-batch, or the last session ended
+                return received       # a consumer paused us mid-batch, or the last session ended
+        return received
 
     def close(self) -> None:
         if self.sock is None:

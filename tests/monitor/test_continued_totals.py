@@ -115,7 +115,8 @@ def test_the_drop_line_says_what_held_the_queue_back_a_rate_limit_or_a_receiver(
     TCP session's overflows because a receiver does not keep up."""
     counters, lines = PortalCounters(), []
     tcp, multicast = Session(), Session()
-    multicast.kind, multicast.data_rate = "LBT-RM", RateLimiter(1_000_000, 0.1, 8192)
+    multicast.kind, multicast.rate_limit_option = "LBT-RM", "transport_lbtrm_data_rate_limit"
+    multicast.data_rate = RateLimiter(1_000_000, 0.1, 8192)
     endpoint = endpoint_with(counters, [tcp, multicast])
     endpoint._rate_limited = lambda name, text: lines.append(text)
     multicast.drop(1, 800)

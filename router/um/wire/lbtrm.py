@@ -142,6 +142,22 @@ def encode_lbtrm_ncf(session_id: int, ucast_port: int, trail_sqn: int, reason: i
     return fits(head + body, "LBT-RM", "NCF")
 
 
+_unpack_data_header = DATA_HEADER.unpack_from
+_DATA_VER_TYPE = (LBTRM_VERSION << 4) | LBTRM_TYPE_DATA
+
+
+def peek_new_data(datagram) -> tuple[int, int] | None:
+    """(session id, sequence number) of new DATA (not a retransmission), its LBMC bytes after
+    HEADER_SIZE, read from the header alone: a receiver's shortcut for a steady session
+    (router.um.session_socket). None: anything else, for decode_lbtrm."""
+    if len(datagram) < HEADER_SIZE:
+        return None
+    ver_type, next_hdr, _ucast_port, session_id, sqn, _trail, flags, _, _ = _unpack_data_header(datagram)
+    if ver_type != _DATA_VER_TYPE or next_hdr != LBTRM_NHDR_DATA or flags & FLAG_RETRANSMISSION:
+        return None
+    return session_id, sqn
+
+
 def decode_lbtrm_data(datagram) -> LbtrmData:
     """The DATA header and the LBMC bytes after it; WireError for anything else."""
     packet = decode_lbtrm(datagram)

@@ -240,6 +240,25 @@ def _client(values: dict[int, int], what: str, offset: int) -> int:
     return values[NHDR_CID]
 
 
+_unpack_sid_data_header = SID_DATA_HEADER.unpack_from
+_DATA_VER_TYPE = (LBTRU_VERSION << 4) | LBTRU_TYPE_DATA
+
+
+def peek_new_data(datagram) -> tuple[int, int] | None:
+    """(session id, sequence number) of new DATA (not a retransmission) in the form every source
+    sends, its session id the only option and its LBMC bytes after HEADER_SIZE, read from the
+    header alone: a receiver's shortcut for a steady session (router.um.session_socket). None:
+    anything else, for decode_lbtru."""
+    if len(datagram) < HEADER_SIZE:
+        return None
+    (ver_type, next_hdr, flags, sqn, _trail, option_next, option_length, _option_flags,
+     session_id) = _unpack_sid_data_header(datagram)
+    if (ver_type != _DATA_VER_TYPE or next_hdr != NHDR_SID or option_next != NHDR_DATA
+            or option_length != OPTION.size or flags & FLAG_RETRANSMISSION):
+        return None
+    return session_id, sqn
+
+
 def decode_lbtru(datagram) -> LbtruPacket:
     """Any LBT-RU packet; WireError naming the offset of what is wrong."""
     view = memoryview(datagram)
