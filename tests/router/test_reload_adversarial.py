@@ -463,10 +463,14 @@ def test_swap_two_portal_names(routers, tools, make_domain):
     assert sorted(reload_ok(router)["changed"]) == ["LAN1", "LAN2"]
     wait_for(lambda: all(p["generation"] == 2 and p["state"] == "up" for p in status(router).values()), 20,
              message="both restarted")
-    topology = routerctl(router, "topology")
-    paths = {(p["from"], p["to"]): [h["portal"] for h in p["hops"] if h["kind"] == "router"]
-             for p in topology["paths"]}
-    assert paths[(1, 2)] == ["LAN1"] and paths[(2, 1)] == ["LAN2"], paths
+
+    def paths() -> dict:
+        return {(p["from"], p["to"]): [h["portal"] for h in p["hops"] if h["kind"] == "router"]
+                for p in routerctl(router, "topology")["paths"]}
+
+    # Both up is not yet both in the routing map: each restarted portal tells its domain again.
+    wait_for(lambda: paths().get((1, 2)) == ["LAN1"] and paths().get((2, 1)) == ["LAN2"], 10, interval=0.2,
+             message="the paths through the swapped portals")
     delivers(tools, lan1, lan2, "swap.after")
 
 
