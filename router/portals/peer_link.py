@@ -777,11 +777,30 @@ class PeerLink:
             # What the companion sends waits unread (flow control): the silence is ours, and
             # it is measured again from when reading resumes.
             self.keepalive.note_received()
+        if self.keepalive.is_dead() and self._unread_input():
+            # The silence may be ours: a long turn of this worker (a big batch, a starved CPU)
+            # ran while the companion's messages arrived, and this tick came before the loop
+            # looked at the socket again. Read them before judging the companion.
+            self._on_readable()
+            if self.state is not S.UP:
+                return
         if self.keepalive.is_dead():
             self._fire(E.LOST, f"nothing received for {self.keepalive.silent_ms():.0f} ms "
                                f"(gateway-keepalive timeout {self.config.gateway_keepalive.timeout} ms)")
         elif self.keepalive.query_due():
             self._queue_own_control(self.keepalive.make_query())       # TCP, with or without <udp>
+
+    def _unread_input(self) -> bool:
+        """Something from the companion waits in our socket: bytes, or its end."""
+        if self._sock is None:
+            return False
+        try:
+            self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True         # a reset: the read says so
+        return True
 
     # -- helpers ------------------------------------------------------------------------------------
     def _call_owner(self, callback, *args) -> None:

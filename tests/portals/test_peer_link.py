@@ -392,3 +392,30 @@ def test_data_reaches_the_owner_in_runs_per_topic_index_in_order(harness):
         mine = [m for m in sent if int.from_bytes(m[4:8], "big") == tidx]
         assert b"".join(f for f, _ in arrived[tidx]) == b"".join(mine)
         assert sum(c for _, c in arrived[tidx]) == len(mine)
+
+
+def test_a_long_turn_of_our_own_is_not_taken_for_a_silent_companion(harness):
+    """The companion kept sending while one handler of ours ran past the keepalive timeout (a big
+    batch, a starved CPU): its messages wait in our socket, and the tick after that handler must
+    read them rather than drop the link for silence."""
+    # Timeouts far above a loaded machine's scheduling delays: both ends run in this one process.
+    acceptor, initiator = harness.pair({"interval": 50, "timeout": 10000}, {"interval": 50, "timeout": 1000})
+    stall_r, stall_w = socket.socketpair()
+
+    def long_turn():
+        stall_r.recv(1)
+        until = time.monotonic() + 2.0                 # twice the timeout; the companion runs on
+        while time.monotonic() < until:
+            acceptor.loop.run_once(0.005)
+
+    try:
+        initiator.loop.add_reader(stall_r, long_turn)
+        received = initiator.counter("gateway_cntl_msgs_rcvd")
+        stall_w.send(b"x")
+        harness.run_until(lambda: initiator.counter("gateway_cntl_msgs_rcvd") > received, 5, "the long turn")
+        harness.run_until(lambda: initiator.counter("rtt_samples") >= 3, 5, "more keepalives")
+        assert initiator.downs == [] and initiator.link.is_up and initiator.counter("link_disconnects") == 0
+    finally:
+        initiator.loop.remove_reader(stall_r)
+        stall_r.close()
+        stall_w.close()
