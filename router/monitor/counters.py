@@ -179,6 +179,11 @@ BUS_GAP_COUNTERS = ("bus_update_gaps",)
 # control bus for so long that the worker's outbox for it overflowed (router/ipc/bus.py). A full
 # queue made the sender raise, losing the message and cutting short what sent it.
 BUS_DROP_COUNTERS = ("bus_messages_dropped",)
+# Retransmission requests an ingress portal asked of the origin again for the same message (a
+# requester repeating itself, or another asking after the joining window, router/portals/late_join_relay.py):
+# the origin answers each, and the answers after the first find nobody waiting
+# (late_join_answers_unknown), which looked like answers gone astray.
+LATE_JOIN_REASKED_COUNTERS = ("late_join_requests_reasked",)
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
@@ -186,7 +191,7 @@ COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in 
                  + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS
                  + BATCH_COUNTERS + LAPPED_COUNTERS + ROUTE_INFO_DROP_COUNTERS + LATE_JOIN_UNANSWERED_COUNTERS
                  + MISSED_WHILE_DOWN_COUNTERS + INTERNAL_ERROR_COUNTERS + REQUEST_PORT_REFUSED_COUNTERS
-                 + BUS_GAP_COUNTERS + BUS_DROP_COUNTERS)
+                 + BUS_GAP_COUNTERS + BUS_DROP_COUNTERS + LATE_JOIN_REASKED_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

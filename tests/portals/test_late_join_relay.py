@@ -200,8 +200,15 @@ def test_a_requester_asking_again_goes_to_the_origin_again_however_soon(monkeypa
     lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
     assert _rxreqs_sent(responder) == [42, 42, 42]
     assert counters.get("late_join_requests_joined") == 1
+    assert counters.get("late_join_requests_reasked") == 2
     assert lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
     assert sorted(portal for _, portal, _, _, _ in datapath.sent) == [2, 3]        # once to each requester
+    # The origin answers each time it was asked: the answers after the first find nobody waiting,
+    # as many as were asked again, and are counted so.
+    assert not lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
+    assert not lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
+    assert len(datapath.sent) == 2
+    assert counters.get("late_join_answers_unknown") == counters.get("late_join_requests_reasked") == 2
 
 
 def _clock(monkeypatch) -> list[float]:

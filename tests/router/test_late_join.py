@@ -103,7 +103,8 @@ def test_two_origins_with_the_same_topic_index_each_answer_only_their_own_late_r
         assert set(got["per_source"]) == ids[n], got            # only its own source's messages
         assert (got["received"], got["retransmitted"], got["gaps"], got["duplicates"]) == \
             (first, first, 0, 0), got
-    assert router.counters()[0]["late_join_answers_unknown"] == 0
+    ingress = router.counters()[0]      # only answers to a request its requester repeated before they came
+    assert ingress["late_join_answers_unknown"] <= ingress["late_join_requests_reasked"], ingress
 
 
 def test_two_late_receivers_of_one_context_each_get_what_came_before_through_a_relay(routers, tools, make_domain):

@@ -29,7 +29,7 @@ from tests.support.peer_links import converged
 from tests.portals.test_peer_late_join import _crossing, _Stream, relay
 from tests.router.test_peer_udp import udp_xml
 from tests.support.processes import wait_for
-from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
+from tests.support.routers import FAST_KEEPALIVE, FAST_ROUTING, PATIENT_KEEPALIVE, endpoint_xml, free_port, peer_xml
 
 _ORIGIN_RETAINS = ("source late_join 1", "source retransmit_retention_size_limit 200000000")
 # A far receiver that gives up soon: late join asked 3 times, a retransmission given up after 3 s.
@@ -38,18 +38,21 @@ _GIVES_UP_SOON = ("receiver late_join_info_request_interval 500", "receiver late
 
 
 def _chain(routers, lan1, lan_far, hops: int, name: str, far_extra: str = "", link_extra=("", ""),
-           transit_lans=()):
+           transit_lans=(), keepalive: str = PATIENT_KEEPALIVE):
     """LAN1 - A - link - [B - link -] Z - far LAN, routes converged: (routers first to last, link ports).
+    Late joins move thousands of answers at once: the links are patient unless a test freezes a
+    router to end one (`keepalive` FAST_KEEPALIVE).
     `link_extra`: extra <peer> content for the connecting and the listening side of every link;
     `transit_lans`: a LAN of its own for each transit router (domain ids 10, 11...)."""
     ports = [free_port() for _ in range(hops)]
     connecting, listening = link_extra
-    xml = [endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("NEXT", connect=ports[0], extra=connecting)]
+    xml = [endpoint_xml("LAN1", 1, lan1.config_path)
+           + peer_xml("NEXT", connect=ports[0], extra=connecting, keepalive=keepalive)]
     for n in range(1, hops):
         own = endpoint_xml(f"MID{n}", 9 + n, transit_lans[n - 1].config_path) if transit_lans else ""
-        xml.append(peer_xml("PREV", listen=ports[n - 1], extra=listening) + peer_xml("NEXT", connect=ports[n],
-                                                                                     extra=connecting) + own)
-    xml.append(peer_xml("PREV", listen=ports[-1], extra=listening)
+        xml.append(peer_xml("PREV", listen=ports[n - 1], extra=listening, keepalive=keepalive)
+                   + peer_xml("NEXT", connect=ports[n], extra=connecting, keepalive=keepalive) + own)
+    xml.append(peer_xml("PREV", listen=ports[-1], extra=listening, keepalive=keepalive)
                + endpoint_xml("FAR", 2, lan_far.config_path, before_config=far_extra))
     chain = [routers.start(portals, FAST_ROUTING, name=f"{name}{n}") for n, portals in enumerate(xml)]
     for router in chain:
@@ -81,10 +84,13 @@ def _late(tools, domain, count: int, topic: str, timeout: float = 90, *extra):
 
 
 def _quiet(chain) -> None:
-    """No portal of any router left a request unrelayed or an answer unknown."""
+    """No portal of any router left a request unrelayed or an answer unknown, but for the answers to
+    a request its requester repeated before the first answer reached it (a loaded machine's slower
+    turns make that likelier): the origin answers each time it is asked."""
     for router in chain:
         for index, portal in router.counters().items():
-            assert portal["late_join_requests_not_relayed"] == portal["late_join_answers_unknown"] == 0, \
+            assert portal["late_join_requests_not_relayed"] == 0, (router.name, index, portal)
+            assert portal["late_join_answers_unknown"] <= portal["late_join_requests_reasked"], \
                 (router.name, index, portal)
 
 
@@ -207,7 +213,7 @@ def test_a_late_join_cut_by_the_link_failing_ends_and_counts_what_it_could_not_g
     for good: it ends, with what it got in order and once, and what it did not get told as
     unrecoverable loss in its place (and counted as given up)."""
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljad")
+    chain, _ = _chain(routers, lan1, lan_far, 1, "ljad", keepalive=FAST_KEEPALIVE)
     origin_router, far = chain
     first = 40_000
     got = _first_run(tools, lan1, lan_far, first, "lja.down")
@@ -441,7 +447,7 @@ def test_late_join_works_again_after_the_link_went_down_and_came_back(routers, t
     advertised over it again, with the LJ flag and a fresh link index; a late receiver after that
     gets everything from the origin."""
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljar")
+    chain, _ = _chain(routers, lan1, lan_far, 1, "ljar", keepalive=FAST_KEEPALIVE)
     origin_router, far = chain
     first = 1000
     got = _first_run(tools, lan1, lan_far, first, "lja.again")
