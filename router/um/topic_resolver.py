@@ -7,6 +7,8 @@ advertisements or use responses; a receiver that leaves says so when a router is
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import re
 import time
@@ -75,6 +77,14 @@ class TopicResolver:
                          "bad_patterns": 0, "resolver_cache_evictions": 0}
         self._timer = None
         self._timer_due: float | None = None
+        # The schedules in order of when they are next due: (due, sequence, group, key, schedule),
+        # one place per send that is due (a place whose schedule sent since, or went, is stale and
+        # skipped). A tick looks only at the schedules whose time came, and arming the next one at
+        # the first: a walk over every schedule at each made thousands of receivers (a router's
+        # proxy receivers, an application starting) cost N² steps in their initial phase.
+        self._dues: list = []
+        self._due_sequence = itertools.count()
+        self._groups = (self.source_schedules, self.query_schedules, self.wildcard_schedules)
         self.finals_pending = 0                  # final advertisements scheduled, not sent yet
         self._after_finals: list[Callable[[], None]] = []
         self._sweep = self.loop.call_every(_CACHE_SWEEP_SECONDS, self.expire_cache)
@@ -89,7 +99,7 @@ class TopicResolver:
     # -- registration (loop thread) ----------------------------------------------------------------
     def add_source(self, source: "Source") -> None:
         self.sources.setdefault(source.topic, []).append(source)
-        self.source_schedules[source] = ResolutionSchedule(self.source_phases, time.monotonic())
+        self._track(_SOURCES, source, ResolutionSchedule(self.source_phases, time.monotonic()))
         self._reschedule()
 
     def readvertise(self, source: "Source") -> None:
@@ -128,7 +138,7 @@ class TopicResolver:
     def add_receiver(self, receiver: Receiver) -> None:
         self.receivers.setdefault(receiver.topic, []).append(receiver)
         if receiver.query and receiver.topic not in self.query_schedules:
-            self.query_schedules[receiver.topic] = ResolutionSchedule(self.query_phases, time.monotonic())
+            self._track(_QUERIES, receiver.topic, ResolutionSchedule(self.query_phases, time.monotonic()))
             self._reschedule()
         cached = self.cache.get(receiver.topic)
         if cached is not None:
@@ -152,7 +162,7 @@ class TopicResolver:
 
     def add_wildcard(self, wildcard: WildcardReceiver) -> None:
         self.wildcards.append(wildcard)
-        self.wildcard_schedules[wildcard] = ResolutionSchedule(self.wildcard_phases, time.monotonic())
+        self._track(_WILDCARDS, wildcard, ResolutionSchedule(self.wildcard_phases, time.monotonic()))
         self._reschedule()
         for topic, cached in self.cache.items():
             if wildcard.matches(topic):
@@ -381,17 +391,33 @@ class TopicResolver:
         # quiet as this one was and long forgotten by the cache, answers, and is joined.
         schedule = self.query_schedules.get(receiver.topic)
         if schedule is not None and not receiver.closed:
+            due = schedule.next_due
             schedule.sustain(time.monotonic())
+            if schedule.next_due != due:
+                self._due_at(_QUERIES, receiver.topic, schedule)
             self._reschedule()
 
     # -- schedules ---------------------------------------------------------------------------------
+    def _track(self, group: int, key, schedule: ResolutionSchedule) -> None:
+        """A new schedule of `group` (sources, receivers' queries, wildcard receivers' queries)."""
+        self._groups[group][key] = schedule
+        self._due_at(group, key, schedule)
+
+    def _due_at(self, group: int, key, schedule: ResolutionSchedule) -> None:
+        if schedule.next_due is not None:
+            heapq.heappush(self._dues, (schedule.next_due, next(self._due_sequence), group, key, schedule))
+
+    def _is_current(self, entry: tuple) -> bool:
+        due, _, group, key, schedule = entry
+        return self._groups[group].get(key) is schedule and schedule.next_due == due
+
     def _reschedule(self) -> None:
-        dues = [s.next_due for s in self.source_schedules.values() if s.next_due is not None]
-        dues += [s.next_due for s in self.query_schedules.values() if s.next_due is not None]
-        dues += [s.next_due for s in self.wildcard_schedules.values() if s.next_due is not None]
+        dues = self._dues
+        while dues and not self._is_current(dues[0]):
+            heapq.heappop(dues)                 # sent since, or gone
         if not dues:
             return
-        due = min(dues)
+        due = dues[0][0]
         if self._timer is not None and self._timer_due is not None and self._timer_due <= due:
             return
         if self._timer is not None:
@@ -403,14 +429,20 @@ class TopicResolver:
         self._timer = self._timer_due = None
         try:
             now = time.monotonic()
-            tirs = [source.current_tir() for source, schedule in self.source_schedules.items()
-                    if _take(schedule, now)]
-            tqrs = [topic for topic, schedule in self.query_schedules.items() if _take(schedule, now)]
-            if tirs or tqrs:
-                self.context.channel.send_resolution(tqrs=tqrs, tirs=tirs)
-            queries = [WcTqr(w.pattern, _KIND_TYPE[w.kind]) for w, schedule in self.wildcard_schedules.items()
-                       if _take(schedule, now)]
-            self.context.channel.send_wildcard_queries(queries)
+            taken: tuple[list, list, list] = ([], [], [])
+            dues = self._dues
+            while dues and dues[0][0] <= now:
+                entry = heapq.heappop(dues)
+                if self._is_current(entry):
+                    _, _, group, key, schedule = entry
+                    schedule.sent(now)
+                    self._due_at(group, key, schedule)
+                    taken[group].append(key)
+            sources, topics, wildcards = taken
+            tirs = [source.current_tir() for source in sources]
+            if tirs or topics:
+                self.context.channel.send_resolution(tqrs=topics, tirs=tirs)
+            self.context.channel.send_wildcard_queries([WcTqr(w.pattern, _KIND_TYPE[w.kind]) for w in wildcards])
         finally:
             # Whatever failed (the loop counts and logs it), the next tick is armed: otherwise no
             # source of this context would advertise, and no receiver query, ever again. What
@@ -419,8 +451,4 @@ class TopicResolver:
             self._reschedule()
 
 
-def _take(schedule: ResolutionSchedule, now: float) -> bool:
-    if schedule.due(now):
-        schedule.sent(now)
-        return True
-    return False
+_SOURCES, _QUERIES, _WILDCARDS = 0, 1, 2         # TopicResolver._groups

@@ -26,7 +26,7 @@ def test_thousands_of_topics_at_once_stall_no_worker(routers, make_domain):
     with Context(**lan2.overrides()) as receiving:
         for n in range(topics):
             receiving.receiver(f"burst.{n}", on_message=lambda message: None)
-        wait_for(lambda: router.counters()[0]["receiver_topics"] == topics, 120,
+        wait_for(lambda: router.counters()[0]["receiver_topics"] == topics, 300,
                  message="LAN1 pulled in every topic LAN2's receivers want")
         assert router.counters()[1]["local_interest_topics"] == topics
     assert "missed heartbeats" not in router.log(), router.log()
