@@ -299,7 +299,7 @@ class EndpointPortal(EgressRecords):
 
     def _count_interest(self) -> None:
         for kind, name in _COUNT_NAMES.items():
-            self.counters.set(f"local_interest_{name}", len(self.interest.symbols(kind)))
+            self.counters.set(f"local_interest_{name}", self.interest.count(kind))
 
     # -- keeping it alive: use queries, purge ------------------------------------------------------
     def _schedule_interest_check(self, delay: float | None = None) -> None:

@@ -9,6 +9,7 @@ it, a leave makes the portal check at once. Interest nobody confirms is queried 
 """
 from __future__ import annotations
 
+import collections
 import functools
 import heapq
 import itertools
@@ -62,6 +63,9 @@ class DomainInterest:
     # its place again at its due.
     _turns: list = field(default_factory=list, init=False, repr=False)
     _sequence: itertools.count = field(default_factory=itertools.count, init=False, repr=False)
+    # How many entries of each kind: the portal's counters read them each time interest is heard,
+    # and a count by a walk over every entry made a burst of N new topics cost N² steps too.
+    _kind_counts: collections.Counter = field(default_factory=collections.Counter, init=False, repr=False)
 
     def heard(self, kind: int, symbol: str, now: float) -> bool:
         """A TQR, wildcard TQR or use-query response: returns True when the interest is new."""
@@ -69,6 +73,7 @@ class DomainInterest:
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entries[key] = _Entry(now)
+            self._kind_counts[kind] += 1
             self._queue(key, entry, self._due_at(kind, entry))
             return True
         entry.confirmed, entry.queried, entry.unanswered = now, None, 0
@@ -117,6 +122,7 @@ class DomainInterest:
             unanswered = entry.unanswered + (entry.queried is not None)
             if unanswered >= self._settings(key[0]).max_unanswered:
                 del self.entries[key]
+                self._kind_counts[key[0]] -= 1
                 to_drop.append(key)
                 continue
             if key[0] in limited or (allow is not None and not allow(*key)):
@@ -144,6 +150,10 @@ class DomainInterest:
 
     def symbols(self, kind: int) -> list[str]:
         return [symbol for (k, symbol) in self.entries if k == kind]
+
+    def count(self, kind: int) -> int:
+        """How many symbols of `kind` are wanted (without a walk over them)."""
+        return self._kind_counts[kind]
 
 
 class InterestTable:

@@ -159,6 +159,7 @@ def test_a_burst_of_new_topics_never_walks_the_whole_interest_list():
     for n in range(5000):
         assert domain.heard(T, f"t{n}", n / 1000)
         assert domain.next_due(n / 1000) == pytest.approx(300.0 - n / 1000)
+        assert domain.count(T) == n + 1 and domain.count(bm.INTEREST_PCRE) == 0    # the portal's counters
     assert _CountedPasses.passes <= 1
     domain.heard(T, "t0", 6.0)                       # refreshed: t1 is the first due now
     assert domain.tick(300.0) == ([], [])
@@ -192,3 +193,16 @@ def test_topics_whose_checks_fall_due_one_by_one_are_not_walked_at_each():
     assert sorted(symbol for _, symbol in queried) == sorted(f"t{n}" for n in range(topics))
     assert checks >= topics // 2                      # the checks came one by one, as due
     assert _CountedPasses.passes <= 2, _CountedPasses.passes
+
+
+def test_the_counts_by_kind_follow_interest_heard_and_dropped():
+    domain = interest(periodic=10.0, timeout=1.0, max_unanswered=1)
+    for symbol in ("a", "b"):
+        domain.heard(T, symbol, 0.0)
+    domain.heard(bm.INTEREST_PCRE, "^md\\.", 0.0)
+    domain.heard(T, "a", 5.0)                         # heard again: counted once
+    assert (domain.count(T), domain.count(bm.INTEREST_PCRE), domain.count(bm.INTEREST_REGEX)) == (2, 1, 0)
+    assert sorted(domain.tick(10.0)[0]) == [(T, "b"), (bm.INTEREST_PCRE, "^md\\.")]   # asked once ...
+    assert sorted(domain.tick(11.0)[1]) == [(T, "b"), (bm.INTEREST_PCRE, "^md\\.")]   # ... unanswered: gone
+    assert (domain.count(T), domain.count(bm.INTEREST_PCRE)) == (1, 0)
+    assert domain.count(T) == len(domain.symbols(T))
