@@ -242,9 +242,11 @@ class Supervisor:
         worker = Worker(portal, index, PortalCounters(segment.memory[:SEGMENT_BYTES]), segment,
                         group=group or (portal.name,))
         self.workers[portal.name] = worker
-        if portal.kind == "endpoint":
-            self.routing.set_route_portal(portal.name, True)
-            self.routing.set_adjacency(portal.name, _domain_adjacency(portal))
+        # An endpoint's domain is announced at its worker's hello (_endpoint_reachable), not here:
+        # a router starting listens for the routers already there for a while before its first
+        # calculation, and that while must not pass before its portals can hear them (a loaded
+        # host takes seconds to start a worker; the router then forwarded as if alone, twice
+        # what another router still carried).
         return worker
 
     def _members(self, worker: Worker) -> list[Worker]:
