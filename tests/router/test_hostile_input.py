@@ -394,7 +394,8 @@ def test_source_topic_that_is_not_utf8_matching_a_wildcard_is_forwarded_like_any
     router = two_lan_router(routers, lan1, lan2)
     pids = router.worker_pids()
     count = 2000
-    receiver = tools.umwrcv("-c", lan2.config_path, "--json", "-C", count + 1, "--idle-timeout", 2, "--timeout", 60,
+    # Idle for as long as a loaded host takes to start umsrc after the rogue message (it ends at count + 1).
+    receiver = tools.umwrcv("-c", lan2.config_path, "--json", "-C", count + 1, "--idle-timeout", 15, "--timeout", 60,
                             "^wild")
     receiver.wait_for_stderr("subscribed", 30)
     wait_for(lambda: router.counters()[0]["receiver_pcre_patterns"] == 1, 10,

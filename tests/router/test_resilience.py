@@ -113,6 +113,8 @@ def test_a_worker_that_keeps_dying_is_called_a_crash_loop(routers, make_domain):
             assert "UMR-1101-5" not in router.log()
             wait_for(lambda: router.worker_pids()["1"] not in (0, pid), 30, message=f"restart {death}")
             pid = router.worker_pids()["1"]
+    # Said by the supervisor once it has reaped the last death: a moment after the death's own line.
+    wait_for(lambda: "UMR-1101-5" in router.log(), 10, message="the crash loop said")
     lines = [line for line in router.log().splitlines() if "UMR-1101-5" in line]
     assert len(lines) == 1 and "[CRITICAL]" in lines[0] and "portal LAN2" in lines[0], lines
     assert f"died {CRASH_LOOP_RESTARTS} times in a row" in lines[0] and "(last: signal SIGKILL)" in lines[0], lines[0]
