@@ -52,6 +52,9 @@ class Timer:
 # second on a busy portal, would keep a minute's worth). The heap is rebuilt without them once
 # they are most of it.
 _COMPACT_AFTER = 256
+# A turn longer than this (s, from epoll's return to the timers) looks at the descriptors again
+# before due timers run: well under any timeout a timer judges, above a usual turn's length.
+LONG_TURN = 0.02
 # A read that brought less than this is small: the loop may let the socket fill before the next.
 SMALL_READ = 32 * 1024
 
@@ -192,6 +195,30 @@ class EventLoop:
             until_timer = max(0.0, self._timers[0][0] - time.monotonic())
             timeout = until_timer if timeout is None else min(timeout, until_timer)
         ready = self._selector.select(timeout)
+        selected_at = time.monotonic()
+        self._dispatch(ready)
+        while self._pending:
+            callback, args = self._pending.popleft()
+            self._invoke(callback, args)
+        now = time.monotonic()
+        if now - selected_at > LONG_TURN and self._timers and self._timers[0][0] <= now:
+            # A long turn (a big batch, or a CPU the host gave to others meanwhile): what arrived
+            # during it is read before a timer judges a silence by it (a keepalive, a route-info
+            # or activity timeout), or a peer still talking is taken for gone.
+            self._dispatch(self._selector.select(0))
+            now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, timer = heapq.heappop(self._timers)
+            timer.loop = None
+            if timer.cancelled:
+                self.cancelled_timers -= 1
+            else:
+                self._invoke(timer.callback, timer.args)
+        if self.cancelled_timers > _COMPACT_AFTER and 2 * self.cancelled_timers > len(self._timers):
+            self._compact_timers()
+
+    def _dispatch(self, ready: list) -> None:
+        """Run the handlers of the descriptors `select` found ready."""
         changes = self._handler_changes
         if ready and self.on_ready is not None:
             self._invoke(self.on_ready, ([key.fd for key, _ in ready],))
@@ -209,19 +236,6 @@ class EventLoop:
                 current = self._current_handlers(key.fd)
                 if current is not None and current[1] is not None:
                     self._invoke(current[1], ())
-        while self._pending:
-            callback, args = self._pending.popleft()
-            self._invoke(callback, args)
-        now = time.monotonic()
-        while self._timers and self._timers[0][0] <= now:
-            _, _, timer = heapq.heappop(self._timers)
-            timer.loop = None
-            if timer.cancelled:
-                self.cancelled_timers -= 1
-            else:
-                self._invoke(timer.callback, timer.args)
-        if self.cancelled_timers > _COMPACT_AFTER and 2 * self.cancelled_timers > len(self._timers):
-            self._compact_timers()
 
     def _compact_timers(self) -> None:
         kept = [entry for entry in self._timers if not entry[2].cancelled]

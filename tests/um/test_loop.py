@@ -159,3 +159,40 @@ def test_a_small_read_pauses_the_next_wait_once_and_only_while_coalescing_is_on(
     loop.read_was_small()
     loop.run_once(0)
     assert paused == [1e-4]
+
+
+def test_after_a_long_turn_what_arrived_meanwhile_is_read_before_a_due_timer_judges_silence():
+    """A handler that runs past a timer's due time (a big batch, a CPU lent to others) while a
+    peer's message arrives: the timer that judges that peer silent must see the message read."""
+    loop = EventLoop("long-turn")
+    busy, peer = os.eventfd(1, os.EFD_NONBLOCK), os.eventfd(0, os.EFD_NONBLOCK)
+    heard, judged = [], []
+    try:
+        def long_turn():
+            os.eventfd_read(busy)
+            os.eventfd_write(peer, 1)               # the peer speaks while this turn goes on
+            time.sleep(0.1)                         # ...and the turn outlasts the timer's due time
+        loop.add_reader(busy, long_turn)
+        loop.add_reader(peer, lambda: heard.append(os.eventfd_read(peer)))
+        loop.call_later(0.05, lambda: judged.append(bool(heard)))
+        loop.run_once(1.0)
+        assert judged == [True] and heard == [1]
+    finally:
+        loop.close()
+        os.close(busy)
+        os.close(peer)
+
+
+def test_a_short_turn_runs_due_timers_without_looking_at_the_descriptors_again():
+    """The second look costs a system call: only a turn long enough to matter takes it."""
+    loop = EventLoop("short-turn")
+    order = []
+    polls = []
+    select = loop._selector.select
+    loop._selector.select = lambda timeout=None: polls.append(timeout) or select(timeout)
+    try:
+        loop.call_later(0, lambda: order.append("timer"))
+        loop.run_once(1.0)
+        assert order == ["timer"] and polls == [0.0]
+    finally:
+        loop.close()
