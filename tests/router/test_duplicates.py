@@ -13,8 +13,8 @@ import pytest
 
 from router.um.context import Context
 from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, MESSAGE_HEADER, NHDR_DATA
-from tests.router.test_late_join_links_adversarial import _chain
 from tests.router.test_sequence_info_across_routers import _Collector
+from tests.support.peer_links import router_chain
 from tests.support.processes import wait_for
 from tests.support.routers import endpoint_xml
 from tests.support.tshark import LiveCapture, decode
@@ -67,7 +67,7 @@ def test_an_endpoint_sends_each_number_into_its_domain_once(routers, make_domain
 
 def test_a_peer_link_carries_each_number_once(routers, make_domain):
     lan1, lan_far = make_domain(), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 1, "dup")
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "dup")
     got = _Collector()
     with Context(**lan_far.overrides()) as receiving, Context(**lan1.overrides()) as sending:
         source = sending.source("dup.peer")

@@ -12,9 +12,10 @@ pytestmark = pytest.mark.integration
 
 def _first_run(tools, lan1, lan2, count: int, topic: str) -> dict:
     """`count` messages from a source in LAN1 to a receiver in LAN2 (its JSON). The source stays
-    (--linger) after them, so its proxy source in LAN2 stays too."""
+    (--linger) after them, so its proxy source in LAN2 stays too: for as long as late receivers'
+    timeouts allow (a loaded machine takes minutes over a test's late joins); the test's end stops it."""
     early = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 120, topic)
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", 10000, "-L", 60, "--start-on-stdin",
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", 10000, "-L", 180, "--start-on-stdin",
                          topic)
     early.wait_for_stderr("Beginning of Transport Session", 30)
     source.send_line()
@@ -83,7 +84,7 @@ def test_two_origins_with_the_same_topic_index_each_answer_only_their_own_late_r
     first = 20000            # enough that the two late joins overlap
     early = [tools.umrcv("-c", lan2.config_path, "--json", "-C", first, "--timeout", 120, f"lj.two.{n}")
              for n in (1, 2)]
-    sources = [tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-P", 40000, "-L", 60,
+    sources = [tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-P", 40000, "-L", 180,
                            "--start-on-stdin", f"lj.two.{n}") for n in (1, 2)]
     for receiver in early:
         receiver.wait_for_stderr("Beginning of Transport Session", 30)

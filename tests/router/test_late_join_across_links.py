@@ -7,9 +7,8 @@ import signal
 import pytest
 
 from tests.router.test_late_join import _first_run
-from tests.support.peer_links import converged
+from tests.support.peer_links import router_chain
 from tests.support.processes import wait_for
-from tests.support.routers import FAST_ROUTING, PATIENT_KEEPALIVE, endpoint_xml, free_port, peer_xml
 from tests.support.tshark import LiveCapture, assert_no_expert_info, decode
 
 pytestmark = pytest.mark.integration
@@ -18,27 +17,11 @@ _ORIGIN_RETAINS = ("source late_join 1", "source retransmit_retention_size_limit
 _OTR = ("receiver use_otr 1", "receiver otr_request_initial_delay 200", "receiver otr_request_minimum_interval 200")
 
 
-def _chain(routers, lan1, lan_far, hops: int, name: str, far_extra: str = ""):
-    """LAN1 - A - link - [B - link -] Z - far LAN, routes converged: the routers, first to last.
-    The links are patient: late joins move thousands of answers at once."""
-    ports = [free_port() for _ in range(hops)]
-    patient = {"keepalive": PATIENT_KEEPALIVE}
-    xml = [endpoint_xml("LAN1", 1, lan1.config_path) + peer_xml("NEXT", connect=ports[0], **patient)]
-    for n in range(1, hops):
-        xml.append(peer_xml("PREV", listen=ports[n - 1], **patient) + peer_xml("NEXT", connect=ports[n], **patient))
-    xml.append(peer_xml("PREV", listen=ports[-1], **patient)
-               + endpoint_xml("FAR", 2, lan_far.config_path, before_config=far_extra))
-    chain = [routers.start(portals, FAST_ROUTING, name=f"{name}{n}") for n, portals in enumerate(xml)]
-    for router in chain:
-        router.wait_ready()
-    wait_for(lambda: converged(chain, len(chain)), 30, message="every router knows every other")
-    return chain, ports
-
 
 @pytest.mark.parametrize("hops", [1, 2])
 def test_a_late_receiver_beyond_links_gets_what_came_before_from_the_origin(routers, tools, make_domain, hops):
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, hops, f"ljx{hops}")
+    chain, _ = router_chain(routers, lan1, lan_far, hops, f"ljx{hops}")
     first = 2000
     got = _first_run(tools, lan1, lan_far, first, f"lj.links.{hops}")
     assert (got["received"], got["gaps"], got["duplicates"]) == (first, 0, 0), got
@@ -77,7 +60,7 @@ def test_what_a_far_portal_dropped_is_recovered_from_the_origin_across_the_link(
     lan1 = make_domain(*_ORIGIN_RETAINS, *origin_extra)
     lan2 = make_domain(*_OTR)
     # A name per case: the two run at once on the suite's workers, and a router's name is its admin address.
-    chain, _ = _chain(routers, lan1, lan2, 1, f"otrx{length}", far_extra="      <max-queue>200000</max-queue>\n")
+    chain, _ = router_chain(routers, lan1, lan2, 1, f"otrx{length}", far_extra="      <max-queue>200000</max-queue>\n")
     far = chain[-1]
     fragments = -(-length // 8192) if origin_extra else 1
     stopped = tools.umrcv("-c", lan2.config_path, "--json", "-C", count, "--timeout", 120, "otr.links")
@@ -108,7 +91,7 @@ def test_what_a_far_portal_dropped_is_recovered_from_the_origin_across_the_link(
 
 def test_tshark_reads_the_requests_and_answers_on_the_link(routers, tools, make_domain, tmp_path):
     lan1, lan2 = make_domain(*_ORIGIN_RETAINS), make_domain()
-    chain, ports = _chain(routers, lan1, lan2, 1, "ljxt")
+    chain, ports = router_chain(routers, lan1, lan2, 1, "ljxt")
     first = 50
     pcap = tmp_path / "link.pcapng"
     with LiveCapture(capture_filter=f"tcp port {ports[0]}", path=pcap):

@@ -25,40 +25,17 @@ from router.um.wire.lbmc_constants import LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS
 from router.um.wire.lbmc_headers import Destination
 from router.um.wire.lbmc_late_join import LjiRequest, UmeLjInfo, UmeRxReq
 from tests.router.test_late_join import _first_run
-from tests.support.peer_links import converged
+from tests.support.peer_links import converged, router_chain
 from tests.portals.test_peer_late_join import _crossing, _Stream, relay
 from tests.router.test_peer_udp import udp_xml
 from tests.support.processes import wait_for
-from tests.support.routers import FAST_KEEPALIVE, FAST_ROUTING, PATIENT_KEEPALIVE, endpoint_xml, free_port, peer_xml
+from tests.support.routers import FAST_KEEPALIVE, free_port
 
 _ORIGIN_RETAINS = ("source late_join 1", "source retransmit_retention_size_limit 200000000")
 # A far receiver that gives up soon: late join asked 3 times, a retransmission given up after 3 s.
 _GIVES_UP_SOON = ("receiver late_join_info_request_interval 500", "receiver late_join_info_request_maximum 3",
                   "receiver retransmit_request_interval 300", "receiver retransmit_request_message_timeout 3000")
 
-
-def _chain(routers, lan1, lan_far, hops: int, name: str, far_extra: str = "", link_extra=("", ""),
-           transit_lans=(), keepalive: str = PATIENT_KEEPALIVE):
-    """LAN1 - A - link - [B - link -] Z - far LAN, routes converged: (routers first to last, link ports).
-    Late joins move thousands of answers at once: the links are patient unless a test freezes a
-    router to end one (`keepalive` FAST_KEEPALIVE).
-    `link_extra`: extra <peer> content for the connecting and the listening side of every link;
-    `transit_lans`: a LAN of its own for each transit router (domain ids 10, 11...)."""
-    ports = [free_port() for _ in range(hops)]
-    connecting, listening = link_extra
-    xml = [endpoint_xml("LAN1", 1, lan1.config_path)
-           + peer_xml("NEXT", connect=ports[0], extra=connecting, keepalive=keepalive)]
-    for n in range(1, hops):
-        own = endpoint_xml(f"MID{n}", 9 + n, transit_lans[n - 1].config_path) if transit_lans else ""
-        xml.append(peer_xml("PREV", listen=ports[n - 1], extra=listening, keepalive=keepalive)
-                   + peer_xml("NEXT", connect=ports[n], extra=connecting, keepalive=keepalive) + own)
-    xml.append(peer_xml("PREV", listen=ports[-1], extra=listening, keepalive=keepalive)
-               + endpoint_xml("FAR", 2, lan_far.config_path, before_config=far_extra))
-    chain = [routers.start(portals, FAST_ROUTING, name=f"{name}{n}") for n, portals in enumerate(xml)]
-    for router in chain:
-        router.wait_ready()
-    wait_for(lambda: converged(chain, len(chain)), 30, message="every router knows every other")
-    return chain, ports
 
 
 @contextlib.contextmanager
@@ -108,10 +85,10 @@ def _quiet(chain) -> None:
 def test_large_messages_are_late_joined_across_a_link(routers, tools, make_domain, count, length, origin_extra,
                                                       far_extra):
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS, *origin_extra), make_domain(*far_extra)
-    chain, _ = _chain(routers, lan1, lan_far, 1, f"ljs{length}{len(origin_extra)}")
+    chain, _ = router_chain(routers, lan1, lan_far, 1, f"ljs{length}{len(origin_extra)}")
     topic = f"lja.size.{length}.{len(origin_extra)}"
     early = tools.umrcv("-c", lan_far.config_path, "--json", "-C", count, "--timeout", 90, topic)
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "-P", 2000, "-L", 60,
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-l", length, "-P", 2000, "-L", 180,
                          "--start-on-stdin", topic)
     early.wait_for_stderr("Beginning of Transport Session", 30)
     source.send_line()
@@ -128,10 +105,10 @@ def test_large_messages_are_late_joined_across_a_link(routers, tools, make_domai
 def test_a_late_receiver_joining_while_the_source_sends_live_gets_every_message_once_in_order(routers, tools,
                                                                                               make_domain):
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljal")
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "ljal")
     count, rate = 15_000, 3000                       # 5 s of sending; the late one joins after ~1 s
     early = tools.umrcv("-c", lan_far.config_path, "--json", "-C", count, "--timeout", 90, "lja.live")
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", rate, "-L", 60, "--start-on-stdin",
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", rate, "-L", 180, "--start-on-stdin",
                          "lja.live")
     early.wait_for_stderr("Beginning of Transport Session", 30)
     source.send_line()
@@ -157,10 +134,10 @@ def test_two_origins_of_one_topic_each_answer_only_their_own_across_a_link(route
     """Two sources of the same topic in LAN1, each alone in its context (both topic index 1 on
     their sessions): a late receiver beyond the link gets each one's messages from that one."""
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 1, "lja2")
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "lja2")
     first = 3000
     early = tools.umrcv("-c", lan_far.config_path, "--json", "-C", 2 * first, "--timeout", 90, "lja.two")
-    sources = [tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-l", 40 + 20 * n, "-P", 5000, "-L", 60,
+    sources = [tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-l", 40 + 20 * n, "-P", 5000, "-L", 180,
                            "--start-on-stdin", "lja.two") for n in range(2)]
     wait_for(lambda: sum("Beginning of Transport Session" in line for line in list(early.stderr_lines)) >= 2, 30,
              message="the early receiver joined both")
@@ -190,7 +167,7 @@ def test_two_origins_of_one_topic_each_answer_only_their_own_across_a_link(route
 @pytest.mark.integration
 def test_an_origin_that_does_not_retain_is_not_offered_late_join_beyond_the_link(routers, tools, make_domain):
     lan1, lan_far = make_domain(), make_domain()              # nobody retains
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljan")
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "ljan")
     first = 500
     got = _first_run(tools, lan1, lan_far, first, "lja.none")
     assert (got["received"], got["gaps"]) == (first, 0), got
@@ -213,7 +190,7 @@ def test_a_late_join_cut_by_the_link_failing_ends_and_counts_what_it_could_not_g
     for good: it ends, with what it got in order and once, and what it did not get told as
     unrecoverable loss in its place (and counted as given up)."""
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljad", keepalive=FAST_KEEPALIVE)
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "ljad", keepalive=FAST_KEEPALIVE)
     origin_router, far = chain
     first = 40_000
     got = _first_run(tools, lan1, lan_far, first, "lja.down")
@@ -254,7 +231,7 @@ def test_a_late_join_cut_by_the_link_failing_ends_and_counts_what_it_could_not_g
 def test_late_join_across_a_udp_peer_link(routers, tools, make_domain):
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
     extra = (udp_xml(free_port(socket.SOCK_DGRAM)), udp_xml(free_port(socket.SOCK_DGRAM)))
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljau", link_extra=extra)
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "ljau", link_extra=extra)
     first = 3000
     got = _first_run(tools, lan1, lan_far, first, "lja.udp")
     assert (got["received"], got["gaps"], got["duplicates"]) == (first, 0, 0), got
@@ -281,7 +258,7 @@ def test_otr_across_a_udp_peer_link_recovers_what_the_link_dropped_in_a_burst(ro
     # dozen messages more than it has sent, which a loaded machine's longer loop turns make likelier.
     extra = (udp_xml(free_port(socket.SOCK_DGRAM)) + "      <max-queue>100000</max-queue>\n",
              udp_xml(free_port(socket.SOCK_DGRAM)))
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljauo", link_extra=extra)
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "ljauo", link_extra=extra)
     origin_peer = lambda: chain[0].counters()[1]
     burst, after, length = 2_000, 5, 8192
     receiver = tools.umrcv("-c", lan_far.config_path, "--json", "-C", burst + after, "--timeout", 100, "lja.udp.otr")
@@ -325,11 +302,11 @@ def test_late_receivers_at_a_transit_router_and_beyond_it_at_once_each_get_every
     """A - B - C, B with a LAN of its own: late receivers in B's LAN and C's at the same time ask
     through B's one peer portal towards A; each answer must go back to its own side."""
     lan1, lan_mid, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain(), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 2, "ljat", transit_lans=[lan_mid])
+    chain, _ = router_chain(routers, lan1, lan_far, 2, "ljat", transit_lans=[lan_mid])
     first = 5000
     early = [tools.umrcv("-c", lan.config_path, "--json", "-C", first, "--timeout", 90, "lja.transit")
              for lan in (lan_mid, lan_far)]
-    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-P", 10000, "-L", 60, "--start-on-stdin",
+    source = tools.umsrc("-c", lan1.config_path, "--json", "-M", first, "-P", 10000, "-L", 180, "--start-on-stdin",
                          "lja.transit")
     for receiver in early:
         receiver.wait_for_stderr("Beginning of Transport Session", 30)
@@ -426,7 +403,7 @@ def test_a_far_proxy_that_keeps_too_little_asks_the_origin_across_the_link_for_t
     newest from the proxy, and the older ones from the origin through the link (forward="yes")."""
     lan1 = make_domain(*_ORIGIN_RETAINS)
     lan_far = make_domain("source late_join 1", "source retransmit_retention_size_limit 100000")
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljak")
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "ljak")
     first = 3000                                          # 3000 x 64 B: far more than 100 KB with overhead
     got = _first_run(tools, lan1, lan_far, first, "lja.keep")
     assert (got["received"], got["gaps"]) == (first, 0), got
@@ -447,7 +424,7 @@ def test_late_join_works_again_after_the_link_went_down_and_came_back(routers, t
     advertised over it again, with the LJ flag and a fresh link index; a late receiver after that
     gets everything from the origin."""
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
-    chain, _ = _chain(routers, lan1, lan_far, 1, "ljar", keepalive=FAST_KEEPALIVE)
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "ljar", keepalive=FAST_KEEPALIVE)
     origin_router, far = chain
     first = 1000
     got = _first_run(tools, lan1, lan_far, first, "lja.again")
@@ -468,11 +445,11 @@ def test_late_joins_both_ways_across_one_link_at_once(routers, tools, make_domai
     """A source on each side, a late receiver on each side for the other's: one peer portal
     relays requests out and in, and answers in and out, at the same time."""
     east, west = make_domain(*_ORIGIN_RETAINS), make_domain(*_ORIGIN_RETAINS)
-    chain, _ = _chain(routers, east, west, 1, "ljaw")
+    chain, _ = router_chain(routers, east, west, 1, "ljaw")
     first = 3000
     early = [tools.umrcv("-c", lan.config_path, "--json", "-C", first, "--timeout", 90, topic)
              for lan, topic in ((west, "lja.eastward"), (east, "lja.westward"))]
-    sources = [tools.umsrc("-c", lan.config_path, "--json", "-M", first, "-P", 10000, "-L", 60, "--start-on-stdin",
+    sources = [tools.umsrc("-c", lan.config_path, "--json", "-M", first, "-P", 10000, "-L", 180, "--start-on-stdin",
                            topic) for lan, topic in ((east, "lja.eastward"), (west, "lja.westward"))]
     for receiver in early:
         receiver.wait_for_stderr("Beginning of Transport Session", 30)

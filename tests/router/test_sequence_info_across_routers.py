@@ -15,8 +15,8 @@ import pytest
 
 from router.um.context import Context
 from router.um.messages import BOS, UNRECOVERABLE_LOSS
-from tests.router.test_late_join_links_adversarial import _chain
 from tests.router.test_peer_udp import udp_xml
+from tests.support.peer_links import router_chain
 from tests.support.processes import wait_for
 from tests.support.routers import free_port
 from tests.support.tshark import LiveCapture, decode, expert_info
@@ -78,7 +78,7 @@ def test_a_tail_a_peer_link_dropped_reaches_the_far_receiver_with_nothing_sent_a
     # the tail got through. 1 Mbit/s (125 a second) keeps it full to the end. Recovered: 16 Mbit/s,
     # so that the repairs of what was dropped cross in time.
     rate = 16_000_000 if recover else 1_000_000
-    chain, _ = _chain(routers, lan1, lan_far, 1, "sqi" + "ro"[recover], link_extra=_slow_udp_link(rate))
+    chain, _ = router_chain(routers, lan1, lan_far, 1, "sqi" + "ro"[recover], link_extra=_slow_udp_link(rate))
     origin_peer = lambda: chain[0].counters()[1]
     count, length = 2_000, 1_000
     got = _Collector()
@@ -109,7 +109,7 @@ def test_a_tail_a_peer_link_dropped_reaches_the_far_receiver_with_nothing_sent_a
 def test_the_origins_sequence_info_crosses_a_tcp_link_as_a_tsni_that_decodes_cleanly(routers, tools, make_domain,
                                                                                        tmp_path):
     lan1, lan_far = make_domain(*_lines(_TSNI)), make_domain(*_lines(_TSNI))
-    chain, ports = _chain(routers, lan1, lan_far, 1, "sqiw")
+    chain, ports = router_chain(routers, lan1, lan_far, 1, "sqiw")
     pcap = tmp_path / "link.pcapng"
     with LiveCapture(capture_filter=f"tcp port {ports[0]}", path=pcap) as capture:
         receiver = tools.umrcv("-c", lan_far.config_path, "--json", "-C", 100, "--timeout", 60, "sqi.wire")

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 from tests.support.processes import wait_for
-from tests.support.routers import FAST_ROUTING, endpoint_xml, free_port, peer_xml
+from tests.support.routers import (BURST_ROUTING, FAST_ROUTING, PATIENT_KEEPALIVE, endpoint_xml, free_port,
+                                   peer_xml)
 
 
 def start(routers, portals: str, name: str, daemon_extra: str = "", env: dict | None = None):
@@ -52,6 +53,31 @@ def linked_pair(routers, lan1, lan2, prefix: str, *, port: int | None = None, a_
     a.wait_ready(), b.wait_ready()
     wait_for(lambda: converged([a, b], 2), timeout, message="both routers know both")
     return a, b
+
+
+def router_chain(routers, lan1, lan_far, hops: int, name: str, *, far_extra: str = "", link_extra=("", ""),
+                 transit_lans=(), keepalive: str = PATIENT_KEEPALIVE, routing: str = BURST_ROUTING):
+    """LAN1 - A - link - [B - link -] Z - far LAN, routes converged: (routers first to last, link ports).
+    Made for bursts (late joins move thousands of answers at once): the links are patient and a
+    router is declared gone after 4 s, unless a test freezes a router to end a link
+    (`keepalive` FAST_KEEPALIVE). `link_extra`: extra <peer> content for the connecting and the
+    listening side of every link; `transit_lans`: a LAN of its own for each transit router
+    (domain ids 10, 11...)."""
+    ports = [free_port() for _ in range(hops)]
+    connecting, listening = link_extra
+    xml = [endpoint_xml("LAN1", 1, lan1.config_path)
+           + peer_xml("NEXT", connect=ports[0], extra=connecting, keepalive=keepalive)]
+    for n in range(1, hops):
+        own = endpoint_xml(f"MID{n}", 9 + n, transit_lans[n - 1].config_path) if transit_lans else ""
+        xml.append(peer_xml("PREV", listen=ports[n - 1], extra=listening, keepalive=keepalive)
+                   + peer_xml("NEXT", connect=ports[n], extra=connecting, keepalive=keepalive) + own)
+    xml.append(peer_xml("PREV", listen=ports[-1], extra=listening, keepalive=keepalive)
+               + endpoint_xml("FAR", 2, lan_far.config_path, before_config=far_extra))
+    chain = [routers.start(portals, routing, name=f"{name}{n}") for n, portals in enumerate(xml)]
+    for router in chain:
+        router.wait_ready()
+    wait_for(lambda: converged(chain, len(chain)), 30, message="every router knows every other")
+    return chain, ports
 
 
 def send_across(tools, source_domain, receiver_domains, topic, count, rate=20000, length=64, others=()):

@@ -694,7 +694,9 @@ def test_a_late_join_goes_on_after_the_source_contexts_connection_is_replaced(do
             return answer(request, out)
         server._retransmit = connection_goes_first
         got = Collector(receiving, "lj.reconnect")
-        wait_for(lambda: receiving.loop.call_and_wait(lambda: got.receiver.joined and not any(
+        # Decided on the loop thread, a bool handed back: the joined dict itself, empty when
+        # looked at, could be filled by the join before this thread tested it.
+        wait_for(lambda: receiving.loop.call_and_wait(lambda: bool(got.receiver.joined) and not any(
             j.late_join for j in got.receiver.joined.values())), 10, message="late join over")
         source.send(_payload(20), flush=True)
         wait_for(lambda: 20 in got.numbers, 10, message="the live message")
