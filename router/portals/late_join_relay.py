@@ -49,11 +49,10 @@ _REQUESTER_WAITS = ("retransmit_request_message_timeout", "otr_request_duration"
 class _Asked:
     """A retransmission asked of an origin: when it was last asked of it, when a requester last
     asked for it, and who waits for it."""
-    __slots__ = ("asked_at", "asked", "heard_at", "requesters")
+    __slots__ = ("asked_at", "heard_at", "requesters")
 
     def __init__(self, now: float):
-        self.asked_at = now - REASK_AFTER          # not asked yet
-        self.asked = False
+        self.asked_at: float | None = None         # not asked of the origin yet
         self.heard_at = now
         # (egress portal, requester ip, port, proxy topic index, its request index): two receivers
         # of one context share its request port and the topic index, not the request index.
@@ -151,14 +150,14 @@ class LateJoinRelay:
                 again = requester in asked.requesters     # its own retry: asked again, whenever it comes
                 if not again:
                     asked.requesters[requester] = None
-                if not again and now - asked.asked_at < REASK_AFTER:
+                if not again and asked.asked_at is not None and now - asked.asked_at < REASK_AFTER:
                     self.counters.add("late_join_requests_joined")   # one answer will serve both
                     continue
-                if asked.asked:
+                if asked.asked_at is not None:
                     # The origin answers this one too: an answer after the first finds nobody
                     # waiting (late_join_answers_unknown), each at most once for each asked again.
                     self.counters.add("late_join_requests_reasked")
-                asked.asked, asked.asked_at = True, now
+                asked.asked_at = now
                 out.append(UmeRxReq(0, option.transport_idx, origin_tidx, header.seqnum, reply_port, reply_ip))
         if out and not asks_info:
             # The origin answers in order on one connection: this LJ_INFO comes before the RETRANS
