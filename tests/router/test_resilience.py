@@ -65,7 +65,9 @@ def test_killed_worker_is_restarted_and_traffic_resumes(routers, tools, make_dom
     lan1, lan2 = make_domain(), make_domain()
     router = routers.start(portals_xml([lan1, lan2])).wait_ready()
     rate, seconds = 2000, 8
-    receiver = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, "--idle-timeout", 3, "survivor")
+    # It ends when nothing comes for a while: longer than a restart takes on a loaded machine (0.5 s
+    # backoff, a worker start of 2 s, re-resolution), or it leaves before traffic resumes.
+    receiver = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, "--idle-timeout", 10, "survivor")
     source = tools.umsrc("-c", lan1.config_path, "--json", "-M", rate * seconds, "-P", rate, "--start-on-stdin",
                          "survivor")
     receiver.wait_for_stderr("Beginning of Transport Session", 30)
@@ -156,7 +158,7 @@ def test_reload_adds_an_endpoint_without_disturbing_traffic(routers, tools, make
     lan1, lan2, lan3 = make_domain(), make_domain(), make_domain()
     router = routers.start(portals_xml([lan1, lan2])).wait_ready()
     rate, seconds = 2000, 8
-    steady = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, "--idle-timeout", 3, "steady")
+    steady = tools.umrcv("-c", lan2.config_path, "--json", "-C", rate * seconds, "--timeout", 60, "steady")
     source = tools.umsrc("-c", lan1.config_path, "--json", "-M", rate * seconds, "-P", rate, "--start-on-stdin", "steady")
     steady.wait_for_stderr("Beginning of Transport Session", 30)
     source.send_line()
