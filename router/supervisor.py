@@ -38,7 +38,7 @@ from router.um.lbmr_channel import domain_identity
 from router.runtime import bus_endpoints, remove_stale_bus_sockets, runtime_dir
 from router.um.loop import EventLoop
 from router.worker.datapath import MAX_PORTALS, DataPathSpec, RingSet
-from router.worker.process import EXIT_BOOT_ERROR, WORKER_SIGNALS, WorkerSpec, worker_main
+from router.worker.process import EXIT_BOOT_ERROR, WORKER_SIGNALS, WorkerSpec, preload, worker_main
 from router.worker.scheduling import policy_of, slice_of
 
 log = logging.getLogger(__name__)
@@ -158,6 +158,7 @@ class Supervisor:
                                 f"pid {self.pid}) starting {len(self.config.portals)} portals")
         self._say_what_monitoring_does()
         groups = {name: group.portals for group in self.config.daemon.worker_groups for name in group.portals}
+        preload()
         try:
             for portal in self.config.portals:
                 self._add_worker(portal, groups.get(portal.name))
