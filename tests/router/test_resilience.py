@@ -65,8 +65,8 @@ def test_killed_worker_is_restarted_and_traffic_resumes(routers, tools, make_dom
     lan1, lan2 = make_domain(), make_domain()
     router = routers.start(portals_xml([lan1, lan2])).wait_ready()
     rate, seconds = 2000, 8
-    # It ends when nothing comes for a while: longer than a restart takes on a loaded machine (0.5 s
-    # backoff, a worker start of 2 s, re-resolution), or it leaves before traffic resumes.
+    # It ends when nothing comes for a while: longer than a restart takes on a loaded machine (its
+    # backoff, the worker's start, re-resolution), or it leaves before traffic resumes.
     receiver = tools.umrcv("-c", lan2.config_path, "--json", "--timeout", 60, "--idle-timeout", 10, "survivor")
     source = tools.umsrc("-c", lan1.config_path, "--json", "-M", rate * seconds, "-P", rate, "--start-on-stdin",
                          "survivor")

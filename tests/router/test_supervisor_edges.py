@@ -541,8 +541,8 @@ def test_reloads_while_a_portal_is_down_do_not_announce_its_domain_and_a_fix_sta
         wait_for(lambda: b.log().count("UMR-1002-1") > reloads, 10, message="B's reload applied")
     wait_for(lambda: domains_a_routes_to() == [1, 2], 30, message="A routes to B's domain")
     reload_b(str(good.config_path), str(broken.config_path))
-    # Backing off 8 s by its fifth failure: the reloads below come well within that wait.
-    wait_for(lambda: "portal LAN2: worker pid" in b.log() and "restarting in 8.0 s" in b.log(), 60,
+    # Backing off 12.8 s by its eighth failure: the reloads below come well within that wait.
+    wait_for(lambda: "portal LAN2: worker pid" in b.log() and "restarting in 12.8 s" in b.log(), 60,
              message="LAN2 failing to start, backing off")
     wait_for(lambda: domains_a_routes_to() == [1], 20, message="A stops routing to domain 2")
     withdrawn = routerctl("-n", b.name, "--json", "topology").json()["signature"]
@@ -551,7 +551,7 @@ def test_reloads_while_a_portal_is_down_do_not_announce_its_domain_and_a_fix_sta
     failures = b.log().count("portal LAN2 cannot start")
     reload_b(str(broken.config_path), str(good.config_path))
     status = {p["name"]: p for p in routerctl("-n", b.name, "--json", "status").json()["portals"]}
-    assert status["LAN2"]["state"] in ("starting", "up"), status       # not down for the rest of the 8 s
+    assert status["LAN2"]["state"] in ("starting", "up"), status       # not down for the rest of the 12.8 s
     wait_for(lambda: domains_a_routes_to() == [1, 2], 30, message="A routes to domain 2 again")
     assert b.log().count("portal LAN2 cannot start") == failures, "a start after the fix failed"
 
