@@ -67,6 +67,12 @@ RING_HEARTBEAT_TIMEOUT = 2.0
 READ_LIMIT = 4096                      # records per ring per turn, so one busy ring cannot starve the loop
 READ_BYTES = 256 * 1024                # payload bytes per ring per turn: a backlog is noticed within this
 HOLD_RECHECK_INTERVAL = 0.002          # how often a portal holding records back looks again (s)
+# A ring read ends after this much time (s), its records sent and the rest left for the next turn:
+# records slow to handle (late-join requests, each decoded, rewritten and sent; any record while
+# the host lends the CPU to others) must not hold the loop, and the timers behind it (heartbeats,
+# keepalives), for the seconds READ_LIMIT of them can take. Looked at every TURN_CHECK records.
+TURN_BUDGET = 0.02
+TURN_CHECK = 16
 # A socket read of this many frames, or a ring read of this many bytes, is a burst: `on_burst` is
 # told (the worker's scheduling judges its rate at once; paced messages come one at a time).
 BURST_FRAMES = 16
@@ -546,10 +552,14 @@ class DataPath:
         It ends the ring read (returns True) once the portal's sends would block: the records
         after it stay in the ring, held back as the next turn decides (_holding_back), instead
         of going into the portal's queue behind what it could not send, where one that does not
-        fit in `<max-queue>` would be dropped."""
+        fit in `<max-queue>` would be dropped. It ends it too once the read has taken
+        TURN_BUDGET: the rest is read on the next turn, after the loop's sockets and timers."""
         handler, backlog = self.handler, self.backlog
+        deadline, perf_counter = time.perf_counter() + TURN_BUDGET, time.perf_counter
+        delivered = 0
 
         def deliver(record_type: int, payload) -> bool:
+            nonlocal delivered
             try:
                 if now:
                     handler(ring, record_type, payload, True)
@@ -558,6 +568,9 @@ class DataPath:
             except Exception:
                 self.counters.add("ring_records_malformed")
                 log.exception("portal %d could not take a record from portal %d", self.index, ring)
+            delivered += 1
+            if not delivered % TURN_CHECK and perf_counter() > deadline:
+                return True                     # the turn's time is up: the rest on the next
             return backlog is not None and not self._released and backlog() is not None
         return deliver
 

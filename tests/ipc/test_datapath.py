@@ -369,3 +369,36 @@ def test_a_full_ring_does_not_wake_a_portal_that_has_read_everything_in_it(rings
         slow.close()
         ingress.close()
         idle.close()
+
+
+def test_a_backlog_of_costly_records_leaves_the_loop_turns_for_its_timers(rings):
+    """Records whose handling is slow (late-join requests, each decoded, rewritten and sent on; a
+    CPU lent to others makes any slow) are read a turn's time budget at a time, not a ring's worth
+    at once: the worker's timers (its heartbeat, a link's keepalive) run in between, or a busy
+    worker is taken for hung and killed."""
+    ring_set, loop = rings
+    spec = DataPathSpec(ring_set, {"E0": 0, "E1": 1})
+    ingress, egress = DataPath(spec, 0, loop, PortalCounters()), DataPath(spec, 1, loop, PortalCounters())
+    portal = _Portal(egress)
+    sent = portal.on_frames
+
+    def slow(*args):
+        time.sleep(0.002)
+        sent(*args)
+    portal.on_frames = slow
+    ticks = []
+    ticking = loop.call_every(0.005, lambda: ticks.append(len(portal.got)))
+    try:
+        loop.run_until(lambda: False, 0.05)          # the egress parks on ring 0
+        records = 200                                # 0.4 s of handling, far less than a ring's worth
+        for n in range(records):
+            ingress.frames(0b010, 7, b"request %d" % n, 1, 12)
+        assert loop.run_until(lambda: len(portal.got) == records, 30)
+        assert [frames for _, frames in portal.got] == [b"request %d" % n for n in range(records)]
+        during = [got for got in ticks if 0 < got < records]
+        assert len(set(during)) >= 5, ticks          # the timer ran between many turns of the backlog
+        assert portal.flushes >= len(set(during))    # and each turn's records went out before it
+    finally:
+        ticking.cancel()
+        ingress.close()
+        egress.close()
