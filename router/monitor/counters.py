@@ -184,6 +184,10 @@ BUS_DROP_COUNTERS = ("bus_messages_dropped",)
 # the origin answers each, and the answers after the first find nobody waiting
 # (late_join_answers_unknown), which looked like answers gone astray.
 LATE_JOIN_REASKED_COUNTERS = ("late_join_requests_reasked",)
+# A requester's retries of retransmissions still on their way, held back by the egress portal
+# (router/portals/late_join_retries.py): each went to the origin, and its answer took the place of
+# answers on every hop until receivers on a loaded host gave up.
+LATE_JOIN_RETRY_COUNTERS = ("late_join_retries_held",)
 
 COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in ENDPOINT_COUNTERS)
                  + ROUTING_COUNTERS + FLOW_CONTROL_COUNTERS + ACL_COUNTERS + RATE_LIMIT_COUNTERS
@@ -191,7 +195,7 @@ COUNTER_NAMES = (ENDPOINT_COUNTERS + tuple(n for n in PEER_COUNTERS if n not in 
                  + BAD_INPUT_COUNTERS + EARLY_WAKE_COUNTERS + UNICAST_COUNTERS + DUPLICATE_COUNTERS
                  + BATCH_COUNTERS + LAPPED_COUNTERS + ROUTE_INFO_DROP_COUNTERS + LATE_JOIN_UNANSWERED_COUNTERS
                  + MISSED_WHILE_DOWN_COUNTERS + INTERNAL_ERROR_COUNTERS + REQUEST_PORT_REFUSED_COUNTERS
-                 + BUS_GAP_COUNTERS + BUS_DROP_COUNTERS + LATE_JOIN_REASKED_COUNTERS)
+                 + BUS_GAP_COUNTERS + BUS_DROP_COUNTERS + LATE_JOIN_REASKED_COUNTERS + LATE_JOIN_RETRY_COUNTERS)
 INDEX = {name: i for i, name in enumerate(COUNTER_NAMES)}
 SIZE = len(COUNTER_NAMES)
 SEGMENT_BYTES = SIZE * 8

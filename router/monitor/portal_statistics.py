@@ -157,6 +157,7 @@ RETRANSMISSION = Section("Retransmission requests (late join, OTR)", _counts(
     ("Retransmission requests forwarded to the originating source", "late_join_requests_relayed"),
     ("Retransmission requests joined to one already forwarded", "late_join_requests_joined"),
     ("Retransmission requests forwarded to the originating source again", "late_join_requests_reasked"),
+    ("Retransmission requests repeated while the answer was on its way (held back)", "late_join_retries_held"),
     ("Retransmission requests for an unknown source", "late_join_requests_not_relayed"),
     ("Retransmissions received from the originating source", "late_join_answers_rcvd"),
     ("Retransmissions sent to the requesting receivers", "late_join_answers_sent"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from router.monitor.counters import COUNTER_NAMES
 
-SCHEMA_VERSION = "19"           # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
+SCHEMA_VERSION = "20"           # 2: request/response counters (monitor/counters.py REQUEST_COUNTERS)
                                 # 3: multicast immediate message counters (IMMEDIATE_COUNTERS)
                                 # 4: a peer link's UDP data path (UDP_PEER_COUNTERS)
                                 # 5: late join relayed to the origin (LATE_JOIN_COUNTERS)
@@ -34,6 +34,7 @@ SCHEMA_VERSION = "19"           # 2: request/response counters (monitor/counters
                                 # 17: gaps in the control bus updates a worker saw (BUS_GAP_COUNTERS)
                                 # 18: messages a worker dropped for the supervisor (BUS_DROP_COUNTERS)
                                 # 19: retransmissions asked of an origin again (LATE_JOIN_REASKED_COUNTERS)
+                                # 20: retries held back while their answers are on the way (LATE_JOIN_RETRY_COUNTERS)
 METADATA_KEY = b"umrouter.stats.schema_version"
 COUNTERS_METADATA_KEY = b"umrouter.stats.counters"
 

@@ -10,7 +10,10 @@ remembering for whom. The answers come to the ingress portal's request port: a U
 by its request index) and RETRANS frames (by topic index and sequence number) go back in a
 LATE_JOIN_ANSWER record to the egress portal, made what the requester asked for (its request
 index, the proxy's topic index), and the egress portal sends them to the requester. Sequence
-numbers cross unchanged: a proxy source sends the origin's.
+numbers cross unchanged: a proxy source sends the origin's. The egress portal holds back a
+requester's retry of a retransmission whose answer is still on its way, for as long as the round
+trip takes (router.portals.late_join_retries): on a loaded host, the retries and their answers
+crowded out the answers themselves.
 
 A portal whose proxy sources retain (`source late_join 1`, `<late-join provide="always">`)
 answers from its own retention instead. When the stream's ingress is a peer portal the requests
@@ -24,6 +27,7 @@ import time
 import weakref
 from collections import OrderedDict
 
+from router.portals.late_join_retries import RetryPacing
 from router.um.requests import RequestPortUnavailable
 from router.um.wire.errors import WireError
 from router.um.wire.lbmc import (LBMC_TYPE_CONTROL, LBMC_TYPE_RETRANS, MESSAGE_HEADER, LbmcMessage, decode_lbmc,
@@ -95,26 +99,38 @@ class LateJoinRelay:
         self.retransmissions: OrderedDict[tuple, _Asked] = OrderedDict()
         self.origins_waiting: dict[tuple[int, int], list[tuple]] = {}
         self.bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # connection -> origin
+        self.bound_to: dict[tuple, weakref.ref] = {}                           # origin -> its last one
         self.forget_after = max(context.config.get("receiver", name) for name in _REQUESTER_WAITS) / 1000
+        self.retries = RetryPacing(self.forget_after)             # egress: retries while answers are on their way
         context.uim_relay = self.answer_in
 
     # -- egress: a receiver asked one of our proxy sources -----------------------------------------
     def offer(self, proxy) -> None:
         """A proxy source of a stream whose origin offers late join: relay what is asked of it."""
-        self.context.offer_relayed_late_join(proxy.source, lambda message: self._request_out(proxy, message))
+        self.context.offer_relayed_late_join(proxy.source, lambda headers: self._request_out(proxy, headers))
 
-    def _request_out(self, proxy, message: bytes) -> None:
+    def _request_out(self, proxy, headers: list) -> None:
+        """A receiver's LJI_REQ and UME_RXREQ headers for one of our proxy sources."""
         self.counters.add("late_join_requests_rcvd")
         if not proxy.streams:
             self.counters.add("late_join_requests_not_relayed")
             return
+        now = time.monotonic()
+        going = [header for header in headers if not isinstance(header, UmeRxReq)
+                 or self.retries.admit(header.rx_ip, header.rx_port, header.id_2, header.seqnum, header.request_idx,
+                                       now)]
+        if len(going) < len(headers):
+            self.counters.add("late_join_retries_held", len(headers) - len(going))
+            if not going:
+                return
         # The newest way: while a reroute's old way lingers (a failed link is noticed past it only
         # after the peer keepalive timeout), the data comes the new way, and so must the requests.
         ring, stream_id = next(reversed(proxy.streams))
-        self.datapath.late_join(ring, stream_id, message)
+        self.datapath.late_join(ring, stream_id, encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, going)))
 
     def answer_out(self, ipaddr: str, port: int, frames: bytes) -> None:
         """The origin's answers, made what our requester asked for: to it."""
+        self.retries.answered(ipaddr, port, frames, time.monotonic())
         self.context.responder.send_frames((ipaddr, port), frames)
         self.counters.add("late_join_answers_sent")
 
@@ -136,7 +152,7 @@ class LateJoinRelay:
         origin = (option.src_ip, option.src_tcp_port)
         now = time.monotonic()
         self._forget_given_up(now)
-        out, asks_info = [], False
+        out, asks_info, reasks = [], False, False
         for header in headers:
             if isinstance(header, LjiRequest):
                 index = self._info_index((egress, header.req_ip, header.req_port, header.request_idx, origin), now)
@@ -157,17 +173,33 @@ class LateJoinRelay:
                     # The origin answers this one too: an answer after the first finds nobody
                     # waiting (late_join_answers_unknown), each at most once for each asked again.
                     self.counters.add("late_join_requests_reasked")
+                    reasks = True
                 asked.asked_at = now
                 out.append(UmeRxReq(0, option.transport_idx, origin_tidx, header.seqnum, reply_port, reply_ip))
-        if out and not asks_info:
+        if out and not asks_info and (reasks or not self._bound_open(origin)):
             # The origin answers in order on one connection: this LJ_INFO comes before the RETRANS
-            # frames and binds that connection to it (the connection may be new each time).
+            # frames and binds that connection to it. Asked only while no open connection is bound
+            # to the origin, or when a requester asks again (an answer may have come on a new one
+            # and found nobody): asked with every request, it doubled what the origin answered.
             index = self._info_index((None, reply_ip, reply_port, 0, origin), now)
             out.insert(0, LjiRequest(index, option.transport_idx, origin_tidx, reply_ip, reply_port))
         if out:
             self.context.responder.send_frames((option.src_ip, option.src_tcp_port),
                                                encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, out)))
             self.counters.add("late_join_requests_relayed")
+
+    def _bound_open(self, origin: tuple) -> bool:
+        """The origin's answers come on a connection already bound to it, still open."""
+        ref = self.bound_to.get(origin)
+        connection = ref() if ref is not None else None
+        return connection is not None and connection.is_open
+
+    def _unbind(self, origin: tuple):
+        """Forgets the origin's connection once it is gone (over months origins come and go)."""
+        def gone(ref) -> None:
+            if self.bound_to.get(origin) is ref:
+                del self.bound_to[origin]
+        return gone
 
     def _info_index(self, key: tuple, now: float) -> int:
         index = self.info_indexes.get(key)
@@ -266,6 +298,7 @@ class LateJoinRelay:
             asked.answered = True
             egress, ip, port, request_idx, origin = asked.key
             self.bound[connection] = origin
+            self.bound_to[origin] = weakref.ref(connection, self._unbind(origin))
             if egress is None:          # asked only to bind the connection
                 continue
             answer = UmeLjInfo(info.low_seqnum, info.high_seqnum, request_idx, info.flags)

@@ -86,7 +86,7 @@ class LateJoinServer:
         self.context = context
         self.retained: dict[tuple[int, int], object] = {}     # (transport index, topic index) -> Retention
         # A router's proxy sources that keep nothing but relay requests to the originating source
-        # (router.portals.late_join_relay): (transport index, topic index) -> relay(message bytes).
+        # (router.portals.late_join_relay): (transport index, topic index) -> relay(headers).
         self.relayed: dict[tuple[int, int], object] = {}
         self.counters = {"lj_info_requests_rcved": 0, "lj_rx_requests_rcved": 0, "lj_retransmissions_sent": 0,
                          "lj_retransmissions_unavailable": 0, "lj_requests_unknown_source": 0}
@@ -122,7 +122,7 @@ class LateJoinServer:
             elif not self._retransmit(header, retransmissions) and relay is not None:
                 relayed.setdefault(relay, []).append(header)
         for relay, headers in relayed.items():
-            relay(encode_lbmc(LbmcMessage(LBMC_TYPE_CONTROL, headers)))
+            relay(headers)
         for address, frames in retransmissions.items():
             self.context.responder.send_frames(address, bytes(frames))
         return handled
@@ -178,6 +178,7 @@ class LateJoinClient:
         self.done = False
         self.counters = context.late_join_counters
         self.timer = None
+        self.refill_due = False                   # a refill of the window waits for this turn's end
         self._send_info()
 
     # -- live data, held back --------------------------------------------------------------------
@@ -331,10 +332,20 @@ class LateJoinClient:
         if self.requested.pop(sqn, None) is None:
             return False
         self.frames[sqn] = bytes(frame)
-        self._ask()
         if not self.requested and not self.to_ask:
             self._finish()
+        elif self.to_ask and not self.refill_due:
+            # The window is refilled once for all the answers this loop turn reads (one request
+            # message for them, not one for each): every request is decoded and sent on by each
+            # router on the way, and a message of one header costs them nearly what one of 64 does.
+            self.refill_due = True
+            self.context.loop.call_soon_threadsafe(self._refill)
         return True
+
+    def _refill(self) -> None:
+        self.refill_due = False
+        if not self.done:
+            self._ask()
 
     def give_up(self) -> None:
         """Stop fetching (the source ended first, or too much is held back): deliver what came,

@@ -125,6 +125,10 @@ class UimConnection:
         else:
             self.counters["response_frames_unknown"] += 1
 
+    @property
+    def is_open(self) -> bool:
+        return self.sock.fileno() != -1
+
     def release(self) -> None:
         """The connection is gone: what it held goes back to the port."""
         self.shared.held -= self.partial_bytes

@@ -35,6 +35,7 @@ class Recorder:
 
 class Connection:
     """A connection to our request port (what the context passes with each frame)."""
+    is_open = True
 
 
 CONNECTION = Connection()
@@ -126,6 +127,32 @@ def test_rxreqs_alone_go_behind_an_lji_req_of_the_relays_own_whose_answer_is_not
     assert datapath.sent == []                          # ours: it only binds the connection
     assert lj.answer_in(retrans_frame(11, 42, b"x"), CONNECTION)
     assert [(kind, portal) for kind, portal, *_ in datapath.sent] == [("answer", 2)]
+
+
+# Regression: at 11fb9e1 every relayed request of UME_RXREQs alone went behind an LJI_REQ of the
+# relay's own, bound connection or not: the origin answered each with a UME_LJ_INFO, as many answers
+# again as the retransmissions asked for (38,533 answers for 20,000 RETRANS frames in a test of
+# four late receivers across two links).
+def test_the_relays_own_lji_req_goes_only_while_no_open_connection_is_bound_or_when_a_requester_asks_again():
+    lj, responder, _, _ = relay()
+
+    def kinds():
+        _, message = responder.sent.pop()
+        return [type(header).__name__ for header in decode_lbmc(message)[0].headers]
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0])))
+    probe = decode_lbmc(responder.sent[-1][1])[0].headers[0]
+    assert kinds() == ["LjiRequest", "UmeRxReq"]
+    connection = Connection()
+    assert lj.answer_in(control(UmeLjInfo(0, 50, probe.request_idx)), connection)      # binds it
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 43, RECEIVER[1], RECEIVER[0])))
+    assert kinds() == ["UmeRxReq"]
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 43, RECEIVER[1], RECEIVER[0])))      # its retry
+    assert kinds() == ["LjiRequest", "UmeRxReq"]
+    connection.is_open = False                              # the origin's connection is gone
+    lj.request_in(2, 4, control(UmeRxReq(1, 1, 3, 44, RECEIVER[1], RECEIVER[0])))
+    assert kinds() == ["LjiRequest", "UmeRxReq"]
+    del connection                                          # forgotten with it
+    assert lj.bound_to == {}
 
 
 def test_two_origins_using_one_topic_index_get_their_answers_told_apart_by_connection():
@@ -336,12 +363,13 @@ def test_requests_of_a_rerouted_stream_go_the_new_way_while_the_old_one_lingers(
     lj.offer(old)
     new = table.advertise(3, advert(7, 4))                   # the new way, by the peer portal of ring 3
     assert new is old
-    request = control(UmeRxReq(1, 1, 3, 42, RECEIVER[1], RECEIVER[0]))
-    context.offered[0](request)
+    headers = [LjiRequest(1, 1, 3, *RECEIVER, 0, 0, 200, 4)]
+    request = control(*headers)
+    context.offered[0](headers)
     assert datapath.sent == [("late_join", 3, 7, request)]
     table.advertise(1, advert(5, 2))                          # the old way announced again: still the new way
-    context.offered[0](request)
+    context.offered[0](headers)
     assert datapath.sent[-1] == ("late_join", 3, 7, request)
     table.end_stream(3, 7)                                    # the new way gone: the one left
-    context.offered[0](request)
+    context.offered[0](headers)
     assert datapath.sent[-1] == ("late_join", 1, 5, request)

@@ -60,6 +60,23 @@ def _late(tools, domain, count: int, topic: str, timeout: float = 90, *extra):
     return tools.umrcv("-c", domain.config_path, "--json", "-C", count, "--timeout", timeout, *extra, topic)
 
 
+def _late_join_counters(chain) -> dict:
+    """Each router's non-zero late-join counters by portal: what a failed late join leaves to read."""
+    return {router.name: {index: {name: value for name, value in portal.items()
+                                  if value and ("late_join" in name or name.startswith("lj_"))}
+                          for index, portal in router.counters().items()}
+            for router in chain}
+
+
+def _summary(receiver, chain, timeout: float = 90) -> dict:
+    """A late receiver's summary; it prints one when its own --timeout ends it, so a failure shows
+    how far it got beside the routers' late-join counters."""
+    try:
+        return receiver.result(timeout + 30)
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}\nlate-join counters: {_late_join_counters(chain)}") from None
+
+
 def _quiet(chain) -> None:
     """No portal of any router left a request unrelayed or an answer unknown, but for the answers to
     a request its requester repeated before the first answer reached it (a loaded machine's slower
@@ -316,7 +333,7 @@ def test_late_receivers_at_a_transit_router_and_beyond_it_at_once_each_get_every
         assert (got["received"], got["gaps"], got["duplicates"]) == (first, 0, 0), got
     late = [_late(tools, lan, first, "lja.transit") for lan in (lan_mid, lan_far, lan_mid, lan_far)]
     for receiver in late:
-        got = receiver.result(90)
+        got = _summary(receiver, chain)
         assert (got["received"], got["retransmitted"], got["gaps"], got["duplicates"], got["out_of_order"]) == \
             (first, first, 0, 0, 0), got
     for router in chain:

@@ -39,6 +39,15 @@ class Timer:
 class Loop:
     def __init__(self):
         self.timers: list[Timer] = []
+        self.soon: list = []                  # what runs at this turn's end
+
+    def call_soon_threadsafe(self, callback, *args) -> None:
+        self.soon.append((callback, args))
+
+    def end_turn(self) -> None:
+        while self.soon:
+            callback, args = self.soon.pop(0)
+            callback(*args)
 
     def call_later(self, delay, callback, *args) -> Timer:
         timer = Timer(callback, args)
@@ -57,15 +66,18 @@ class Responder:
 
     def __init__(self):
         self.asked: dict[int, list[int]] = {}
+        self.messages: list[list[int]] = []        # the UME_RXREQs' sequence numbers, by message
 
     def send_frames(self, address, data) -> None:
         offset = 0
+        self.messages.append([])
         while offset < len(data):
             message, used = decode_lbmc(data, offset)
             offset += used
             for header in message.headers:
                 if isinstance(header, UmeRxReq):
                     self.asked.setdefault(header.request_idx, []).append(header.seqnum)
+                    self.messages[-1].append(header.seqnum)
 
 
 def retrans(sqn: int) -> bytes:
@@ -78,7 +90,7 @@ def live(*sqns: int) -> list[tuple[int, bytes]]:
 
 
 class Harness:
-    def __init__(self, use_otr: bool):
+    def __init__(self, use_otr: bool, settings: LateJoinSettings = LateJoinSettings()):
         self.loop, self.responder = Loop(), Responder()
         self.context = SimpleNamespace(
             loop=self.loop, responder=self.responder, late_join_clients={},
@@ -98,7 +110,7 @@ class Harness:
         self.joined = JoinedSource(receiver, candidate)
         option = LateJoinOption(src_tcp_port=SOURCE_PORT[1], src_ip=SOURCE_PORT[0], transport_idx=3,
                                 high_seqnum=0, low_seqnum=0)
-        self.client = LateJoinClient(self.context, self.joined, option, LateJoinSettings(), REPLY_TO)
+        self.client = LateJoinClient(self.context, self.joined, option, settings, REPLY_TO)
         self.joined.late_join = self.client
         self.context.late_join_clients[self.client.request_idx] = self.client
         if use_otr:
@@ -131,6 +143,7 @@ def _young_session_with_a_datagram_not_repaired(h: Harness) -> None:
     h.joined.on_batch(live(*range(3, 13)))
     for sqn in range(10):
         h.client.retransmission(retrans(sqn))
+    h.loop.end_turn()
     assert h.client.done and h.joined.late_join is None
 
 
@@ -223,3 +236,21 @@ def test_a_retransmitted_frame_that_cannot_be_read_is_counted_and_told_lost_in_i
     assert h.order() == [(0, True, False), ("loss", 1, 3), (4, True, False)]
     assert h.context.late_join_counters["lj_messages_incomplete"] == 3
     assert h.context.late_join_counters["lj_messages_delivered"] == 2
+
+
+# Regression: at 11fb9e1 each retransmission that came refilled the window at once, one UME_RXREQ
+# in a request message of its own: every router on the way decoded and sent on a message for each
+# message retransmitted (19,224 requests for 20,000 retransmissions across two links).
+def test_the_answers_of_one_turn_refill_the_window_in_one_request():
+    h = Harness(use_otr=False, settings=LateJoinSettings(outstanding_maximum=4))
+    h.client.info(UmeLjInfo(0, 9, h.client.request_idx))
+    assert [m for m in h.responder.messages if m] == [[0, 1, 2, 3]]
+    for sqn in (0, 1, 2):
+        h.client.retransmission(retrans(sqn))
+    assert [m for m in h.responder.messages if m] == [[0, 1, 2, 3]]          # not yet: more may come this turn
+    h.loop.end_turn()
+    assert [m for m in h.responder.messages if m] == [[0, 1, 2, 3], [4, 5, 6]]
+    for sqn in range(3, 10):
+        h.client.retransmission(retrans(sqn))
+        h.loop.end_turn()
+    assert h.client.done and [m.sequence_number for m in h.delivered] == list(range(10))
