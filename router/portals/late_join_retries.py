@@ -16,8 +16,10 @@ the request before it has been on its way for longer than the time plus four var
 least MIN_WAIT (a requester's own interval is longer: an idle router holds back nothing), at
 most MAX_WAIT (a requester gives up after `retransmit_request_message_timeout`, 10 s by default:
 an answer lost on the way is asked for again well before). A retry held back is counted
-(late_join_retries_held). A request of another receiver of the same context (its own request
-index) always goes: each gets its own answer.
+(late_join_retries_held). Each retry of one message that goes doubles its next wait, up to
+MAX_WAIT, as TCP backs off: with no answer yet to measure the round trip by (every one asked again
+before it came, so none is a sample), retries still thin out. A request of another receiver of the
+same context (its own request index) always goes: each gets its own answer.
 """
 from __future__ import annotations
 
@@ -31,11 +33,11 @@ MAX_TRACKED = 262_144            # retransmissions on their way remembered at on
 
 
 class _OnItsWay:
-    __slots__ = ("sent_at", "resent", "request_indexes")
+    __slots__ = ("sent_at", "sends", "request_indexes")
 
     def __init__(self, now: float, request_idx: int):
         self.sent_at = now
-        self.resent = False
+        self.sends = 1
         self.request_indexes = {request_idx}
 
 
@@ -68,9 +70,10 @@ class RetryPacing:
         if request_idx not in sent.request_indexes:
             sent.request_indexes.add(request_idx)
             return True
-        if now - sent.sent_at < self.wait():
+        if now - sent.sent_at < min(MAX_WAIT, self.wait() * (1 << min(sent.sends - 1, 5))):
             return False
-        sent.sent_at, sent.resent = now, True
+        sent.sent_at = now
+        sent.sends += 1
         self.on_its_way.move_to_end(key)
         return True
 
@@ -80,7 +83,7 @@ class RetryPacing:
         while offset + MESSAGE_HEADER.size <= len(frames) and frames[offset] == LBMC_TYPE_RETRANS:
             _, _, length, topic_idx, sqn = MESSAGE_HEADER.unpack_from(frames, offset)
             sent = self.on_its_way.pop((ip, port, topic_idx, sqn), None)
-            if sent is not None and not sent.resent:
+            if sent is not None and sent.sends == 1:
                 self._sample(now - sent.sent_at)
             if length < MESSAGE_HEADER.size:
                 break

@@ -53,6 +53,15 @@ def test_an_answer_to_a_retried_request_is_no_sample_of_the_round_trip():
     assert pacing.round_trip is None and not pacing.on_its_way
 
 
+def test_each_retry_that_goes_doubles_the_next_wait_of_its_message_up_to_the_most():
+    """No answer has come to measure by (on a loaded host every request may be asked again before
+    its answer comes, and none is a sample): a requester retrying every 500 ms is let through at
+    0.5, 1, 2 and 4 s, then every 3 s: 6 times in its first 10 s, not 20."""
+    pacing = RetryPacing(forget_after=60.0)
+    went = [t / 2 for t in range(20) if pacing.admit(*REQUESTER, 3, 1, 1, now=t / 2)]
+    assert went == [0.0, 0.5, 1.0, 2.0, 4.0, 7.0]
+
+
 def test_what_a_requester_no_longer_waits_for_is_forgotten():
     pacing = RetryPacing(forget_after=10.0)
     pacing.admit(*REQUESTER, 3, 1, 1, now=0.0)                         # never answered

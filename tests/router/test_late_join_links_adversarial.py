@@ -123,7 +123,9 @@ def test_a_late_receiver_joining_while_the_source_sends_live_gets_every_message_
                                                                                               make_domain):
     lan1, lan_far = make_domain(*_ORIGIN_RETAINS), make_domain()
     chain, _ = router_chain(routers, lan1, lan_far, 1, "ljal")
-    count, rate = 15_000, 3000                       # 5 s of sending; the late one joins after ~1 s
+    # 7.5 s of sending; the late one joins after ~1.25 s (a receiver starting on a host loaded as
+    # by pytest -n 6 took over 4 s to join: at 3000 msgs/s the source had ended by then)
+    count, rate = 15_000, 2000
     early = tools.umrcv("-c", lan_far.config_path, "--json", "-C", count, "--timeout", 90, "lja.live")
     source = tools.umsrc("-c", lan1.config_path, "--json", "-M", count, "-P", rate, "-L", 180, "--start-on-stdin",
                          "lja.live")
