@@ -7,16 +7,15 @@ from router.monitor.counters import PortalCounters
 from router.portals.late_join_relay import LateJoinRelay
 from router.portals.late_join_retries import MAX_WAIT, MIN_WAIT, RetryPacing
 from router.um.config import UMConfig
-from router.um.wire.lbmc import LBMC_TYPE_MESSAGE, LBMC_TYPE_RETRANS, LbmcMessage, decode_lbmc, encode_lbmc
+from router.um.wire.lbmc import decode_lbmc
 from router.um.wire.lbmc_late_join import LjiRequest, UmeRxReq
+from tests.portals.test_late_join_relay import retrans_frame
 
 REQUESTER = ("10.3.3.3", 14393)
 
 
 def retrans(tidx: int, sqn: int) -> bytes:
-    frame = bytearray(encode_lbmc(LbmcMessage(LBMC_TYPE_MESSAGE, [], b"x", tidx, sqn)))
-    frame[0] = LBMC_TYPE_RETRANS
-    return bytes(frame)
+    return retrans_frame(tidx, sqn, b"x")
 
 
 def test_a_retry_goes_only_once_the_request_before_it_had_the_round_trip_to_be_answered():
