@@ -4,6 +4,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from bench.report import refuse_arguments
+
 BENCHMARKS = ["bench.direct_bench", "bench.ring_bench", "bench.router_bench", "bench.wake_cost", "bench.scheduling_bench", "bench.hops_bench",
               "bench.uim_bench", "bench.pipeline_bench", "bench.soak_bench"]
 
@@ -17,4 +19,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    refuse_arguments(__doc__)
     sys.exit(main())

@@ -29,9 +29,13 @@ CASES = ((64, 500_000), (8192, 100_000))
 
 def checkout(revision: str, directory: Path) -> Path:
     """`revision`'s files (git archive: no worktree, nothing written to the repository)."""
+    commit = subprocess.run(["git", "-C", str(rb.ROOT), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                             f"{revision}^{{commit}}"], capture_output=True, text=True).stdout.strip()
+    if not commit:
+        raise SystemExit(f"{revision!r} names no commit of this repository: give one such as HEAD~1 or a hash")
     tree = directory / "old"
     tree.mkdir()
-    archive = subprocess.run(["git", "-C", str(rb.ROOT), "archive", revision], check=True, capture_output=True)
+    archive = subprocess.run(["git", "-C", str(rb.ROOT), "archive", commit], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
     return tree
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.report import table, write_section
+from bench.report import refuse_arguments, table, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python -m bench.direct_bench"
@@ -118,4 +118,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    refuse_arguments(__doc__)
     sys.exit(main())

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.report import table, write_section
+from bench.report import refuse_arguments, table, write_section
 from bench.router_bench import (PYTHON, ROOT, added_latency, domain, endpoint_xml, gateway_config, router_cpu, spawn,
                                 stop, um_run, wait_stderr)
 
@@ -428,4 +428,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    refuse_arguments(__doc__)
     sys.exit(main())

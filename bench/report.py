@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime
 import platform
 import re
+import sys
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
@@ -12,6 +13,15 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
 def machine() -> str:
     import os
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def refuse_arguments(doc: str) -> None:
+    """For a benchmark that takes no arguments, run as a program: any argument (`--help`, a typo)
+    prints what the benchmark measures and exits 2, instead of a run of minutes that rewrites
+    BENCHMARKS.md."""
+    if sys.argv[1:]:
+        print(doc, file=sys.stderr)
+        sys.exit(2)
 
 
 def write_section(title: str, body: str, command: str) -> None:

@@ -353,7 +353,11 @@ def best_throughputs(seconds: float, repeats: int) -> dict[tuple[str, int], floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    quick = "--quick" in (argv if argv is not None else sys.argv[1:])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv not in ([], ["--quick"]):
+        print(__doc__, file=sys.stderr)
+        return 2
+    quick = argv == ["--quick"]
     seconds, repeats, pings = (0.3, 1, 300) if quick else (RUN_SECONDS, REPEATS, 2000)
     started, load_before = time.monotonic(), os.getloadavg()[0]
     memcpy = max(memcpy_bandwidth(seconds) for _ in range(repeats))

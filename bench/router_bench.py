@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from bench import relay_floor
-from bench.report import table, write_section
+from bench.report import refuse_arguments, table, write_section
 from router.ipc.shm import pid_alive, remove_stale
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -432,4 +432,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    refuse_arguments(__doc__)
     sys.exit(main())

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.report import table, write_section
+from bench.report import refuse_arguments, table, write_section
 from bench.router_bench import (PYTHON, children, domain, endpoint_xml, gateway_config, measured, spawn, stop,
                                 um_run, wait_stderr)
 from router.worker.scheduling import DEFAULT_SLICE, set_attributes
@@ -146,4 +146,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    refuse_arguments(__doc__)
     sys.exit(main())

@@ -74,7 +74,11 @@ def _wait(condition, timeout: float) -> None:
 
 def main(argv=None) -> int:
     from router.um.context import Context
-    rounds = int((argv or sys.argv[1:] or [ROUNDS])[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[1:] or not all(arg.isdigit() and int(arg) > 0 for arg in argv):
+        print(__doc__, file=sys.stderr)
+        return 2
+    rounds = int((argv or [ROUNDS])[0])
     rows, lost = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)

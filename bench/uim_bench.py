@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.report import table, write_section
+from bench.report import refuse_arguments, table, write_section
 from bench.router_bench import domain, router_config, spawn, stop, wait_stderr
 
 COMMAND = ".venv/bin/python -m bench.uim_bench"
@@ -94,4 +94,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    refuse_arguments(__doc__)
     sys.exit(main())

@@ -21,7 +21,7 @@ import struct
 import sys
 import time
 
-from bench.report import table, write_section
+from bench.report import refuse_arguments, table, write_section
 
 COMMAND = ".venv/bin/python -m bench.wake_cost"
 COUNT = 2000
@@ -120,4 +120,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    refuse_arguments(__doc__)
     sys.exit(main())
