@@ -20,6 +20,7 @@ uim_frames_dropped.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import socket
 import time
@@ -33,13 +34,14 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_QUEUE = 8 * 1024 * 1024
 DEFAULT_IDLE_TIMEOUT = 2.0       # s: UM's response_tcp_deletion_timeout default
 WARNING_INTERVAL = 10.0          # s: drops to one requester are logged at most this often
+MAX_GATHER = 512                 # responses handed to TCP in one system call (IOV_MAX is 1024)
 
 
 class _Outgoing:
     """One connection to one request port, and the responses waiting for it."""
 
-    __slots__ = ("address", "sock", "connected", "queue", "queued", "sqn", "writer_armed", "idle_since",
-                 "idle_timer")
+    __slots__ = ("address", "sock", "connected", "queue", "queued", "sqn", "writer_armed", "write_due",
+                 "idle_since", "idle_timer")
 
     def __init__(self, address: tuple[str, int], sock: socket.socket):
         self.address = address
@@ -50,6 +52,7 @@ class _Outgoing:
         self.queued = 0
         self.sqn = 0
         self.writer_armed = False
+        self.write_due = False            # a write at the end of this loop turn is on its way
         self.idle_since = 0.0             # when its queue last emptied
         self.idle_timer = None            # the pending idle check, if any
 
@@ -143,8 +146,11 @@ class ResponseSender:
             return
         connection.queue.append([memoryview(frames), response, outcome])
         connection.queued += len(frames)
-        if connection.connected:
-            self._write(connection)
+        if connection.connected and not connection.writer_armed and not connection.write_due:
+            # What this turn brings for the connection goes in one write at its end: a router
+            # relays a read of late-join answers, hundreds for one requester, one system call each.
+            connection.write_due = True
+            self.loop.call_soon_threadsafe(self._write_at_turn_end, connection)
 
     def _frames(self, qidx: int, sqn: int, data) -> tuple[bytes, int]:
         parts = []
@@ -199,24 +205,35 @@ class ResponseSender:
         if not data:
             self._fail(connection, "the requester closed the connection")
 
+    def _write_at_turn_end(self, connection: _Outgoing) -> None:
+        connection.write_due = False
+        if self.connections.get(connection.address) is connection and not connection.writer_armed:
+            self._write(connection)
+
     def _write(self, connection: _Outgoing) -> None:
+        """As much of the queue as TCP takes, up to MAX_GATHER responses per system call."""
         queue = connection.queue
         while queue:
+            pieces = [entry[0] for entry in itertools.islice(queue, MAX_GATHER)]
             try:
-                sent = connection.sock.send(queue[0][0])
+                sent = connection.sock.sendmsg(pieces) if len(pieces) > 1 else connection.sock.send(pieces[0])
             except (BlockingIOError, InterruptedError):
                 sent = 0
             except OSError as err:
                 self._fail(connection, str(err))
                 return
             connection.queued -= sent
-            if sent < len(queue[0][0]):
-                queue[0][0] = queue[0][0][sent:]
+            whole = sent == sum(len(piece) for piece in pieces)
+            while queue and sent >= len(queue[0][0]):
+                sent -= len(queue[0][0])
+                _, response, outcome = queue.popleft()
+                self.counters["responses_sent" if response else "uim_frames_sent"] += 1
+                if outcome is not None:
+                    outcome(True)
+            if not whole:
+                if sent:
+                    queue[0][0] = queue[0][0][sent:]
                 break
-            _, response, outcome = queue.popleft()
-            self.counters["responses_sent" if response else "uim_frames_sent"] += 1
-            if outcome is not None:
-                outcome(True)
         wanted = bool(queue)
         if wanted != connection.writer_armed:
             connection.writer_armed = wanted

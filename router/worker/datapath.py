@@ -151,6 +151,7 @@ class DataPath:
                 self.attach(ring)
         self.pending: deque[tuple[int, bytes, int]] = deque()
         self.paused: dict[int, object] = {}    # id -> ingress connection waiting for ring space
+        self._answers: list = []               # late-join answers of this turn, written at its end
         self._waiting_mask = 0                 # the portals the pending records are for
         self.wakeup = self.rings.consumer_wakeups[index]
         self.producer_wakeup = self.rings.producer_wakeups[index]
@@ -314,8 +315,18 @@ class DataPath:
         self._write([(RECORD_LATE_JOIN, encode_late_join(stream_id, message), 1 << portal)])
 
     def late_join_answer(self, portal: int, ipaddr: str, port: int, frames) -> None:
-        """A source's answers to relayed late-join requests, to the portal they came from."""
-        self._write([(RECORD_LATE_JOIN_ANSWER, encode_late_join_answer(ipaddr, port, frames), 1 << portal)])
+        """A source's answers to relayed late-join requests, to the portal they came from: written
+        together at the end of this loop turn. One read of the origin's connection brings hundreds
+        of them; one ring write each (and a wake-up of the egress worker as often as it had parked
+        meanwhile) cost more than the answers themselves."""
+        if not self._answers:
+            self.loop.call_soon_threadsafe(self._write_answers)
+        self._answers.append((RECORD_LATE_JOIN_ANSWER, encode_late_join_answer(ipaddr, port, frames), 1 << portal))
+
+    def _write_answers(self) -> None:
+        answers, self._answers = self._answers, []
+        if answers:                              # none: closed meanwhile
+            self._write(answers)
 
     def immediate(self, mask: int, origin_domain: int, has_topic: bool, frame) -> None:
         """One multicast immediate message for the portals of `mask` (router.portals.immediate)."""
@@ -611,6 +622,7 @@ class DataPath:
             self._space_freed()
 
     def close(self) -> None:
+        self._answers.clear()
         if self._recheck_timer is not None:
             self._recheck_timer.cancel()
             self._recheck_timer = None

@@ -10,7 +10,7 @@ from router.ipc.ring_consumer import RingConsumer
 from router.monitor.counters import PortalCounters
 from router.um.loop import EventLoop
 from router.worker.datapath import BURST_BYTES, BURST_FRAMES, DataPath, DataPathSpec, RingSet
-from router.worker.records import RECORD_FRAMES, decode_frames
+from router.worker.records import RECORD_FRAMES, decode_frames, decode_late_join_answer
 
 
 class _Connection:
@@ -402,3 +402,29 @@ def test_a_backlog_of_costly_records_leaves_the_loop_turns_for_its_timers(rings)
         ticking.cancel()
         ingress.close()
         egress.close()
+
+
+def test_the_late_join_answers_of_one_turn_go_into_the_ring_together_at_its_end(rings):
+    """One read of an origin's connection brings hundreds of answers. Written one by one, each
+    woke the egress worker again as often as it had read the last one and parked meanwhile; they
+    are written at the end of the turn, in order, with one wake-up."""
+    ring_set, loop = rings
+    path = DataPath(DataPathSpec(ring_set, {"E0": 0, "E1": 1, "E2": 2}), 0, loop, PortalCounters())
+    egress = RingConsumer(ring_set.segments[0].memory, 1, wakeups=ring_set.wakeups(0))
+    woken = ring_set.consumer_wakeups[1]
+    got = []
+    try:
+        loop.run_until(lambda: False, 0.05)
+        woken.drain()
+        for n in range(5):
+            assert egress.prepare_to_park()                    # the egress read what came, and parked
+            path.late_join_answer(1, "10.0.0.7", 14000 + n, bytes([n]) * 20)
+            egress.read_batch(lambda record_type, payload: got.append(decode_late_join_answer(payload)))
+        assert got == [] and woken.drain() == 0                # not yet: the turn goes on
+        assert loop.run_until(lambda: egress.has_records(), 2)
+        egress.read_batch(lambda record_type, payload: got.append(decode_late_join_answer(payload)))
+        assert got == [("10.0.0.7", 14000 + n, bytes([n]) * 20) for n in range(5)]
+        assert woken.drain() == 1
+    finally:
+        egress.close()
+        path.close()
