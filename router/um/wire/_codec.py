@@ -13,6 +13,7 @@ any other byte still round-trips exactly instead of making a foreign packet unde
 
 from __future__ import annotations
 
+import operator
 import socket
 import struct
 
@@ -114,6 +115,15 @@ def ip_bytes(address: str, what: str) -> bytes:
     return raw
 
 
+def _ip_bytes_or_none(address) -> bytes | None:
+    """ip_bytes without building the label of its error: None where ip_bytes would refuse."""
+    try:
+        raw = socket.inet_aton(address)
+    except (OSError, TypeError, ValueError):
+        return None
+    return raw if socket.inet_ntoa(raw) == address else None
+
+
 def text_from_bytes(raw: bytes) -> str:
     return bytes(raw).decode("utf-8", TEXT_ERRORS)
 
@@ -181,7 +191,7 @@ class Layout:
     layout once keeps field offsets in one place instead of in two hand-written codecs.
     """
 
-    __slots__ = ("struct", "names", "ips", "blobs", "size")
+    __slots__ = ("struct", "names", "ips", "blobs", "size", "_fields", "_converted")
 
     def __init__(self, spec: str) -> None:
         fmt = [">"]
@@ -203,24 +213,31 @@ class Layout:
             self.names.append(name)
         self.struct = struct.Struct("".join(fmt))
         self.size = self.struct.size
+        # Every control message and every resolver record goes through here: the fields are read
+        # in one call and only the ip and blob ones converted one by one (a label for an error is
+        # made only for an error).
+        getter = operator.attrgetter(*self.names) if self.names else (lambda record: ())
+        self._fields = getter if len(self.names) != 1 else (lambda record: (getter(record),))
+        self._converted = bool(self.ips or self.blobs)
 
     def encode(self, record, what: str) -> bytes:
-        values = []
-        for i, name in enumerate(self.names):
-            value = getattr(record, name)
-            if i in self.ips:
-                value = ip_bytes(value, f"{what}.{name}")
-            elif i in self.blobs:
-                value = fixed_bytes(value, self.blobs[i], f"{what}.{name}")
-            values.append(value)
-        return pack(self.struct, what, *values)
+        values = self._fields(record)
+        if self._converted:
+            values = list(values)
+            names = self.names
+            for i in self.ips:
+                values[i] = _ip_bytes_or_none(values[i]) or ip_bytes(values[i], f"{what}.{names[i]}")
+            for i, size in self.blobs.items():
+                values[i] = fixed_bytes(values[i], size, f"{what}.{names[i]}")
+        try:
+            return self.struct.pack(*values)
+        except (struct.error, TypeError):
+            return pack(self.struct, what, *values)      # raises, naming the record
 
     def decode(self, reader: Reader) -> dict:
         values = reader.unpack(self.struct)
-        out = {}
-        for i, name in enumerate(self.names):
-            value = values[i]
-            if i in self.ips:
-                value = socket.inet_ntoa(value)
-            out[name] = value
-        return out
+        if self.ips:
+            values = list(values)
+            for i in self.ips:
+                values[i] = socket.inet_ntoa(values[i])
+        return dict(zip(self.names, values))

@@ -66,6 +66,7 @@ _HEADER_CLASSES = {cls.HEADER_TYPE: cls for cls in CORE_HEADERS + GATEWAY_HEADER
 _HEADER_CLASSES.update({t: CtxInst for t in CTXINST_HEADER_TYPES})
 _TIDX_SQN = struct.Struct(">II")
 _CHAIN_LINK = struct.Struct(">BB")
+_HEADER_LABELS = [f"LBMC header 0x{header_type:02x}" for header_type in range(256)]   # made once, not per header
 
 
 @dataclass(slots=True)
@@ -219,7 +220,7 @@ def _decode_header(header_type: int, reader: Reader) -> tuple[object, int]:
     next_type, length = reader.unpack(_CHAIN_LINK)
     if length < 2:
         raise reader.fail(f"extension header 0x{header_type:02x} has hdr_len {length}", start)
-    body = reader.sub(length - 2, f"LBMC header 0x{header_type:02x}")
+    body = reader.sub(length - 2, _HEADER_LABELS[header_type])
     cls = _HEADER_CLASSES.get(header_type)
     header = cls.wire_parse(header_type, body) if cls is not None else None
     if header is None or body.remaining:
