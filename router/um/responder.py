@@ -147,8 +147,10 @@ class ResponseSender:
         connection.queue.append([memoryview(frames), response, outcome])
         connection.queued += len(frames)
         if connection.connected and not connection.writer_armed and not connection.write_due:
-            # What this turn brings for the connection goes in one write at its end: a router
-            # relays a read of late-join answers, hundreds for one requester, one system call each.
+            # The first of a loop turn goes at once (a requester waits for it); what more the turn
+            # brings goes in one write at its end: a router relays a read of late-join answers,
+            # hundreds for one requester, and wrote each with a system call of its own.
+            self._write(connection)
             connection.write_due = True
             self.loop.call_soon_threadsafe(self._write_at_turn_end, connection)
 
@@ -207,7 +209,7 @@ class ResponseSender:
 
     def _write_at_turn_end(self, connection: _Outgoing) -> None:
         connection.write_due = False
-        if self.connections.get(connection.address) is connection and not connection.writer_armed:
+        if connection.queue and not connection.writer_armed and self.connections.get(connection.address) is connection:
             self._write(connection)
 
     def _write(self, connection: _Outgoing) -> None:

@@ -1,6 +1,7 @@
-"""The responder hands TCP what one loop turn brings for a connection in one system call: a
-router relays a read of late-join answers, hundreds for one requester, and sending each on its
-own cost more than relaying it. Whatever TCP takes of it, the bytes arrive whole and in order."""
+"""The responder sends the first message a loop turn brings for a connection at once (a requester
+waits for it) and the rest of that turn's in one more system call: a router relays a read of
+late-join answers, hundreds for one requester, and sending each on its own cost more than
+relaying it. Whatever TCP takes of it, the bytes arrive whole and in order."""
 from __future__ import annotations
 
 import socket
@@ -56,7 +57,7 @@ def _frames(first: int, count: int, size: int) -> list[bytes]:
     return [(n).to_bytes(4, "big") * (size // 4) for n in range(first, first + count)]
 
 
-def test_what_one_turn_brings_for_a_connection_goes_in_one_system_call(loop, monkeypatch):
+def test_the_first_of_a_turn_goes_at_once_and_the_rest_of_the_turn_together(loop, monkeypatch):
     monkeypatch.setattr(responder, "socket", _Sockets())
     monkeypatch.setattr(_CountedSocket, "sends", 0)
     listener, received, start = _listener(), bytearray(), threading.Event()
@@ -72,11 +73,16 @@ def test_what_one_turn_brings_for_a_connection_goes_in_one_system_call(loop, mon
         first, second = _frames(0, 300, 100), _frames(300, 300, 100)
         loop.call_and_wait(one_turn, first)              # queued while connecting: sent once connected
         wait_for(lambda: len(received) == 30_000, 10, message="the first turn's frames received")
-        loop.call_and_wait(one_turn, second)             # connected: sent at the turn's end
+        assert _CountedSocket.sends == 1
+        loop.call_and_wait(one_turn, second)             # connected: the first at once, the rest after
         wait_for(lambda: len(received) == 60_000, 10, message="the second turn's frames received")
         assert bytes(received) == b"".join(first + second)
-        assert _CountedSocket.sends == 2
-        assert sender.counters["uim_frames_sent"] == 600
+        assert _CountedSocket.sends == 3
+        loop.call_and_wait(one_turn, _frames(600, 1, 100))   # one alone: at once, nothing after it
+        wait_for(lambda: len(received) == 60_100, 10, message="the lone frame received")
+        loop.call_and_wait(lambda: None)                 # the turn it came in is over
+        assert _CountedSocket.sends == 4
+        assert sender.counters["uim_frames_sent"] == 601
     finally:
         loop.call_and_wait(sender.close)
         listener.close()
