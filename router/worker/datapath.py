@@ -53,6 +53,7 @@ from router.ipc.ring_consumer import RingConsumer
 from router.ipc.ring_producer import RingProducer
 from router.ipc.shm import SharedSegment, segment_name
 from router.ipc.wakeup import EventfdWakeup, RingWakeups
+from router.portals.once_per_turn import OncePerTurn
 from router.worker.records import (EOS_RECORD, FRAMES_HEADER, RECORD_ADVERT, RECORD_EOS, RECORD_FRAMES,
                                    RECORD_IMMEDIATE, RECORD_LATE_JOIN, RECORD_LATE_JOIN_ANSWER, RECORD_RESPONSE,
                                    RECORD_RESPONSE_PIECE, RECORD_SEQUENCE_INFO, RECORD_UNICAST, SEQUENCE_INFO_RECORD,
@@ -152,6 +153,7 @@ class DataPath:
         self.pending: deque[tuple[int, bytes, int]] = deque()
         self.paused: dict[int, object] = {}    # id -> ingress connection waiting for ring space
         self._answers: list = []               # late-join answers of this turn, written at its end
+        self._answers_due = OncePerTurn(loop, self._write_answers)
         self._waiting_mask = 0                 # the portals the pending records are for
         self.wakeup = self.rings.consumer_wakeups[index]
         self.producer_wakeup = self.rings.producer_wakeups[index]
@@ -319,14 +321,12 @@ class DataPath:
         together at the end of this loop turn. One read of the origin's connection brings hundreds
         of them; one ring write each (and a wake-up of the egress worker as often as it had parked
         meanwhile) cost more than the answers themselves."""
-        if not self._answers:
-            self.loop.call_soon_threadsafe(self._write_answers)
+        self._answers_due.request()
         self._answers.append((RECORD_LATE_JOIN_ANSWER, encode_late_join_answer(ipaddr, port, frames), 1 << portal))
 
     def _write_answers(self) -> None:
         answers, self._answers = self._answers, []
-        if answers:                              # none: closed meanwhile
-            self._write(answers)
+        self._write(answers)
 
     def immediate(self, mask: int, origin_domain: int, has_topic: bool, frame) -> None:
         """One multicast immediate message for the portals of `mask` (router.portals.immediate)."""
@@ -622,6 +622,7 @@ class DataPath:
             self._space_freed()
 
     def close(self) -> None:
+        self._answers_due.cancel()
         self._answers.clear()
         if self._recheck_timer is not None:
             self._recheck_timer.cancel()

@@ -103,25 +103,21 @@ def pack(layout: struct.Struct, what: str, *values) -> bytes:
         raise WireError(f"{what}: value does not fit the wire format ({exc})") from None
 
 
-def ip_bytes(address: str, what: str) -> bytes:
+def ip_bytes(address: str, what: str, field: str = "") -> bytes:
     """Dotted-quad IPv4 text to 4 bytes; only the canonical form is accepted,
-    so that decode(encode(x)) == x ("10.1" or "010.0.0.1" would not survive)."""
+    so that decode(encode(x)) == x ("10.1" or "010.0.0.1" would not survive).
+    An error names `what` (and `.field`, if given: the label is made only for an error)."""
     try:
         raw = socket.inet_aton(address)
     except (OSError, TypeError, ValueError):
-        raise WireError(f"{what}: {address!r} is not an IPv4 address") from None
+        raise WireError(f"{_label(what, field)}: {address!r} is not an IPv4 address") from None
     if socket.inet_ntoa(raw) != address:
-        raise WireError(f"{what}: {address!r} is not a canonical dotted-quad IPv4 address")
+        raise WireError(f"{_label(what, field)}: {address!r} is not a canonical dotted-quad IPv4 address")
     return raw
 
 
-def _ip_bytes_or_none(address) -> bytes | None:
-    """ip_bytes without building the label of its error: None where ip_bytes would refuse."""
-    try:
-        raw = socket.inet_aton(address)
-    except (OSError, TypeError, ValueError):
-        return None
-    return raw if socket.inet_ntoa(raw) == address else None
+def _label(what: str, field: str) -> str:
+    return f"{what}.{field}" if field else what
 
 
 def text_from_bytes(raw: bytes) -> str:
@@ -150,13 +146,13 @@ def cstring_bytes(text: str, what: str) -> bytes:
     return text_bytes(text, what) + b"\x00"
 
 
-def fixed_bytes(value: bytes, size: int, what: str) -> bytes:
-    """An opaque fixed-size field (context instance, OTID...)."""
+def fixed_bytes(value: bytes, size: int, what: str, field: str = "") -> bytes:
+    """An opaque fixed-size field (context instance, OTID...); errors as ip_bytes's."""
     if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise WireError(f"{what}: expected bytes, got {type(value).__name__}")
+        raise WireError(f"{_label(what, field)}: expected bytes, got {type(value).__name__}")
     value = bytes(value)
     if len(value) != size:
-        raise WireError(f"{what}: must be exactly {size} bytes, got {len(value)}")
+        raise WireError(f"{_label(what, field)}: must be exactly {size} bytes, got {len(value)}")
     return value
 
 
@@ -226,9 +222,9 @@ class Layout:
             values = list(values)
             names = self.names
             for i in self.ips:
-                values[i] = _ip_bytes_or_none(values[i]) or ip_bytes(values[i], f"{what}.{names[i]}")
+                values[i] = ip_bytes(values[i], what, names[i])
             for i, size in self.blobs.items():
-                values[i] = fixed_bytes(values[i], size, f"{what}.{names[i]}")
+                values[i] = fixed_bytes(values[i], size, what, names[i])
         try:
             return self.struct.pack(*values)
         except (struct.error, TypeError):
